@@ -1,0 +1,71 @@
+#pragma once
+// The fitter: measured bursts in, an interconnect profile out.
+//
+// Input CSV (any column order, other columns ignored, '#' lines are comments):
+//   K, V_bytes, gap_ns, issue_ns            required
+//   complete_ns                             optional: burst start to remote visibility
+//   stat                                    optional: only rows whose stat is
+//                                           "max" (or that lack the column) are used
+#include <map>
+#include <string>
+#include <vector>
+
+#include "xstage/model.hpp"
+#include "xstage/profile.hpp"
+
+namespace xstage {
+
+struct Sample {
+  double K = 0, V_bytes = 0, gap_ns = 0, issue_ns = 0;
+  double complete_ns = -1;  // < 0: not measured
+  long line = 0;            // line in the source file (0 if synthetic)
+};
+
+struct SampleSet {
+  std::vector<Sample> samples;
+  // "# key: value" comment lines (device, driver, transport, command, ...).
+  std::map<std::string, std::string> metadata;
+};
+
+// Throws xstage::Error "<path>:<line>: <reason>" for malformed input.
+SampleSet read_samples_csv(const std::string& path);
+SampleSet parse_samples_csv(const std::string& text, const std::string& name);
+
+struct FitOptions {
+  int bootstrap = 40;         // resamples for the uncertainties (0: none)
+  unsigned seed = 12345;
+  double loss_scale = 0.05;   // relative error at which the Cauchy loss starts to flatten
+};
+
+struct FitPoint {  // one (K, V, G) group of samples
+  double K = 0, V_bytes = 0, gap_ns = 0;
+  int n = 0;
+  double measured_ns = 0;   // median of the group
+  double predicted_ns = 0;
+  double rel_err = 0;       // (predicted - measured) / measured
+  Regime regime = Regime::free;
+  int outliers = 0;         // samples of the group flagged as outliers
+};
+
+struct FitResult {
+  Profile profile;
+  std::vector<FitPoint> points;
+  int samples = 0;
+  int outliers = 0;
+  double median_abs_rel_err = 0;
+  bool R_identified = true;    // some samples are drain-limited
+  bool Q_identified = true;    // some bursts overflowed a drained stage
+  bool aggregate_identified = true;  // the issue rate saturated in K
+  std::vector<std::string> notes;    // what the data could not pin down
+};
+
+// Fits T0 (fixed cost, per-producer and aggregate issue rate), R and Q with a
+// Cauchy loss on log(predicted/measured) (outliers barely pull), Nelder-Mead
+// from several starts, and bootstrap resamples for one-sigma uncertainties.
+// The profile's transport and provenance are left for the caller to fill.
+FitResult fit_profile(const std::vector<Sample>& samples, const FitOptions& opt = {});
+
+// Group samples by (K, V, G) and compare a profile's predictions with them.
+std::vector<FitPoint> compare(const Profile& p, const std::vector<Sample>& samples, ModelKind model);
+
+}  // namespace xstage

@@ -1,0 +1,71 @@
+#pragma once
+// An interconnect profile: the three measured quantities of the Burst-Gap model
+// (T0_iss(K,V), R, Q) for one transport, with where they came from.
+//
+// T0_iss form (docs/model.md): a fixed cost plus the volume over the issue
+// rate, which grows with the number of producers K until it saturates:
+//     T0_iss(K, V) = fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps)
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace xstage {
+
+struct IssueCost {
+  double fixed_ns = 0.0;          // per-burst cost independent of volume
+  double per_producer_Bps = 0.0;  // issue rate of one producer (bytes/s)
+  double aggregate_Bps = 0.0;     // issue rate all producers together saturate at
+};
+
+struct Provenance {
+  std::string device;   // e.g. "NVIDIA H200"
+  std::string driver;   // e.g. "580.159.04"
+  std::string date;     // ISO 8601
+  std::string commit;   // git commit of the code that measured it
+  std::string command;  // exact command line
+  std::string notes;
+};
+
+struct Range {
+  double lo = 0.0;
+  double hi = 0.0;
+  bool contains(double x) const { return x >= lo * (1 - 1e-9) && x <= hi * (1 + 1e-9); }
+};
+
+struct Uncertainty {  // one standard deviation, same units as the parameter
+  double fixed_ns = 0, per_producer_Bps = 0, aggregate_Bps = 0, R_Bps = 0, Q_bytes = 0;
+};
+
+struct Profile {
+  std::string name;       // short id, e.g. "h200-host-pcie"
+  std::string transport;  // "host", "local", "peer", "nvlink4", ...
+  std::string status;     // "measured", "nominal" or "placeholder"
+  IssueCost t0;
+  double R_Bps = 0.0;       // drain rate of the X-Stage
+  double Q_bytes = 0.0;     // outstanding capacity of the X-Stage
+  double latency_ns = 0.0;  // empty-stage store-to-visibility latency (completion-coupled counterfactual)
+  std::optional<Range> K_range;  // what the fit saw; predictions outside get a warning
+  std::optional<Range> V_range;
+  std::optional<Uncertainty> sigma;
+  Provenance provenance;
+
+  // Throws xstage::Error naming the field when a value is missing or not positive.
+  void validate() const;
+};
+
+nlohmann::json to_json(const Profile& p);
+Profile profile_from_json(const nlohmann::json& j, const std::string& where);
+Profile load_profile(const std::string& path);          // file path or embedded name
+void save_profile(const Profile& p, const std::string& path);
+
+// Profiles compiled into the library. The first is the default.
+const std::vector<Profile>& embedded_profiles();
+const Profile* find_embedded_profile(const std::string& name);
+const Profile& default_profile();
+
+// Warnings for a query outside the K or V range the profile was fitted on.
+std::vector<std::string> range_warnings(const Profile& p, double K, double V_bytes);
+
+}  // namespace xstage

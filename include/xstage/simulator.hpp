@@ -1,0 +1,86 @@
+#pragma once
+// Discrete-event (fluid) simulation of the X-Stage.
+//
+// K producers each run their own list of steps: store a burst of B bytes, or
+// compute for t ns. A storing producer first pays the fixed issue cost, then
+// pushes bytes at its issue rate (all issuing producers together at most the
+// aggregate issue rate) into a stage of capacity Q that drains at R. When the
+// stage is full the issuers share the drain rate: that is the stall.
+// Between events every rate is constant, so the simulation is exact for the
+// fluid model and advances event by event, not tick by tick.
+#include <string>
+#include <vector>
+
+#include "xstage/profile.hpp"
+
+namespace xstage {
+
+struct Step {
+  enum class Kind { store, compute };
+  Kind kind = Kind::compute;
+  double amount = 0;  // bytes for store, ns for compute
+  static Step store(double bytes) { return {Kind::store, bytes}; }
+  static Step compute(double ns) { return {Kind::compute, ns}; }
+};
+
+struct Program {
+  std::vector<Step> steps;
+  long repeat = 1;  // the step list runs this many times
+};
+
+struct StageConfig {
+  double R_Bps = 0;
+  double Q_bytes = 0;
+  IssueCost issue;
+  // false: one stage shared by all producers (the default; one link, one queue).
+  // true: the stage is split statically, each producer owning Q/K of capacity
+  //       draining at R/K (per-SM or per-queue limits).
+  bool per_producer_capacity = false;
+  bool record_timeline = false;  // keep the occupancy at every event
+};
+StageConfig stage_from_profile(const Profile& p);
+
+struct BurstSpan {
+  int producer = 0;
+  long index = 0;        // the producer's n-th burst
+  double start_ns = 0;   // issue starts (fixed cost included)
+  double end_ns = 0;     // last byte accepted into the stage
+  double bytes = 0;
+  double stall_ns = 0;   // time lost to a full stage during this burst
+  double issue_ns() const { return end_ns - start_ns; }
+};
+
+struct OccupancySample {
+  double t_ns = 0;
+  double bytes = 0;
+  int stage = 0;  // stage index (producer) when per_producer_capacity, else 0
+};
+
+struct SimResult {
+  double total_ns = 0;        // last producer finishes its program
+  double drained_ns = 0;      // the stage is empty again after the last store
+  double stalled_ns = 0;      // summed over bursts
+  double max_occupancy = 0;   // bytes
+  double bytes = 0;           // total stored
+  std::vector<BurstSpan> bursts;         // in completion order
+  std::vector<OccupancySample> timeline; // only with record_timeline
+};
+
+// Throws xstage::Error for a non-positive rate or capacity, or a negative step.
+SimResult simulate(const StageConfig& cfg, const std::vector<Program>& producers);
+
+// K producers in lock step: each stores V/K bytes then computes G ns, `bursts` times.
+std::vector<Program> periodic_programs(int K, double V_total_bytes, double gap_ns, long bursts);
+
+// Reads a heterogeneous schedule: CSV with columns producer,kind,amount
+// (kind "store" with a size such as 64KiB, or "compute" with a time such as
+// 3us); each producer's rows run in file order. Producers are numbered 0..K-1
+// without holes. Throws xstage::Error "<path>:<line>: <reason>".
+std::vector<Program> read_schedule_csv(const std::string& path);
+std::vector<Program> parse_schedule_csv(const std::string& text, const std::string& name);
+
+// Median issue span of the bursts whose index is >= skip (steady state), taking
+// for each burst index the slowest producer (what a block barrier would see).
+double steady_issue_ns(const SimResult& r, long skip);
+
+}  // namespace xstage

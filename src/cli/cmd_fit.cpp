@@ -1,0 +1,111 @@
+// xstage fit: measured bursts (CSV) in, an interconnect profile (JSON) out.
+#include <ctime>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "xstage/error.hpp"
+#include "xstage/fit.hpp"
+#include "xstage/units.hpp"
+
+namespace xstage::cli {
+
+namespace {
+struct FitArgs {
+  std::string samples, output, name, transport;
+  int bootstrap = 40;
+  unsigned seed = 12345;
+  OutputFlags out;
+};
+
+std::string today() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string meta(const SampleSet& s, const char* key, const std::string& fallback = "") {
+  auto it = s.metadata.find(key);
+  return it == s.metadata.end() ? fallback : it->second;
+}
+
+void run_fit(const FitArgs& a) {
+  if (a.bootstrap < 0) throw Error("--bootstrap: expected >= 0");
+  const SampleSet set = read_samples_csv(a.samples);
+  FitOptions opt;
+  opt.bootstrap = a.bootstrap;
+  opt.seed = a.seed;
+  FitResult r = fit_profile(set.samples, opt);
+  Profile& p = r.profile;
+  p.transport = !a.transport.empty() ? a.transport : meta(set, "transport", "unknown");
+  p.name = !a.name.empty() ? a.name : "fitted-" + p.transport;
+  p.provenance.device = meta(set, "device");
+  p.provenance.driver = meta(set, "driver");
+  p.provenance.date = meta(set, "date", today());
+  p.provenance.commit = meta(set, "commit", XSTAGE_GIT_COMMIT);
+  p.provenance.command = meta(set, "command");
+  p.provenance.notes = fmt::format("fitted by xstage {} on {} from {} ({}); fit command: {}", XSTAGE_GIT_COMMIT,
+                                   today(), a.samples, r.samples, command_line());
+  save_profile(p, a.output);
+
+  if (a.out.format() == Format::json) {
+    nlohmann::json pts = nlohmann::json::array();
+    for (const auto& f : r.points)
+      pts.push_back({{"K", f.K}, {"V_bytes", f.V_bytes}, {"gap_ns", f.gap_ns}, {"n", f.n},
+                     {"measured_ns", f.measured_ns}, {"predicted_ns", f.predicted_ns}, {"rel_err", f.rel_err},
+                     {"regime", to_string(f.regime)}, {"outliers", f.outliers}});
+    nlohmann::json j{{"profile", to_json(p)}, {"samples", r.samples}, {"outliers", r.outliers},
+                     {"median_abs_rel_err", r.median_abs_rel_err}, {"notes", r.notes}, {"points", pts},
+                     {"output", a.output}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  Table t({"K", "V", "G", "n", "measured", "predicted", "rel_err", "regime", "outliers"});
+  Table c({"K", "V_bytes", "gap_ns", "n", "measured_ns", "predicted_ns", "rel_err", "regime", "outliers"});
+  for (const auto& f : r.points) {
+    t.add({fmt::format("{}", f.K), format_bytes(f.V_bytes), format_ns(f.gap_ns), std::to_string(f.n),
+           format_ns(f.measured_ns), format_ns(f.predicted_ns), fmt::format("{:+.1f}%", 100 * f.rel_err),
+           to_string(f.regime), std::to_string(f.outliers)});
+    c.add({fmt::format("{}", f.K), fmt::format("{}", f.V_bytes), fmt::format("{}", f.gap_ns), std::to_string(f.n),
+           fmt::format("{}", f.measured_ns), fmt::format("{}", f.predicted_ns), fmt::format("{}", f.rel_err),
+           to_string(f.regime), std::to_string(f.outliers)});
+  }
+  if (a.out.format() == Format::csv) {
+    std::cout << c.csv();
+    return;
+  }
+  const Uncertainty u = p.sigma.value_or(Uncertainty{});
+  std::cout << fmt::format("fitted {} samples ({} outliers), median |rel err| {:.2f}%\n", r.samples, r.outliers,
+                           100 * r.median_abs_rel_err);
+  std::cout << fmt::format("  T0 fixed        {:>12}  +- {}\n", format_ns(p.t0.fixed_ns), format_ns(u.fixed_ns));
+  std::cout << fmt::format("  T0 per-producer {:>12}  +- {}\n", format_rate(p.t0.per_producer_Bps),
+                           format_rate(u.per_producer_Bps));
+  std::cout << fmt::format("  T0 aggregate    {:>12}  +- {}\n", format_rate(p.t0.aggregate_Bps),
+                           format_rate(u.aggregate_Bps));
+  std::cout << fmt::format("  R               {:>12}  +- {}\n", format_rate(p.R_Bps), format_rate(u.R_Bps));
+  std::cout << fmt::format("  Q               {:>12}  +- {}\n", format_bytes(p.Q_bytes), format_bytes(u.Q_bytes));
+  std::cout << fmt::format("  latency         {:>12}\n", format_ns(p.latency_ns));
+  for (const auto& n : r.notes) std::cout << "  note: " << n << "\n";
+  std::cout << t.text();
+  std::cout << fmt::format("wrote {}\n", a.output);
+}
+}  // namespace
+
+void add_fit_command(CLI::App& app) {
+  auto a = std::make_shared<FitArgs>();
+  auto* sub = app.add_subcommand("fit", "Fit T0_iss(K,V), R and Q to measured bursts and write a profile");
+  sub->add_option("samples", a->samples, "CSV with columns K,V_bytes,gap_ns,issue_ns (any order)")
+      ->required();
+  sub->add_option("-o,--output", a->output, "Profile JSON to write")->required();
+  sub->add_option("--name", a->name, "Profile name (default fitted-<transport>)");
+  sub->add_option("--transport", a->transport, "Transport name (default: the CSV's '# transport:' line)");
+  sub->add_option("--bootstrap", a->bootstrap, "Bootstrap resamples for the uncertainties")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Bootstrap seed")->capture_default_str();
+  add_output_flags(sub, a->out);
+  sub->callback([a] { run_fit(*a); });
+}
+
+}  // namespace xstage::cli

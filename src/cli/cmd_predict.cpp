@@ -1,0 +1,88 @@
+// xstage predict: the Burst-Gap model for one (K, V, G), with both counterfactuals.
+#include <cmath>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "xstage/error.hpp"
+#include "xstage/model.hpp"
+#include "xstage/units.hpp"
+
+namespace xstage::cli {
+
+namespace {
+struct PredictArgs {
+  std::string profile = "h200-host-pcie";
+  int K = 0;
+  std::string V, G;
+  OutputFlags out;
+};
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+void run_predict(const PredictArgs& a) {
+  const Profile p = load_profile(a.profile);
+  if (a.K < 1) throw Error(fmt::format("--K: expected a whole number >= 1, got {}", a.K));
+  const double V = parse_size_bytes(a.V, "--V");
+  const double G = parse_time_ns(a.G, "--G");
+  for (const auto& w : range_warnings(p, a.K, V)) warn(w);
+  const Prediction r = predict(p, a.K, V, G);
+  const double cc = completion_coupled_ns(p, a.K, V, G);
+  const double ua = unbounded_async_ns(p, a.K, V, G);
+  if (a.out.format() == Format::json) {
+    nlohmann::json j{{"profile", p.name},
+                     {"K", a.K},
+                     {"V_bytes", V},
+                     {"gap_ns", G},
+                     {"t_iss_ns", r.t_iss_ns},
+                     {"regime", to_string(r.regime)},
+                     {"onset_gap_ns", finite_or_null(r.onset_gap_ns)},
+                     {"gap_cap_ns", r.gap_cap_ns},
+                     {"t0_ns", r.t0_ns},
+                     {"drain_ns", r.drain_ns},
+                     {"stall_ns", r.stall_ns},
+                     {"period_ns", r.period_ns},
+                     {"exceeds_capacity", r.exceeds_capacity},
+                     {"transient_bursts", finite_or_null(r.transient_bursts)},
+                     {"completion_coupled_ns", cc},
+                     {"unbounded_async_ns", ua}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  Table t({"K", "V", "G", "T0_iss", "V/R", "T_iss", "regime", "onset_gap", "stall", "period",
+           "coupled", "unbounded"});
+  t.add({std::to_string(a.K), format_bytes(V), format_ns(G), format_ns(r.t0_ns), format_ns(V / p.R_Bps * 1e9),
+         format_ns(r.t_iss_ns), to_string(r.regime), format_ns(r.onset_gap_ns), format_ns(r.stall_ns),
+         format_ns(r.period_ns), format_ns(cc), format_ns(ua)});
+  if (a.out.format() == Format::csv) {
+    Table c({"K", "V_bytes", "gap_ns", "t0_ns", "t_iss_ns", "regime", "onset_gap_ns", "stall_ns", "period_ns",
+             "completion_coupled_ns", "unbounded_async_ns"});
+    c.add({std::to_string(a.K), fmt::format("{}", V), fmt::format("{}", G), fmt::format("{}", r.t0_ns),
+           fmt::format("{}", r.t_iss_ns), to_string(r.regime), fmt::format("{}", r.onset_gap_ns),
+           fmt::format("{}", r.stall_ns), fmt::format("{}", r.period_ns), fmt::format("{}", cc),
+           fmt::format("{}", ua)});
+    std::cout << c.csv();
+    return;
+  }
+  std::cout << fmt::format("profile {} ({}, {}): R = {}, Q = {}\n", p.name, p.transport, p.status,
+                           format_rate(p.R_Bps), format_bytes(p.Q_bytes));
+  std::cout << t.text();
+  if (r.exceeds_capacity)
+    std::cout << fmt::format("note: V exceeds what the stage absorbs (Q + R*T0): every burst stalls, whatever the gap\n");
+}
+}  // namespace
+
+void add_predict_command(CLI::App& app) {
+  auto a = std::make_shared<PredictArgs>();
+  auto* sub = app.add_subcommand("predict", "Burst-Gap prediction of issue time for K producers, V bytes, gap G");
+  sub->add_option("--profile", a->profile, "Profile JSON file or embedded profile name")->capture_default_str();
+  sub->add_option("--K", a->K, "Number of producers (CTAs) issuing the burst")->required();
+  sub->add_option("--V", a->V, "Burst volume: 4096, 4e6, 2MiB, 64K ...")->required();
+  sub->add_option("--G", a->G, "Gap of useful work between bursts: 250, 20us, 1.5ms ...")->required();
+  add_output_flags(sub, a->out);
+  sub->callback([a] { run_predict(*a); });
+}
+
+}  // namespace xstage::cli

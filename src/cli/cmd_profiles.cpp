@@ -1,0 +1,55 @@
+// xstage profiles: the embedded interconnect profiles, or one of them in full.
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "xstage/profile.hpp"
+#include "xstage/units.hpp"
+
+namespace xstage::cli {
+
+namespace {
+struct ProfilesArgs {
+  std::string show;
+  OutputFlags out;
+};
+
+void run_profiles(const ProfilesArgs& a) {
+  if (!a.show.empty()) {
+    std::cout << to_json(load_profile(a.show)).dump(2) << "\n";
+    return;
+  }
+  const auto& all = embedded_profiles();
+  if (a.out.format() == Format::json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& p : all) j.push_back(to_json(p));
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  Table t({"name", "transport", "status", "R", "Q", "T0 fixed", "T0 per-producer", "T0 aggregate", "latency"});
+  Table c({"name", "transport", "status", "R_Bps", "Q_bytes", "fixed_ns", "per_producer_Bps", "aggregate_Bps",
+           "latency_ns"});
+  for (const auto& p : all) {
+    t.add({p.name, p.transport, p.status, format_rate(p.R_Bps), format_bytes(p.Q_bytes), format_ns(p.t0.fixed_ns),
+           format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps), format_ns(p.latency_ns)});
+    c.add({p.name, p.transport, p.status, fmt::format("{}", p.R_Bps), fmt::format("{}", p.Q_bytes),
+           fmt::format("{}", p.t0.fixed_ns), fmt::format("{}", p.t0.per_producer_Bps),
+           fmt::format("{}", p.t0.aggregate_Bps), fmt::format("{}", p.latency_ns)});
+  }
+  std::cout << (a.out.format() == Format::csv ? c.csv() : t.text());
+  if (a.out.format() == Format::table)
+    std::cout << fmt::format("default: {}  (xstage profiles --show NAME prints one in full)\n", default_profile().name);
+}
+}  // namespace
+
+void add_profiles_command(CLI::App& app) {
+  auto a = std::make_shared<ProfilesArgs>();
+  auto* sub = app.add_subcommand("profiles", "List the embedded interconnect profiles");
+  sub->add_option("--show", a->show, "Print one profile (embedded name or JSON file) in full");
+  add_output_flags(sub, a->out);
+  sub->callback([a] { run_profiles(*a); });
+}
+
+}  // namespace xstage::cli

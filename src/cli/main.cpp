@@ -1,0 +1,62 @@
+// xstage: the X-Stage toolkit command. One file per subcommand beside this one.
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "xstage/error.hpp"
+
+namespace xstage::cli {
+
+namespace {
+std::string g_command_line;
+}
+
+void add_output_flags(CLI::App* sub, OutputFlags& f) {
+  auto* j = sub->add_flag("--json", f.json, "JSON output for programs");
+  auto* c = sub->add_flag("--csv", f.csv, "CSV output for programs");
+  j->excludes(c);
+}
+
+void warn(const std::string& msg) {
+  std::cout.flush();
+  std::fprintf(stderr, "xstage: warning: %s\n", msg.c_str());
+}
+
+const std::string& command_line() { return g_command_line; }
+
+void set_command_line(int argc, char** argv) {
+  g_command_line.clear();
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    const bool quote = a.find_first_of(" \t'\"") != std::string::npos;
+    g_command_line += (i ? " " : "") + (quote ? "'" + a + "'" : a);
+  }
+}
+
+}  // namespace xstage::cli
+
+int main(int argc, char** argv) {
+  using namespace xstage::cli;
+  set_command_line(argc, argv);
+  CLI::App app{"xstage: measure, model and hide the X-Stage of device-initiated remote stores"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Help for every command");
+  add_report_command(app);
+  add_predict_command(app);
+  add_simulate_command(app);
+  add_fit_command(app);
+  add_profiles_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  } catch (const xstage::Error& e) {
+    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xstage: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

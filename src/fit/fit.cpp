@@ -1,0 +1,229 @@
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "nelder_mead.hpp"
+#include "xstage/error.hpp"
+#include "xstage/fit.hpp"
+#include "xstage/units.hpp"
+
+namespace xstage {
+namespace {
+
+constexpr int kParams = 5;  // log(fixed+1), log(per_producer), log(aggregate), log(R), log(Q)
+
+Profile profile_of(const std::vector<double>& x) {
+  Profile p;
+  p.t0.fixed_ns = std::max(0.0, std::exp(x[0]) - 1.0);
+  p.t0.per_producer_Bps = std::exp(x[1]);
+  p.t0.aggregate_Bps = std::exp(x[2]);
+  p.R_Bps = std::exp(x[3]);
+  p.Q_bytes = std::exp(x[4]);
+  return p;
+}
+
+std::vector<double> params_of(const Profile& p) {
+  return {std::log(p.t0.fixed_ns + 1.0), std::log(p.t0.per_producer_Bps), std::log(p.t0.aggregate_Bps),
+          std::log(p.R_Bps), std::log(p.Q_bytes)};
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  const double f = pos - i;
+  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+
+struct Objective {
+  const std::vector<Sample>* s;
+  const std::vector<int>* idx;  // which samples (bootstrap), or null for all
+  double scale;
+  double operator()(const std::vector<double>& x) const {
+    for (double v : x)
+      if (!std::isfinite(v) || std::fabs(v) > 80) return 1e300;
+    const Profile p = profile_of(x);
+    double loss = 0;
+    auto add = [&](const Sample& m) {
+      const double pred = predict(p, m.K, m.V_bytes, m.gap_ns).t_iss_ns;
+      const double z = std::log(pred / m.issue_ns) / scale;
+      loss += std::log1p(z * z);
+    };
+    if (idx)
+      for (int i : *idx) add((*s)[i]);
+    else
+      for (const Sample& m : *s) add(m);
+    return loss;
+  }
+};
+
+std::vector<double> minimise(const Objective& obj, std::vector<std::vector<double>> starts, int iters) {
+  detail::NelderMeadResult best;
+  best.f = 1e301;
+  for (auto& x0 : starts) {
+    auto r = detail::nelder_mead(obj, x0, 0.7, iters, 1e-12);
+    r = detail::nelder_mead(obj, r.x, 0.15, iters, 1e-12);  // restart: escapes a collapsed simplex
+    if (r.f < best.f) best = r;
+  }
+  return best.x;
+}
+
+}  // namespace
+
+std::vector<FitPoint> compare(const Profile& p, const std::vector<Sample>& samples, ModelKind model) {
+  std::map<std::tuple<double, double, double>, std::vector<double>> groups;
+  for (const Sample& s : samples) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(s.issue_ns);
+  std::vector<FitPoint> out;
+  for (auto& [key, v] : groups) {
+    FitPoint f;
+    std::tie(f.K, f.V_bytes, f.gap_ns) = key;
+    f.n = static_cast<int>(v.size());
+    f.measured_ns = quantile(v, 0.5);
+    f.predicted_ns = model_issue_ns(model, p, f.K, f.V_bytes, f.gap_ns);
+    f.rel_err = (f.predicted_ns - f.measured_ns) / f.measured_ns;
+    f.regime = predict(p, f.K, f.V_bytes, f.gap_ns).regime;
+    out.push_back(f);
+  }
+  return out;
+}
+
+FitResult fit_profile(const std::vector<Sample>& s, const FitOptions& opt) {
+  if (s.size() < 5) throw Error(fmt::format("fit: {} samples; need at least 5", s.size()));
+  // Starting points from what each regime says on its own.
+  std::vector<double> drain_rate, rate, prod_rate, times;
+  for (const Sample& m : s) {
+    drain_rate.push_back(m.V_bytes / ((m.issue_ns + m.gap_ns) * 1e-9));
+    rate.push_back(m.V_bytes / (m.issue_ns * 1e-9));
+    prod_rate.push_back(m.V_bytes / (m.K * m.issue_ns * 1e-9));
+    times.push_back(m.issue_ns);
+  }
+  const double R0 = quantile(drain_rate, 0.9);
+  std::vector<std::vector<double>> starts;
+  for (double qs : {0.5e-6, 5e-6, 50e-6, 500e-6})
+    for (double fixed_frac : {0.1, 0.6}) {
+      Profile p;
+      p.t0.fixed_ns = fixed_frac * quantile(times, 0.0);
+      p.t0.per_producer_Bps = quantile(prod_rate, 0.95);
+      p.t0.aggregate_Bps = quantile(rate, 0.95) * 1.2;
+      p.R_Bps = R0;
+      p.Q_bytes = R0 * qs;
+      starts.push_back(params_of(p));
+    }
+  const Objective all{&s, nullptr, opt.loss_scale};
+  std::vector<double> x = minimise(all, starts, 3000);
+  Profile p = profile_of(x);
+
+  FitResult res;
+  res.samples = static_cast<int>(s.size());
+
+  // Outliers: log residual beyond 5 robust sigmas (and beyond 10%).
+  std::vector<double> logres;
+  for (const Sample& m : s) logres.push_back(std::log(predict(p, m.K, m.V_bytes, m.gap_ns).t_iss_ns / m.issue_ns));
+  std::vector<double> absdev;
+  const double med = quantile(logres, 0.5);
+  for (double r : logres) absdev.push_back(std::fabs(r - med));
+  const double sigma = 1.4826 * quantile(absdev, 0.5);
+  std::vector<bool> outlier(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    outlier[i] = std::fabs(logres[i]) > std::max(5 * sigma, 0.1);
+    res.outliers += outlier[i];
+  }
+
+  // What the data pins down.
+  bool any_drain = false, any_capacity = false, any_saturated = false, any_unsaturated = false;
+  double q_lower = 0, max_K = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (outlier[i]) continue;
+    const Sample& m = s[i];
+    const Prediction pr = predict(p, m.K, m.V_bytes, m.gap_ns);
+    max_K = std::max(max_K, m.K);
+    const bool drain = pr.drain_ns > pr.t0_ns * 1.02;
+    any_drain |= drain;
+    if (drain && m.gap_ns >= pr.gap_cap_ns) any_capacity = true;
+    if (drain && m.gap_ns < pr.gap_cap_ns) q_lower = std::max(q_lower, (m.gap_ns + p.t0.fixed_ns) * 1e-9 * p.R_Bps);
+    if (m.K * p.t0.per_producer_Bps > p.t0.aggregate_Bps * 1.02) any_saturated = true; else any_unsaturated = true;
+  }
+  res.R_identified = any_drain;
+  res.Q_identified = any_capacity;
+  res.aggregate_identified = any_saturated;
+  if (!any_drain)
+    res.notes.push_back("R is not identified: no sample is drain-limited (use larger V or shorter gaps)");
+  if (!any_capacity) {
+    p.Q_bytes = std::max(q_lower, 1.0);
+    res.notes.push_back(fmt::format(
+        "Q is a lower bound ({}): no burst overflowed a drained stage (use V larger than Q with long gaps)",
+        format_bytes(p.Q_bytes)));
+  }
+  if (!any_saturated) {
+    p.t0.aggregate_Bps = std::max(p.t0.per_producer_Bps, max_K * p.t0.per_producer_Bps);
+    res.notes.push_back("the aggregate issue rate was not reached: set to K_max x the per-producer rate");
+  }
+  if (!any_unsaturated)
+    res.notes.push_back("every sample saturates the aggregate issue rate: the per-producer rate is a lower bound");
+
+  // Latency for the completion-coupled counterfactual: visibility time beyond the issue-or-drain time.
+  std::vector<double> lat;
+  for (const Sample& m : s)
+    if (m.complete_ns >= 0)
+      lat.push_back(m.complete_ns - std::max(t0_iss_ns(p, m.K, m.V_bytes), m.V_bytes / p.R_Bps * 1e9));
+  p.latency_ns = lat.empty() ? 0.0 : std::max(0.0, quantile(lat, 0.5));
+  if (lat.empty()) res.notes.push_back("no complete_ns column: latency set to 0");
+
+  // Bootstrap for one-sigma uncertainties.
+  if (opt.bootstrap > 1) {
+    std::mt19937 rng(opt.seed);
+    std::uniform_int_distribution<int> pick(0, static_cast<int>(s.size()) - 1);
+    std::vector<std::vector<double>> draws;
+    for (int b = 0; b < opt.bootstrap; ++b) {
+      std::vector<int> idx(s.size());
+      for (int& i : idx) i = pick(rng);
+      const Objective obj{&s, &idx, opt.loss_scale};
+      auto r = detail::nelder_mead(obj, x, 0.1, 1500, 1e-10);
+      draws.push_back(r.x);
+    }
+    Uncertainty u;
+    double* fields[] = {&u.fixed_ns, &u.per_producer_Bps, &u.aggregate_Bps, &u.R_Bps, &u.Q_bytes};
+    for (int k = 0; k < kParams; ++k) {
+      std::vector<double> v;
+      for (auto& d : draws) {
+        const Profile q = profile_of(d);
+        const double vals[] = {q.t0.fixed_ns, q.t0.per_producer_Bps, q.t0.aggregate_Bps, q.R_Bps, q.Q_bytes};
+        v.push_back(vals[k]);
+      }
+      // Robust spread (half the 16-84 percentile range) so one wild resample does not dominate.
+      *fields[k] = 0.5 * (quantile(v, 0.84) - quantile(v, 0.16));
+    }
+    p.sigma = u;
+  }
+
+  double kmin = 1e300, kmax = 0, vmin = 1e300, vmax = 0;
+  for (const Sample& m : s) {
+    kmin = std::min(kmin, m.K);
+    kmax = std::max(kmax, m.K);
+    vmin = std::min(vmin, m.V_bytes);
+    vmax = std::max(vmax, m.V_bytes);
+  }
+  p.K_range = Range{kmin, kmax};
+  p.V_range = Range{vmin, vmax};
+  p.status = "measured";
+  p.name = "fitted";
+  res.profile = p;
+
+  res.points = compare(p, s, ModelKind::burst_gap);
+  std::vector<double> abserr;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (!outlier[i]) abserr.push_back(std::fabs(std::exp(logres[i]) - 1.0));
+  std::map<std::tuple<double, double, double>, int> out_by_group;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (outlier[i]) ++out_by_group[{s[i].K, s[i].V_bytes, s[i].gap_ns}];
+  for (FitPoint& f : res.points) f.outliers = out_by_group[{f.K, f.V_bytes, f.gap_ns}];
+  res.median_abs_rel_err = quantile(abserr, 0.5);
+  return res;
+}
+
+}  // namespace xstage

@@ -1,0 +1,175 @@
+#include "xstage/profile.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "xstage/error.hpp"
+
+namespace xstage {
+
+using nlohmann::json;
+
+void Profile::validate() const {
+  auto positive = [&](double v, const char* field) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw Error(fmt::format("profile '{}': {} must be a positive finite number, got {}", name, field, v));
+  };
+  if (!(t0.fixed_ns >= 0) || !std::isfinite(t0.fixed_ns))
+    throw Error(fmt::format("profile '{}': t0.fixed_ns must be >= 0, got {}", name, t0.fixed_ns));
+  positive(t0.per_producer_Bps, "t0.per_producer_Bps");
+  positive(t0.aggregate_Bps, "t0.aggregate_Bps");
+  positive(R_Bps, "R_Bps");
+  positive(Q_bytes, "Q_bytes");
+  if (!(latency_ns >= 0)) throw Error(fmt::format("profile '{}': latency_ns must be >= 0", name));
+}
+
+namespace {
+
+json range_json(const std::optional<Range>& r) {
+  if (!r) return nullptr;
+  return json{{"min", r->lo}, {"max", r->hi}};
+}
+
+std::optional<Range> range_from(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  const json& r = j[key];
+  if (!r.is_object() || !r.contains("min") || !r.contains("max") || !r["min"].is_number() ||
+      !r["max"].is_number())
+    throw Error(fmt::format("{}: '{}' must be an object {{\"min\": number, \"max\": number}}", where, key));
+  return Range{r["min"].get<double>(), r["max"].get<double>()};
+}
+
+double number_at(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) throw Error(fmt::format("{}: missing key '{}'", where, key));
+  if (!j[key].is_number()) throw Error(fmt::format("{}: '{}' must be a number", where, key));
+  return j[key].get<double>();
+}
+
+std::string string_at(const json& j, const char* key, const std::string& fallback = "") {
+  if (!j.contains(key) || !j[key].is_string()) return fallback;
+  return j[key].get<std::string>();
+}
+
+}  // namespace
+
+json to_json(const Profile& p) {
+  json j{{"name", p.name},
+         {"transport", p.transport},
+         {"status", p.status},
+         {"t0", {{"form", "fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps)"},
+                 {"fixed_ns", p.t0.fixed_ns},
+                 {"per_producer_Bps", p.t0.per_producer_Bps},
+                 {"aggregate_Bps", p.t0.aggregate_Bps}}},
+         {"R_Bps", p.R_Bps},
+         {"Q_bytes", p.Q_bytes},
+         {"latency_ns", p.latency_ns},
+         {"K_range", range_json(p.K_range)},
+         {"V_range", range_json(p.V_range)},
+         {"provenance", {{"device", p.provenance.device},
+                         {"driver", p.provenance.driver},
+                         {"date", p.provenance.date},
+                         {"commit", p.provenance.commit},
+                         {"command", p.provenance.command},
+                         {"notes", p.provenance.notes}}}};
+  if (p.sigma) {
+    j["sigma"] = {{"fixed_ns", p.sigma->fixed_ns},
+                  {"per_producer_Bps", p.sigma->per_producer_Bps},
+                  {"aggregate_Bps", p.sigma->aggregate_Bps},
+                  {"R_Bps", p.sigma->R_Bps},
+                  {"Q_bytes", p.sigma->Q_bytes}};
+  }
+  return j;
+}
+
+Profile profile_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw Error(fmt::format("{}: a profile must be a JSON object", where));
+  Profile p;
+  p.name = string_at(j, "name", "unnamed");
+  p.transport = string_at(j, "transport", "unknown");
+  p.status = string_at(j, "status", "measured");
+  if (!j.contains("t0") || !j["t0"].is_object())
+    throw Error(fmt::format("{}: missing object 't0' (fixed_ns, per_producer_Bps, aggregate_Bps)", where));
+  const json& t0 = j["t0"];
+  p.t0.fixed_ns = number_at(t0, "fixed_ns", where + ": t0");
+  p.t0.per_producer_Bps = number_at(t0, "per_producer_Bps", where + ": t0");
+  p.t0.aggregate_Bps = number_at(t0, "aggregate_Bps", where + ": t0");
+  p.R_Bps = number_at(j, "R_Bps", where);
+  p.Q_bytes = number_at(j, "Q_bytes", where);
+  p.latency_ns = j.contains("latency_ns") ? number_at(j, "latency_ns", where) : 0.0;
+  p.K_range = range_from(j, "K_range", where);
+  p.V_range = range_from(j, "V_range", where);
+  if (j.contains("sigma") && j["sigma"].is_object()) {
+    const json& s = j["sigma"];
+    Uncertainty u;
+    u.fixed_ns = s.value("fixed_ns", 0.0);
+    u.per_producer_Bps = s.value("per_producer_Bps", 0.0);
+    u.aggregate_Bps = s.value("aggregate_Bps", 0.0);
+    u.R_Bps = s.value("R_Bps", 0.0);
+    u.Q_bytes = s.value("Q_bytes", 0.0);
+    p.sigma = u;
+  }
+  if (j.contains("provenance") && j["provenance"].is_object()) {
+    const json& pr = j["provenance"];
+    p.provenance = {string_at(pr, "device"), string_at(pr, "driver"), string_at(pr, "date"),
+                    string_at(pr, "commit"), string_at(pr, "command"), string_at(pr, "notes")};
+  }
+  try {
+    p.validate();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", where, e.what()));
+  }
+  return p;
+}
+
+Profile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (const Profile* p = find_embedded_profile(path)) return *p;
+    std::string known;
+    for (const auto& e : embedded_profiles()) known += (known.empty() ? "" : ", ") + e.name;
+    throw Error(fmt::format("profile '{}': no such file, and no embedded profile of that name (embedded: {})",
+                            path, known));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw Error(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+  return profile_from_json(j, path);
+}
+
+void save_profile(const Profile& p, const std::string& path) {
+  p.validate();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw Error(fmt::format("{}: cannot open for writing", path));
+    out << to_json(p).dump(2) << "\n";
+    if (!out) throw Error(fmt::format("{}: write failed", path));
+  }
+  // Rename so that a failed write never leaves a half-written profile behind.
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(fmt::format("{}: cannot move {} into place", path, tmp));
+}
+
+std::vector<std::string> range_warnings(const Profile& p, double K, double V) {
+  std::vector<std::string> w;
+  if (p.K_range && !p.K_range->contains(K))
+    w.push_back(fmt::format("K = {} is outside the range the profile '{}' was fitted on [{}, {}]", K, p.name,
+                            p.K_range->lo, p.K_range->hi));
+  if (p.V_range && !p.V_range->contains(V))
+    w.push_back(fmt::format("V = {} bytes is outside the range the profile '{}' was fitted on [{}, {}] bytes", V,
+                            p.name, p.V_range->lo, p.V_range->hi));
+  if (p.status != "measured")
+    w.push_back(fmt::format("profile '{}' is {}, not measured", p.name, p.status));
+  return w;
+}
+
+}  // namespace xstage

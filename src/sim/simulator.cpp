@@ -1,0 +1,249 @@
+#include "xstage/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <queue>
+
+#include <fmt/format.h>
+
+#include "xstage/error.hpp"
+#include "xstage/model.hpp"
+
+namespace xstage {
+
+StageConfig stage_from_profile(const Profile& p) {
+  StageConfig c;
+  c.R_Bps = p.R_Bps;
+  c.Q_bytes = p.Q_bytes;
+  c.issue = p.t0;
+  return c;
+}
+
+namespace {
+
+enum class Phase { done, computing, fixed_cost, issuing };
+
+struct ProducerState {
+  Phase phase = Phase::done;
+  long rep = 0;
+  size_t step = 0;
+  long bursts = 0;
+  double burst_start = 0;
+  double burst_bytes = 0;
+  double stall_mark = 0;  // stall integral when the burst started issuing
+};
+
+using Timed = std::pair<double, int>;  // (time, producer)
+using MinHeap = std::priority_queue<Timed, std::vector<Timed>, std::greater<>>;
+
+// One stage (capacity Q, drain R) fed by a set of producers.
+// Rates are in bytes per ns.
+class StageSim {
+ public:
+  StageSim(const StageConfig& c, const std::vector<Program>& progs, int stage_id, SimResult& out)
+      : R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), rp_(c.issue.per_producer_Bps * 1e-9),
+        ragg_(c.issue.aggregate_Bps * 1e-9), fixed_(c.issue.fixed_ns), record_(c.record_timeline),
+        stage_id_(stage_id), progs_(progs), st_(progs.size()), out_(out) {}
+
+  // `ids` maps local producer index to the producer id reported in results.
+  void run(const std::vector<int>& ids) {
+    ids_ = ids;
+    for (size_t i = 0; i < progs_.size(); ++i) advance_program(static_cast<int>(i));
+    sample();
+    while (true) {
+      const int n = static_cast<int>(issuers_.size());
+      const double in_nom = n > 0 ? std::min(n * rp_, ragg_) : 0.0;
+      const double epsq = 1e-9 * Q_ + 1e-9;
+      const bool full = q_ >= Q_ - epsq;
+      const bool empty = q_ <= epsq;
+      double in = in_nom, slope = in_nom - R_, throttle_loss = 0.0;
+      if (full && in_nom > R_) {
+        in = R_;
+        slope = 0;
+        q_ = Q_;
+        throttle_loss = 1.0 - R_ / in_nom;
+      } else if (empty && in_nom <= R_) {
+        slope = 0;
+        q_ = 0;
+      }
+      const double per = n > 0 ? in / n : 0.0;
+
+      double dt = kInf;
+      if (!timed_.empty()) dt = std::min(dt, timed_.top().first - t_);
+      if (n > 0) dt = std::min(dt, (issuers_.top().first - S_) / per);
+      if (slope > 0) dt = std::min(dt, (Q_ - q_) / slope);
+      if (slope < 0) dt = std::min(dt, q_ / -slope);
+      if (!std::isfinite(dt)) break;  // nothing left to happen
+      dt = std::max(dt, 0.0);
+
+      t_ += dt;
+      S_ += per * dt;
+      q_ = std::clamp(q_ + slope * dt, 0.0, Q_);
+      stall_integral_ += throttle_loss * dt;
+      out_.max_occupancy = std::max(out_.max_occupancy, q_);
+
+      const double eps_t = 1e-9 * std::max(1.0, t_);
+      while (!timed_.empty() && timed_.top().first <= t_ + eps_t) {
+        const int i = timed_.top().second;
+        timed_.pop();
+        on_timed(i);
+      }
+      const double eps_s = 1e-9 * std::max(1.0, S_) + 1e-6;
+      while (!issuers_.empty() && issuers_.top().first <= S_ + eps_s) {
+        const int i = issuers_.top().second;
+        issuers_.pop();
+        finish_burst(i);
+      }
+      sample();
+    }
+    last_store_end_ = std::max(last_store_end_, t_);
+    out_.total_ns = std::max(out_.total_ns, finish_);
+    out_.drained_ns = std::max(out_.drained_ns, t_ + q_ / R_);
+  }
+
+ private:
+  void sample() {
+    if (!record_) return;
+    if (!out_.timeline.empty() && out_.timeline.back().t_ns == t_ && out_.timeline.back().stage == stage_id_) {
+      out_.timeline.back().bytes = q_;
+      return;
+    }
+    out_.timeline.push_back({t_, q_, stage_id_});
+  }
+
+  // Starts the next step of producer i (skipping empty ones), or marks it done.
+  void advance_program(int i) {
+    ProducerState& s = st_[i];
+    const Program& p = progs_[i];
+    while (true) {
+      if (p.steps.empty() || s.rep >= p.repeat) {
+        s.phase = Phase::done;
+        finish_ = std::max(finish_, t_);
+        return;
+      }
+      const Step step = p.steps[s.step];
+      if (++s.step == p.steps.size()) {
+        s.step = 0;
+        ++s.rep;
+      }
+      if (step.kind == Step::Kind::compute) {
+        if (step.amount <= 0) continue;
+        s.phase = Phase::computing;
+        timed_.push({t_ + step.amount, i});
+        return;
+      }
+      if (step.amount <= 0) continue;
+      s.burst_start = t_;
+      s.burst_bytes = step.amount;
+      if (fixed_ > 0) {
+        s.phase = Phase::fixed_cost;
+        timed_.push({t_ + fixed_, i});
+      } else {
+        start_issuing(i);
+      }
+      return;
+    }
+  }
+
+  void start_issuing(int i) {
+    ProducerState& s = st_[i];
+    s.phase = Phase::issuing;
+    s.stall_mark = stall_integral_;
+    issuers_.push({S_ + s.burst_bytes, i});
+  }
+
+  void on_timed(int i) {
+    if (st_[i].phase == Phase::fixed_cost)
+      start_issuing(i);
+    else
+      advance_program(i);
+  }
+
+  void finish_burst(int i) {
+    ProducerState& s = st_[i];
+    BurstSpan b;
+    b.producer = ids_[i];
+    b.index = s.bursts++;
+    b.start_ns = s.burst_start;
+    b.end_ns = t_;
+    b.bytes = s.burst_bytes;
+    b.stall_ns = stall_integral_ - s.stall_mark;
+    out_.stalled_ns += b.stall_ns;
+    out_.bytes += b.bytes;
+    out_.bursts.push_back(b);
+    advance_program(i);
+  }
+
+  const double R_, Q_, rp_, ragg_, fixed_;
+  const bool record_;
+  const int stage_id_;
+  const std::vector<Program>& progs_;
+  std::vector<ProducerState> st_;
+  std::vector<int> ids_;
+  SimResult& out_;
+  MinHeap timed_;    // compute and fixed-cost ends
+  MinHeap issuers_;  // issuing producers keyed by the per-issuer progress at which they finish
+  double t_ = 0, q_ = 0, S_ = 0, stall_integral_ = 0, finish_ = 0, last_store_end_ = 0;
+};
+
+}  // namespace
+
+SimResult simulate(const StageConfig& c, const std::vector<Program>& producers) {
+  auto positive = [](double v, const char* what) {
+    if (!(v > 0) || !std::isfinite(v)) throw Error(fmt::format("simulate: {} must be positive, got {}", what, v));
+  };
+  positive(c.R_Bps, "R");
+  positive(c.Q_bytes, "Q");
+  positive(c.issue.per_producer_Bps, "the per-producer issue rate");
+  positive(c.issue.aggregate_Bps, "the aggregate issue rate");
+  if (!(c.issue.fixed_ns >= 0)) throw Error("simulate: the fixed issue cost must be >= 0");
+  if (producers.empty()) throw Error("simulate: no producers");
+  for (size_t i = 0; i < producers.size(); ++i) {
+    if (producers[i].repeat < 0) throw Error(fmt::format("simulate: producer {}: negative repeat", i));
+    for (const Step& s : producers[i].steps)
+      if (!(s.amount >= 0) || !std::isfinite(s.amount))
+        throw Error(fmt::format("simulate: producer {}: step amounts must be finite and >= 0", i));
+  }
+
+  SimResult out;
+  if (!c.per_producer_capacity) {
+    std::vector<int> ids(producers.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+    StageSim(c, producers, 0, out).run(ids);
+    return out;
+  }
+  const double K = static_cast<double>(producers.size());
+  StageConfig part = c;
+  part.R_Bps /= K;
+  part.Q_bytes /= K;
+  part.issue.aggregate_Bps /= K;
+  for (size_t i = 0; i < producers.size(); ++i) {
+    std::vector<Program> one{producers[i]};
+    StageSim(part, one, static_cast<int>(i), out).run({static_cast<int>(i)});
+  }
+  return out;
+}
+
+std::vector<Program> periodic_programs(int K, double V, double G, long bursts) {
+  if (K < 1) throw Error("periodic_programs: K must be >= 1");
+  Program p;
+  p.steps = {Step::store(V / K), Step::compute(G)};
+  p.repeat = bursts;
+  return std::vector<Program>(static_cast<size_t>(K), p);
+}
+
+double steady_issue_ns(const SimResult& r, long skip) {
+  std::map<long, double> slowest;
+  for (const BurstSpan& b : r.bursts)
+    if (b.index >= skip) slowest[b.index] = std::max(slowest[b.index], b.issue_ns());
+  if (slowest.empty()) return 0.0;
+  std::vector<double> v;
+  v.reserve(slowest.size());
+  for (auto& [k, x] : slowest) v.push_back(x);
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace xstage

@@ -1,0 +1,133 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "xstage/error.hpp"
+#include "xstage/fit.hpp"
+
+using namespace xstage;
+
+namespace {
+Profile truth() {
+  Profile p;
+  p.name = "truth";
+  p.status = "measured";
+  p.t0 = {1200, 8e9, 150e9};
+  p.R_Bps = 52e9;
+  p.Q_bytes = 3e6;
+  return p;
+}
+
+// A probe-like sweep: K, V, G over all regimes, with 3% lognormal noise and 5% gross outliers.
+std::vector<Sample> synthetic(const Profile& p, unsigned seed, double outlier_fraction) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.03);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<Sample> s;
+  for (double K : {4.0, 16.0, 32.0, 66.0, 132.0})
+    for (double V : {256e3, 1e6, 4e6, 8e6})
+      for (double G : {0.0, 5e3, 20e3, 50e3, 100e3, 200e3, 500e3})
+        for (int rep = 0; rep < 3; ++rep) {
+          Sample m;
+          m.K = K;
+          m.V_bytes = V;
+          m.gap_ns = G;
+          m.issue_ns = predict(p, K, V, G).t_iss_ns * std::exp(noise(rng));
+          if (u(rng) < outlier_fraction) m.issue_ns *= 1.5 + 3 * u(rng);  // a hiccup
+          s.push_back(m);
+        }
+  return s;
+}
+}  // namespace
+
+TEST(Fit, RecoversKnownParametersFromNoisySamplesWithOutliers) {
+  const Profile t = truth();
+  const auto samples = synthetic(t, 7, 0.05);
+  FitOptions opt;
+  opt.bootstrap = 8;
+  const FitResult r = fit_profile(samples, opt);
+  const Profile& p = r.profile;
+  EXPECT_NEAR(p.R_Bps, t.R_Bps, 0.05 * t.R_Bps);
+  EXPECT_NEAR(p.Q_bytes, t.Q_bytes, 0.05 * t.Q_bytes);
+  EXPECT_NEAR(p.t0.per_producer_Bps, t.t0.per_producer_Bps, 0.05 * t.t0.per_producer_Bps);
+  EXPECT_NEAR(p.t0.aggregate_Bps, t.t0.aggregate_Bps, 0.05 * t.t0.aggregate_Bps);
+  // T0 itself (what the model uses) within 5% over the sampled range.
+  for (double K : {4.0, 132.0})
+    for (double V : {256e3, 8e6}) EXPECT_NEAR(t0_iss_ns(p, K, V), t0_iss_ns(t, K, V), 0.05 * t0_iss_ns(t, K, V));
+  EXPECT_TRUE(r.R_identified);
+  EXPECT_TRUE(r.Q_identified);
+  EXPECT_TRUE(r.aggregate_identified);
+  EXPECT_GT(r.outliers, 0);
+  EXPECT_LT(r.median_abs_rel_err, 0.04);
+  ASSERT_TRUE(p.sigma.has_value());
+  EXPECT_GT(p.sigma->R_Bps, 0);
+  EXPECT_LT(p.sigma->R_Bps, 0.05 * p.R_Bps);
+  EXPECT_EQ(p.K_range->lo, 4);
+  EXPECT_EQ(p.K_range->hi, 132);
+}
+
+TEST(Fit, SaysWhatTheDataCannotPinDown) {
+  // Only short gaps and small V: nothing overflows a drained stage, so Q is only a lower bound.
+  const Profile t = truth();
+  std::vector<Sample> s;
+  for (double K : {16.0, 132.0})
+    for (double V : {256e3, 1e6})
+      for (double G : {0.0, 2e3, 5e3, 10e3}) s.push_back({K, V, G, predict(t, K, V, G).t_iss_ns, -1, 0});
+  FitOptions opt;
+  opt.bootstrap = 0;
+  const FitResult r = fit_profile(s, opt);
+  EXPECT_FALSE(r.Q_identified);
+  bool said = false;
+  for (const auto& n : r.notes) said |= n.find("Q is a lower bound") != std::string::npos;
+  EXPECT_TRUE(said);
+  EXPECT_NEAR(r.profile.R_Bps, t.R_Bps, 0.05 * t.R_Bps);
+}
+
+TEST(Fit, LatencyFromCompletionTimes) {
+  const Profile t = truth();
+  auto s = synthetic(t, 3, 0.0);
+  for (auto& m : s) m.complete_ns = std::max(t0_iss_ns(t, m.K, m.V_bytes), m.V_bytes / t.R_Bps * 1e9) + 1800;
+  FitOptions opt;
+  opt.bootstrap = 0;
+  const FitResult r = fit_profile(s, opt);
+  EXPECT_NEAR(r.profile.latency_ns, 1800, 400);
+}
+
+TEST(SamplesCsv, AnyColumnOrderAndMetadata) {
+  const auto set = parse_samples_csv(
+      "# device: NVIDIA H200\n# transport: host\nissue_ns,extra,K,gap_ns,V_bytes,stat\n"
+      "1000,x,4,0,65536,max\n900,y,4,0,65536,mean\n2000,z,8,100,131072,max\n",
+      "in.csv");
+  ASSERT_EQ(set.samples.size(), 2u);  // the "mean" row is not a burst maximum
+  EXPECT_EQ(set.samples[0].K, 4);
+  EXPECT_EQ(set.samples[1].V_bytes, 131072);
+  EXPECT_EQ(set.samples[1].line, 6);
+  EXPECT_EQ(set.metadata.at("device"), "NVIDIA H200");
+  EXPECT_EQ(set.metadata.at("transport"), "host");
+}
+
+TEST(SamplesCsv, MalformedInputNamesLineAndReason) {
+  auto msg = [](const std::string& text) {
+    try {
+      parse_samples_csv(text, "bad.csv");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(msg("K,V_bytes,gap_ns\n1,2,3\n"),
+            "bad.csv:1: header lacks column 'issue_ns' (need K, V_bytes, gap_ns, issue_ns)");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,2,3\n"), "bad.csv:2: 3 fields, but the header has 4");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,abc,3,4\n"), "bad.csv:2: column 'V_bytes': 'abc' is not a finite number");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,-5,3,4\n"), "bad.csv:2: column 'V_bytes': expected > 0, got -5");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n0,5,3,4\n"),
+            "bad.csv:2: column 'K': expected a whole number >= 1, got 0");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,5,-3,4\n"), "bad.csv:2: column 'gap_ns': expected >= 0, got -3");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n"), "bad.csv: header but no data rows");
+  EXPECT_EQ(msg(""), "bad.csv: no header line (need K, V_bytes, gap_ns, issue_ns)");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,\"5,3,4\n"), "bad.csv:2: unterminated quoted field");
+  EXPECT_THROW(read_samples_csv("/nonexistent/samples.csv"), Error);
+}
+
+TEST(Fit, TooFewSamples) { EXPECT_THROW(fit_profile({{1, 1, 1, 1, -1, 0}}), Error); }

@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "xstage/error.hpp"
+#include "xstage/profile.hpp"
+
+using namespace xstage;
+
+TEST(Profile, EmbeddedProfilesAreLabelled) {
+  const auto& all = embedded_profiles();
+  ASSERT_GE(all.size(), 3u);
+  const Profile* host = find_embedded_profile("h200-host-pcie");
+  ASSERT_NE(host, nullptr);
+  EXPECT_EQ(default_profile().name, "h200-host-pcie");
+  const Profile* nv4 = find_embedded_profile("h200-nvlink4-nominal");
+  const Profile* nv5 = find_embedded_profile("b200-nvlink5-nominal");
+  ASSERT_NE(nv4, nullptr);
+  ASSERT_NE(nv5, nullptr);
+  EXPECT_EQ(nv4->status, "nominal");
+  EXPECT_EQ(nv5->status, "nominal");
+  EXPECT_DOUBLE_EQ(nv5->R_Bps, 717e9);  // as the paper reports
+  EXPECT_TRUE(host->status == "placeholder" || host->status == "measured");
+  for (const auto& p : all) EXPECT_NO_THROW(p.validate()) << p.name;
+}
+
+TEST(Profile, JsonRoundTrip) {
+  Profile p = default_profile();
+  p.K_range = Range{1, 132};
+  p.sigma = Uncertainty{1, 2, 3, 4, 5};
+  const std::string path = ::testing::TempDir() + "/roundtrip.json";
+  save_profile(p, path);
+  const Profile q = load_profile(path);
+  EXPECT_EQ(q.name, p.name);
+  EXPECT_DOUBLE_EQ(q.R_Bps, p.R_Bps);
+  EXPECT_DOUBLE_EQ(q.Q_bytes, p.Q_bytes);
+  EXPECT_DOUBLE_EQ(q.t0.per_producer_Bps, p.t0.per_producer_Bps);
+  ASSERT_TRUE(q.K_range.has_value());
+  EXPECT_DOUBLE_EQ(q.K_range->hi, 132);
+  ASSERT_TRUE(q.sigma.has_value());
+  EXPECT_DOUBLE_EQ(q.sigma->Q_bytes, 5);
+  std::remove(path.c_str());
+}
+
+namespace {
+std::string load_error(const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/bad_profile.json";
+  std::ofstream(path) << text;
+  try {
+    load_profile(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST(Profile, InvalidProfilesAreRejectedWithTheReason) {
+  EXPECT_NE(load_error("{ not json").find("invalid JSON"), std::string::npos);
+  EXPECT_NE(load_error("[1,2]").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(load_error(R"({"R_Bps": 1, "Q_bytes": 1})").find("missing object 't0'"), std::string::npos);
+  EXPECT_NE(load_error(R"({"t0": {"fixed_ns": 0, "per_producer_Bps": 1, "aggregate_Bps": 1}, "Q_bytes": 1})")
+                .find("missing key 'R_Bps'"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"t0": {"fixed_ns": 0, "per_producer_Bps": 1, "aggregate_Bps": 1}, "R_Bps": -5, "Q_bytes": 1})")
+                .find("R_Bps must be a positive finite number"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"t0": {"fixed_ns": 0, "per_producer_Bps": "fast", "aggregate_Bps": 1}, "R_Bps": 1, "Q_bytes": 1})")
+                .find("'per_producer_Bps' must be a number"),
+            std::string::npos);
+  try {
+    load_profile("no-such-profile");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no such file, and no embedded profile"), std::string::npos);
+  }
+}
+
+TEST(Profile, WarnsOutsideTheFittedRange) {
+  Profile p = default_profile();
+  p.status = "measured";
+  p.K_range = Range{4, 132};
+  p.V_range = Range{65536, 8e6};
+  EXPECT_TRUE(range_warnings(p, 32, 1e6).empty());
+  EXPECT_EQ(range_warnings(p, 264, 1e6).size(), 1u);
+  EXPECT_EQ(range_warnings(p, 1, 1e9).size(), 2u);
+}

@@ -1,0 +1,149 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "xstage/error.hpp"
+#include "xstage/model.hpp"
+#include "xstage/simulator.hpp"
+
+using namespace xstage;
+
+namespace {
+Profile make(double fixed, double rp, double ragg, double R, double Q) {
+  Profile p;
+  p.name = "test";
+  p.status = "measured";
+  p.t0 = {fixed, rp, ragg};
+  p.R_Bps = R;
+  p.Q_bytes = Q;
+  return p;
+}
+}  // namespace
+
+TEST(Simulator, ReproducesClosedFormOnRandomParameters) {
+  std::mt19937_64 rng(20261130);
+  auto logu = [&](double lo, double hi) {
+    return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
+  };
+  int tested = 0, drain = 0, free_ = 0, capacity = 0;
+  while (tested < 300) {
+    const Profile p = make(std::uniform_real_distribution<double>(0, 2000)(rng), logu(1e9, 50e9),
+                           logu(50e9, 800e9), logu(20e9, 500e9), logu(64e3, 16e6));
+    const int K = static_cast<int>(logu(1, 132));
+    const double V = logu(64e3, 32e6);
+    const Prediction at0 = predict(p, K, V, 0);
+    const double G = std::uniform_real_distribution<double>(0, 2.0)(rng) *
+                     (std::isfinite(at0.onset_gap_ns) ? at0.onset_gap_ns : 2 * at0.gap_cap_ns);
+    const Prediction pr = predict(p, K, V, G);
+    const long bursts = 200;
+    if (std::isfinite(pr.transient_bursts) && pr.transient_bursts > bursts / 4) continue;  // slow to settle
+    const SimResult r = simulate(stage_from_profile(p), periodic_programs(K, V, G, bursts));
+    const double sim = steady_issue_ns(r, bursts / 2);
+    ASSERT_NEAR(sim, pr.t_iss_ns, 0.02 * pr.t_iss_ns)
+        << "K=" << K << " V=" << V << " G=" << G << " R=" << p.R_Bps << " Q=" << p.Q_bytes
+        << " fixed=" << p.t0.fixed_ns << " regime=" << to_string(pr.regime);
+    ++tested;
+    if (pr.regime == Regime::free) ++free_;
+    else if (G >= pr.gap_cap_ns) ++capacity;
+    else ++drain;
+  }
+  // The random draw must have exercised every regime.
+  EXPECT_GT(free_, 20);
+  EXPECT_GT(drain, 20);
+  EXPECT_GT(capacity, 5);
+}
+
+TEST(Simulator, SingleBurstIntoEmptyStage) {
+  const Profile p = make(500, 10e9, 100e9, 50e9, 1e6);
+  for (double V : {0.5e6, 1e6, 4e6, 20e6}) {
+    const SimResult r = simulate(stage_from_profile(p), periodic_programs(16, V, 0, 1));
+    EXPECT_NEAR(steady_issue_ns(r, 0), single_burst_ns(p, 16, V), 1e-6 * single_burst_ns(p, 16, V)) << V;
+  }
+}
+
+TEST(Simulator, ConservesBytesAndRespectsCapacity) {
+  const Profile p = make(300, 5e9, 60e9, 40e9, 2e6);
+  StageConfig c = stage_from_profile(p);
+  c.record_timeline = true;
+  const SimResult r = simulate(c, periodic_programs(12, 3e6, 10000, 30));
+  EXPECT_NEAR(r.bytes, 12 * 30 * 3e6 / 12, 1.0);
+  EXPECT_EQ(r.bursts.size(), 12u * 30u);
+  EXPECT_LE(r.max_occupancy, p.Q_bytes * (1 + 1e-9));
+  EXPECT_NEAR(r.max_occupancy, p.Q_bytes, 1e-6 * p.Q_bytes);  // this load fills it
+  for (const auto& s : r.timeline) EXPECT_LE(s.bytes, p.Q_bytes * (1 + 1e-9));
+  EXPECT_GT(r.stalled_ns, 0);
+  // Everything stored must drain at R: the stage empties no sooner than bytes / R.
+  EXPECT_GE(r.drained_ns, r.bytes / p.R_Bps * 1e9 * (1 - 1e-9));
+}
+
+TEST(Simulator, HeterogeneousSchedule) {
+  const Profile p = make(0, 10e9, 100e9, 20e9, 1e6);
+  // Producer 0 stores 2 MB at once (overflows: must stall), producer 1 only computes.
+  std::vector<Program> progs(2);
+  progs[0].steps = {Step::store(2e6), Step::compute(1000)};
+  progs[1].steps = {Step::compute(50000)};
+  const SimResult r = simulate(stage_from_profile(p), progs);
+  ASSERT_EQ(r.bursts.size(), 1u);
+  // 1 MB fits while issuing at 10 GB/s against a 20 GB/s drain: it never fills.
+  EXPECT_NEAR(r.bursts[0].issue_ns(), 2e6 / 10e9 * 1e9, 1e-3);
+  EXPECT_NEAR(r.total_ns, 200000 + 1000, 1e-6);  // producer 0 finishes last
+  // With a slower drain and a larger burst it fills and stalls: (4 MB - 1 MB) / 5 GB/s = 600 us.
+  Profile slow = p;
+  slow.R_Bps = 5e9;
+  progs[0].steps[0] = Step::store(4e6);
+  const SimResult s = simulate(stage_from_profile(slow), progs);
+  EXPECT_NEAR(s.bursts[0].issue_ns(), single_burst_ns(slow, 1, 4e6), 1e-3);
+  EXPECT_NEAR(s.bursts[0].issue_ns(), 600000, 1e-3);
+  EXPECT_NEAR(s.bursts[0].stall_ns, 600000 - 400000, 1e-3);  // 400 us unthrottled
+}
+
+TEST(Simulator, PerProducerCapacitySplitsTheStage) {
+  const Profile p = make(0, 10e9, 1000e9, 40e9, 4e6);
+  std::vector<Program> progs(4);
+  progs[0].steps = {Step::store(3e6)};  // one producer alone: 3 MB against its own 1 MB / 10 GB/s
+  StageConfig shared = stage_from_profile(p), split = shared;
+  split.per_producer_capacity = true;
+  const double t_shared = simulate(shared, progs).bursts[0].issue_ns();
+  const double t_split = simulate(split, progs).bursts[0].issue_ns();
+  EXPECT_NEAR(t_shared, 3e6 / 10e9 * 1e9, 1e-3);  // the shared stage never fills
+  // Split: each producer drains at R/K = 10 GB/s, equal to its issue rate: it never fills either.
+  EXPECT_NEAR(t_split, 3e6 / 10e9 * 1e9, 1e-3);
+  Profile slow = p;
+  slow.R_Bps = 20e9;  // 5 GB/s per producer: the split stage fills, the shared one does not
+  StageConfig split_slow = stage_from_profile(slow);
+  split_slow.per_producer_capacity = true;
+  const double t_split_slow = simulate(split_slow, progs).bursts[0].issue_ns();
+  EXPECT_NEAR(t_split_slow, (3e6 - 1e6) / 5e9 * 1e9, 1e-3);
+}
+
+TEST(Simulator, ReadsScheduleCsv) {
+  const auto progs = parse_schedule_csv(
+      "# a schedule\nproducer,kind,amount\n0,store,64KiB\n0,compute,2us\n1,store,1MB\n", "sched.csv");
+  ASSERT_EQ(progs.size(), 2u);
+  ASSERT_EQ(progs[0].steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(progs[0].steps[0].amount, 65536);
+  EXPECT_DOUBLE_EQ(progs[0].steps[1].amount, 2000);
+  EXPECT_DOUBLE_EQ(progs[1].steps[0].amount, 1e6);
+}
+
+TEST(Simulator, RejectsBadSchedules) {
+  auto msg = [](const std::string& text) {
+    try {
+      parse_schedule_csv(text, "s.csv");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(msg("producer,kind,amount\n0,load,1KiB\n").find("s.csv:2: column 'kind'"), std::string::npos);
+  EXPECT_NE(msg("producer,kind,amount\n0,store,-1KiB\n").find("s.csv:2"), std::string::npos);
+  EXPECT_NE(msg("producer,kind\n0,store\n").find("lacks column 'amount'"), std::string::npos);
+  EXPECT_NE(msg("producer,kind,amount\n1,store,1KiB\n").find("producer 0 is missing"), std::string::npos);
+  EXPECT_NE(msg("producer,kind,amount\nx,store,1KiB\n").find("column 'producer'"), std::string::npos);
+  EXPECT_NE(msg("producer,kind,amount\n0,store\n").find("2 fields, but the header has 3"), std::string::npos);
+  const Profile p = make(0, 10e9, 100e9, 20e9, 1e6);
+  std::vector<Program> bad(1);
+  bad[0].steps = {Step::store(-5)};
+  EXPECT_THROW(simulate(stage_from_profile(p), bad), Error);
+}
