@@ -6,6 +6,7 @@
 //   complete_ns                             optional: burst start to remote visibility
 //   stat                                    optional: only rows whose stat is
 //                                           "max" (or that lack the column) are used
+//   set                                     optional: train / holdout / completion
 #include <map>
 #include <string>
 #include <vector>
@@ -19,7 +20,12 @@ struct Sample {
   double K = 0, V_bytes = 0, gap_ns = 0, issue_ns = 0;
   double complete_ns = -1;  // < 0: not measured
   long line = 0;            // line in the source file (0 if synthetic)
+  std::string set;          // optional column `set`: "train", "holdout" or "completion"
 };
+
+// Rows the issue-time fit uses: neither held out nor completion-mode runs
+// (whose issue spans a release fence perturbs); those rows still give latency.
+bool used_for_issue_fit(const Sample& s);
 
 struct SampleSet {
   std::vector<Sample> samples;

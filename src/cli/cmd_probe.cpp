@@ -1,9 +1,338 @@
-// xstage probe: placeholder until the probe kernels land (issue 3).
+// xstage probe: measure the X-Stage of device-initiated stores (T0_iss, R, Q)
+// over a sweep, fit the Burst-Gap model on the training points and validate it
+// on held-out points. xstage validate: the same validation from a CSV.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "probe_sweep.hpp"
 #include "report.hpp"
+#include "xstage/device.hpp"
 #include "xstage/error.hpp"
+#include "xstage/probe.hpp"
+#include "xstage/units.hpp"
+#include "xstage/validate.hpp"
 
 namespace xstage::cli {
-void run_gpu_report(int) { throw Error("report: the probe is not built yet; run with --cpu"); }
+
+namespace {
+using nlohmann::json;
+
+struct ProbeArgs {
+  std::string transports = "host";
+  std::string sweep = "quick";
+  std::string out_dir = "probe-out";
+  int device = 0;
+  std::string dst_size = "256MiB";
+  int bootstrap = 40;
+  std::vector<int> K;
+  std::vector<std::string> V, G;
+  int warps = 8;
+  int bursts = 64;
+  std::string store = "v4", gap_kind = "spin", completion = "none";
+  bool quiet = false;
+  OutputFlags out;
+};
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double quantile_of(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
+}
+
+std::vector<double> steady(const std::vector<double>& v) {
+  return std::vector<double>(v.begin() + static_cast<long>(v.size() / 2), v.end());
+}
+
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : ""; }
+
+void write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
+    f << text;
+    if (!f) throw Error(fmt::format("{}: write failed", path));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+json errors_json(const ErrorSummary& e) {
+  return {{"median_rel_err", e.median_rel_err}, {"p90_rel_err", e.p90_rel_err}, {"points", e.points}};
+}
+
+struct TransportOutcome {
+  json validation;  // empty when not validated
+  Profile profile;
+  bool fitted = false;
+  uint64_t bad_points = 0;
+};
+
+TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceInfo& dev) {
+  Prober prober(t, a.device, static_cast<size_t>(parse_size_bytes(a.dst_size, "--dst-size")));
+  const double clock_mhz = prober.cycles_per_ns() * 1e3;
+  const double ce = prober.copy_engine_Bps();
+
+  std::vector<PlannedPoint> plan;
+  const bool custom = !a.K.empty() || !a.V.empty() || !a.G.empty();
+  if (custom) {
+    if (a.K.empty() || a.V.empty() || a.G.empty()) throw Error("a custom sweep needs --K, --V and --G together");
+    for (int K : a.K)
+      for (const auto& v : a.V)
+        for (const auto& g : a.G) {
+          ProbePoint p;
+          p.K = K;
+          p.V_bytes = parse_size_bytes(v, "--V");
+          p.gap_ns = parse_time_ns(g, "--G");
+          p.warps = a.warps;
+          p.bursts = a.bursts;
+          p.store = parse_store_kind(a.store);
+          p.gap = parse_gap_kind(a.gap_kind);
+          p.completion = parse_completion(a.completion);
+          plan.push_back({p, "train"});
+        }
+  } else {
+    plan = plan_sweep(a.sweep, t, dev.sm_count);
+  }
+
+  std::string csv;
+  csv += fmt::format("# xstage probe: issue spans of device-initiated stores\n");
+  csv += fmt::format("# transport: {}\n# device: {}\n# driver: {}\n# sm_clock_mhz_measured: {:.0f}\n", to_string(t),
+                     dev.name, dev.driver, clock_mhz);
+  csv += fmt::format("# date: {}\n# commit: {}\n# command: {}\n# copy_engine_Bps: {:.6g}\n# dst_size: {}\n",
+                     now_iso(), XSTAGE_GIT_COMMIT, command_line(), ce, a.dst_size);
+  csv += "transport,store,gap_kind,completion,warps,K,V_bytes,gap_ns,bursts,steady_from,set,stat,issue_ns,"
+         "issue_p10_ns,issue_p90_ns,first_issue_ns,fence_ns,complete_ns,mismatches,checked_words,cycles_per_ns\n";
+  TransportOutcome outcome;
+  size_t done = 0, last_pct = 0;
+  for (const auto& [pt, set] : plan) {
+    const ProbeMeasurement m = prober.run(pt);
+    if (m.mismatches) {
+      ++outcome.bad_points;
+      warn(fmt::format("{}: destination check failed at K={} V={} G={}: {} of {} words differ", to_string(t), pt.K,
+                       m.V_bytes, pt.gap_ns, m.mismatches, m.checked_words));
+    }
+    const std::vector<double>* stats[] = {&m.issue_max_ns, &m.issue_mean_ns};
+    const char* names[] = {"max", "mean"};
+    for (int s = 0; s < 2; ++s) {
+      const auto st = steady(*stats[s]);
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f}\n", to_string(t),
+                         to_string(pt.store), to_string(pt.gap), to_string(pt.completion), pt.warps, pt.K,
+                         m.V_bytes, pt.gap_ns, pt.bursts, pt.bursts / 2, set, names[s], num(median_of(st)),
+                         num(quantile_of(st, 0.1)), num(quantile_of(st, 0.9)), num((*stats[s])[0]),
+                         num(median_of(steady(m.fence_ns))), num(median_of(steady(m.complete_ns))), m.mismatches,
+                         m.checked_words, m.cycles_per_ns);
+    }
+    ++done;
+    const size_t pct = done * 10 / plan.size();
+    if (!a.quiet && pct != last_pct) {
+      std::fprintf(stderr, "probe %s: %zu%% (%zu/%zu points)\n", to_string(t), pct * 10, done, plan.size());
+      last_pct = pct;
+    }
+  }
+  std::filesystem::create_directories(a.out_dir);
+  const std::string csv_path = fmt::format("{}/probe-{}.csv", a.out_dir, to_string(t));
+  write_text(csv_path, csv);
+
+  const SampleSet set = parse_samples_csv(csv, csv_path);
+  FitOptions opt;
+  opt.bootstrap = a.bootstrap;
+  const bool validate = !custom;
+  FitResult fit;
+  Validation val;
+  if (validate) {
+    val = validate_holdout(set.samples, opt);
+    fit = val.fit;
+  } else {
+    fit = fit_profile(set.samples, opt);
+  }
+  Profile& p = fit.profile;
+  p.name = fmt::format("h200-{}", t == Transport::host ? "host-pcie" : to_string(t));
+  if (dev.name.find("H200") == std::string::npos) p.name = fmt::format("measured-{}", to_string(t));
+  p.transport = to_string(t);
+  p.provenance = {dev.name, dev.driver, now_iso(), XSTAGE_GIT_COMMIT, command_line(),
+                  fmt::format("xstage probe --sweep {}; fitted on {} training rows of {}; SM clock {:.0f} MHz measured; "
+                              "copy engine {:.1f} GB/s on the same path",
+                              custom ? "custom" : a.sweep, fit.samples, csv_path, clock_mhz, ce / 1e9)};
+  save_profile(p, fmt::format("{}/profile-{}.json", a.out_dir, to_string(t)));
+  outcome.profile = p;
+  outcome.fitted = true;
+
+  std::cout << fmt::format("\n== {}: {} points, fit median |rel err| {:.2f}% ==\n", to_string(t), plan.size(),
+                           100 * fit.median_abs_rel_err);
+  const Uncertainty u = p.sigma.value_or(Uncertainty{});
+  std::cout << fmt::format("R = {} +- {} ({:.1f}% of the copy engine's {}), Q = {} +- {}\n", format_rate(p.R_Bps),
+                           format_rate(u.R_Bps), 100 * p.R_Bps / ce, format_rate(ce), format_bytes(p.Q_bytes),
+                           format_bytes(u.Q_bytes));
+  std::cout << fmt::format("T0 = {} + V / min(K x {}, {}), latency {}\n", format_ns(p.t0.fixed_ns),
+                           format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps), format_ns(p.latency_ns));
+  for (const auto& n : fit.notes) std::cout << "note: " << n << "\n";
+  if (!validate) return outcome;
+
+  Table t2({"model", "median |rel err|", "p90 |rel err|", "held-out points"});
+  for (size_t i = 0; i < kAllModels.size(); ++i)
+    t2.add({to_string(kAllModels[i]), fmt::format("{:.1f}%", 100 * val.errors[i].median_rel_err),
+            fmt::format("{:.1f}%", 100 * val.errors[i].p90_rel_err), std::to_string(val.errors[i].points)});
+  std::cout << t2.text();
+  std::cout << fmt::format("backpressure onset gap: median |rel err| {:.1f}% over {} series\n",
+                           100 * val.onset_gap_err, val.onsets.size());
+
+  json pts = json::array();
+  for (const auto& h : val.points) {
+    json row{{"K", h.K}, {"V_bytes", h.V_bytes}, {"gap_ns", h.gap_ns}, {"measured_ns", h.measured_ns},
+             {"regime", to_string(h.regime)}};
+    for (size_t i = 0; i < kAllModels.size(); ++i) {
+      row[std::string(to_string(kAllModels[i])) + "_ns"] = h.predicted_ns[i];
+      row[std::string(to_string(kAllModels[i])) + "_rel_err"] = h.rel_err[i];
+    }
+    pts.push_back(row);
+  }
+  json onsets = json::array();
+  for (const auto& o : val.onsets)
+    onsets.push_back({{"K", o.K}, {"V_bytes", o.V_bytes}, {"measured_ns", o.measured_ns},
+                      {"predicted_ns", o.predicted_ns}, {"rel_err", o.rel_err}});
+  json models;
+  for (size_t i = 0; i < kAllModels.size(); ++i) models[to_string(kAllModels[i])] = errors_json(val.errors[i]);
+  outcome.validation = {{"transport", to_string(t)},
+                        {"R_Bps", p.R_Bps},
+                        {"Q_bytes", p.Q_bytes},
+                        {"T0", {{"fixed_ns", p.t0.fixed_ns},
+                                {"per_producer_Bps", p.t0.per_producer_Bps},
+                                {"aggregate_Bps", p.t0.aggregate_Bps}}},
+                        {"latency_ns", p.latency_ns},
+                        {"copy_engine_Bps", ce},
+                        {"R_over_copy_engine", p.R_Bps / ce},
+                        {"onset_gap_err", val.onset_gap_err},
+                        {"models", models},
+                        {"fit_median_abs_rel_err", fit.median_abs_rel_err},
+                        {"fit_notes", fit.notes},
+                        {"destination_check_failures", outcome.bad_points},
+                        {"samples_csv", csv_path},
+                        {"heldout", pts},
+                        {"onsets", onsets}};
+  write_text(fmt::format("{}/validation-{}.json", a.out_dir, to_string(t)), outcome.validation.dump(2) + "\n");
+  return outcome;
+}
+
+std::vector<Transport> parse_transports(const std::string& list) {
+  std::vector<Transport> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = list.find(',', pos);
+    out.push_back(parse_transport(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos)));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
+  const auto transports = parse_transports(a.transports);  // validate arguments before touching the GPU
+  if (a.bursts < 2) throw Error(fmt::format("--bursts: expected >= 2, got {}", a.bursts));
+  parse_size_bytes(a.dst_size, "--dst-size");
+  parse_store_kind(a.store);
+  parse_gap_kind(a.gap_kind);
+  parse_completion(a.completion);
+  if (cuda_device_count() == 0)
+    throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");
+  const DeviceInfo dev = device_info(a.device);
+  std::vector<TransportOutcome> outcomes;
+  json all = {{"device", dev.name}, {"driver", dev.driver}, {"date", now_iso()}, {"commit", XSTAGE_GIT_COMMIT},
+              {"command", command_line()}, {"transports", json::array()}};
+  uint64_t bad = 0;
+  for (Transport t : transports) {
+    outcomes.push_back(probe_transport(a, t, dev));
+    bad += outcomes.back().bad_points;
+    if (!outcomes.back().validation.is_null()) all["transports"].push_back(outcomes.back().validation);
+  }
+  if (!all["transports"].empty()) {
+    // The summary other tools read: per transport R, Q, T0, copy engine, errors.
+    json slim = all;
+    for (auto& tr : slim["transports"]) {
+      tr.erase("heldout");
+      tr.erase("onsets");
+    }
+    write_text(a.out_dir + "/probe-validation.json", slim.dump(2) + "\n");
+  }
+  if (bad) throw Error(fmt::format("probe: the destination check failed on {} points (see the warnings)", bad));
+  return outcomes;
+}
+}  // namespace
+
+void run_gpu_report(int K) {
+  ProbeArgs a;
+  a.transports = "host";
+  a.out_dir = "xstage-report";
+  std::cout << "GPU found: probing the host-mapped PCIe path (quick sweep), results in xstage-report/\n";
+  const auto outcomes = run_probe(a);
+  std::cout << "\n";
+  print_model_report(outcomes.front().profile, K);
+}
+
+void add_probe_command(CLI::App& app) {
+  auto a = std::make_shared<ProbeArgs>();
+  auto* sub = app.add_subcommand("probe", "Measure T0_iss, R and Q of device-initiated stores on this GPU");
+  sub->add_option("--transport", a->transports, "local, host or peer; a comma list measures several")
+      ->capture_default_str();
+  sub->add_option("--sweep", a->sweep, "quick (under a minute per transport) or full")->capture_default_str();
+  sub->add_option("-o,--out-dir", a->out_dir, "Folder for probe-<t>.csv, profile-<t>.json, validation files")
+      ->capture_default_str();
+  sub->add_option("--device", a->device, "CUDA device")->capture_default_str();
+  sub->add_option("--dst-size", a->dst_size, "Destination buffer; bursts rotate through it")->capture_default_str();
+  sub->add_option("--bootstrap", a->bootstrap, "Bootstrap resamples for the fit's uncertainties")->capture_default_str();
+  sub->add_option("--K", a->K, "Custom sweep: producers (CTAs), a list")->delimiter(',');
+  sub->add_option("--V", a->V, "Custom sweep: burst volumes, a list (2MiB,4e6)")->delimiter(',');
+  sub->add_option("--G", a->G, "Custom sweep: gaps, a list (0,20us)")->delimiter(',');
+  sub->add_option("--warps", a->warps, "Custom sweep: warps per producer")->capture_default_str();
+  sub->add_option("--bursts", a->bursts, "Custom sweep: bursts per point")->capture_default_str();
+  sub->add_option("--store", a->store, "Custom sweep: v4, b64, b32 or bulk (TMA)")->capture_default_str();
+  sub->add_option("--gap-kind", a->gap_kind, "Custom sweep: spin, fma or mma")->capture_default_str();
+  sub->add_option("--completion", a->completion, "Custom sweep: none, fence or flag")->capture_default_str();
+  sub->add_flag("--quiet", a->quiet, "No progress lines");
+  sub->callback([a] { run_probe(*a); });
+
+  auto v = std::make_shared<std::pair<std::string, std::string>>();
+  auto* val = app.add_subcommand("validate", "Fit the training rows of a probe CSV and predict its held-out rows");
+  val->add_option("samples", v->first, "Probe CSV with a set column (train/holdout/completion)")->required();
+  val->add_option("-o,--output", v->second, "Write the validation JSON here");
+  val->callback([v] {
+    const SampleSet set = read_samples_csv(v->first);
+    const Validation r = validate_holdout(set.samples);
+    Table t({"model", "median |rel err|", "p90 |rel err|", "points"});
+    json models;
+    for (size_t i = 0; i < kAllModels.size(); ++i) {
+      t.add({to_string(kAllModels[i]), fmt::format("{:.1f}%", 100 * r.errors[i].median_rel_err),
+             fmt::format("{:.1f}%", 100 * r.errors[i].p90_rel_err), std::to_string(r.errors[i].points)});
+      models[to_string(kAllModels[i])] = errors_json(r.errors[i]);
+    }
+    std::cout << t.text()
+              << fmt::format("onset gap median |rel err| {:.1f}% over {} series\n", 100 * r.onset_gap_err,
+                             r.onsets.size());
+    if (!v->second.empty())
+      write_text(v->second, json{{"R_Bps", r.fit.profile.R_Bps}, {"Q_bytes", r.fit.profile.Q_bytes},
+                                 {"onset_gap_err", r.onset_gap_err}, {"models", models}}
+                                    .dump(2) + "\n");
+  });
+}
+
 }  // namespace xstage::cli

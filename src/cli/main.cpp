@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   add_simulate_command(app);
   add_fit_command(app);
   add_profiles_command(app);
+  add_probe_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

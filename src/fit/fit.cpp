@@ -92,8 +92,11 @@ std::vector<FitPoint> compare(const Profile& p, const std::vector<Sample>& sampl
   return out;
 }
 
-FitResult fit_profile(const std::vector<Sample>& s, const FitOptions& opt) {
-  if (s.size() < 5) throw Error(fmt::format("fit: {} samples; need at least 5", s.size()));
+FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& opt) {
+  std::vector<Sample> s;
+  for (const Sample& m : all_samples)
+    if (used_for_issue_fit(m)) s.push_back(m);
+  if (s.size() < 5) throw Error(fmt::format("fit: {} training samples; need at least 5", s.size()));
   // Starting points from what each regime says on its own.
   std::vector<double> drain_rate, rate, prod_rate, times;
   for (const Sample& m : s) {
@@ -168,7 +171,7 @@ FitResult fit_profile(const std::vector<Sample>& s, const FitOptions& opt) {
 
   // Latency for the completion-coupled counterfactual: visibility time beyond the issue-or-drain time.
   std::vector<double> lat;
-  for (const Sample& m : s)
+  for (const Sample& m : all_samples)
     if (m.complete_ns >= 0)
       lat.push_back(m.complete_ns - std::max(t0_iss_ns(p, m.K, m.V_bytes), m.V_bytes / p.R_Bps * 1e9));
   p.latency_ns = lat.empty() ? 0.0 : std::max(0.0, quantile(lat, 0.5));

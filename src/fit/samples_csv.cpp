@@ -63,6 +63,7 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
     s.V_bytes = number(fields[col["V_bytes"]], where, "V_bytes");
     s.gap_ns = number(fields[col["gap_ns"]], where, "gap_ns");
     s.issue_ns = number(fields[col["issue_ns"]], where, "issue_ns");
+    if (col.count("set")) s.set = fields[col["set"]];
     if (col.count("complete_ns") && !fields[col["complete_ns"]].empty())
       s.complete_ns = number(fields[col["complete_ns"]], where, "complete_ns");
     if (s.K < 1 || s.K != std::floor(s.K))
@@ -77,6 +78,8 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
   if (out.empty()) throw Error(fmt::format("{}: header but no data rows", name));
   return set;
 }
+
+bool used_for_issue_fit(const Sample& s) { return s.set.empty() || s.set == "train"; }
 
 SampleSet read_samples_csv(const std::string& path) {
   std::ifstream in(path);

@@ -1,0 +1,73 @@
+#pragma once
+// The X-Stage probe: K producers (CTAs of W warps) each store their share of a
+// V-byte burst to a destination, then compute for a gap G, N times. It
+// measures the issuer-visible issue span of every burst on every producer and,
+// on request, the completion: a system-scope fence returning (the issuer waits:
+// the completion-coupled counterfactual made real) or a receiver seeing a
+// release flag written after the burst.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xstage {
+
+enum class Transport { local, host, peer };
+enum class StoreKind { v4, b64, b32, bulk };  // 16-, 8-, 4-byte st.global; TMA bulk from shared memory
+enum class GapKind { spin, fma, mma };          // clock spin; FP32 FMA chains; bf16 tensor-core mma
+enum class Completion { none, fence, flag };
+
+const char* to_string(Transport t);
+const char* to_string(StoreKind s);
+const char* to_string(GapKind g);
+const char* to_string(Completion c);
+Transport parse_transport(const std::string& s);  // throws xstage::Error listing the choices
+StoreKind parse_store_kind(const std::string& s);
+GapKind parse_gap_kind(const std::string& s);
+Completion parse_completion(const std::string& s);
+
+struct ProbePoint {
+  int K = 132;        // producers (CTAs)
+  int warps = 8;      // warps per producer
+  double V_bytes = 1 << 20;  // burst volume over all producers (rounded down to K x 16 B multiples)
+  double gap_ns = 0;
+  int bursts = 64;
+  StoreKind store = StoreKind::v4;
+  GapKind gap = GapKind::spin;
+  Completion completion = Completion::none;
+};
+
+struct ProbeMeasurement {
+  ProbePoint point;
+  double V_bytes = 0;                 // what was really stored per burst
+  std::vector<double> issue_max_ns;   // per burst: slowest producer's issue span
+  std::vector<double> issue_mean_ns;  // per burst: mean over producers
+  std::vector<double> fence_ns;       // per burst (completion == fence): burst start to fence return, slowest producer
+  std::vector<double> complete_ns;    // per burst (completion == flag): earliest start to the receiver seeing every flag
+  double cycles_per_ns = 0;           // SM clock measured during the run
+  uint64_t mismatches = 0;            // destination words that differ from what was stored
+  uint64_t checked_words = 0;
+};
+
+class Prober {
+ public:
+  // Allocates the destination for the transport on `device` (peer: on device+1).
+  // Throws xstage::Error with the reason (e.g. the peer transport on one GPU).
+  Prober(Transport t, int device = 0, size_t dst_bytes = size_t(256) << 20);
+  ~Prober();
+  Prober(const Prober&) = delete;
+  Prober& operator=(const Prober&) = delete;
+
+  ProbeMeasurement run(const ProbePoint& p);
+  // Copy-engine bandwidth over the same path (cudaMemcpyAsync device to
+  // destination; peer: cudaMemcpyPeerAsync), bytes per second, median of `reps`.
+  double copy_engine_Bps(size_t bytes = size_t(256) << 20, int reps = 7);
+  double cycles_per_ns() const;
+  Transport transport() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xstage

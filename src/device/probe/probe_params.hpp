@@ -1,0 +1,35 @@
+#pragma once
+// What the host hands the probe kernels. Plain data: included by host C++
+// (src/runtime/prober.cpp) and by the kernels alike.
+#include <cstdint>
+
+#include "xstage/probe.hpp"
+
+namespace xstage::probe {
+
+// The bulk-store source tile in shared memory; every store kind writes the
+// same pattern, which repeats every kTileBytes of a producer's chunk.
+constexpr uint32_t kTileBytes = 16384;
+constexpr uint32_t kTileWords = kTileBytes / 4;
+static_assert((kTileWords & (kTileWords - 1)) == 0, "the pattern index is taken modulo a power of two");
+
+struct KernelParams {
+  uint8_t* dst;            // destination (local, peer or host-mapped)
+  uint64_t slot_bytes;     // bytes of one burst = K * chunk_bytes
+  uint32_t slots;          // bursts rotate over this many slots of dst
+  uint32_t chunk_bytes;    // one producer's share of a burst, a multiple of 16
+  uint32_t bursts;
+  uint64_t gap_cycles;
+  int K;
+  Completion completion;
+  uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)
+  uint64_t timeout_ns;     // receiver's flag wait
+  uint32_t* span_cycles;   // [bursts * K]
+  uint32_t* fence_cycles;  // [bursts * K] (fence mode)
+  uint64_t* start_ns;      // [bursts * K] globaltimer at each burst's start
+  uint64_t* visible_ns;    // [bursts] (flag mode)
+  uint64_t* calib;         // [K * 4]: globaltimer, clock64 at start; globaltimer, clock64 at end
+  float* sink;             // never written in practice; keeps the gap work alive
+};
+
+}  // namespace xstage::probe

@@ -1,0 +1,91 @@
+#include "xstage/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "nelder_mead.hpp"
+#include "xstage/error.hpp"
+
+namespace xstage {
+
+namespace {
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  const double f = pos - i;
+  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+}  // namespace
+
+double measured_onset_ns(std::vector<std::pair<double, double>> pts) {
+  if (pts.size() < 4) return -1;
+  std::sort(pts.begin(), pts.end());
+  const double floor0 = pts.back().second;  // longest gap: the backpressure-free floor, if reached
+  const double top = pts.front().second;
+  if (top < 1.15 * floor0) return -1;  // no drain-limited point in the series
+  auto loss = [&](const std::vector<double>& x) {
+    const double a = std::exp(x[0]), b = std::exp(x[1]);
+    double l = 0;
+    for (auto& [g, t] : pts) {
+      const double z = std::log(std::max(a, b - g) / t) / 0.05;
+      l += std::log1p(z * z);
+    }
+    return l;
+  };
+  auto r = detail::nelder_mead(loss, {std::log(floor0), std::log(top + pts.front().first)}, 0.3, 2000, 1e-12);
+  r = detail::nelder_mead(loss, r.x, 0.05, 2000, 1e-12);
+  const double onset = std::exp(r.x[1]) - std::exp(r.x[0]);
+  // Only an onset inside the measured gaps is a measurement.
+  double gmax = 0;
+  for (auto& [g, t] : pts) gmax = std::max(gmax, g);
+  return onset > 0 && onset < gmax ? onset : -1;
+}
+
+Validation validate_holdout(const std::vector<Sample>& samples, const FitOptions& opt) {
+  std::vector<Sample> holdout;
+  for (const Sample& s : samples)
+    if (s.set == "holdout") holdout.push_back(s);
+  if (holdout.empty()) throw Error("validate: no row has set = holdout");
+  Validation v;
+  v.fit = fit_profile(samples, opt);
+  const Profile& p = v.fit.profile;
+
+  // Group held-out samples by (K, V, G); compare the median.
+  std::map<std::tuple<double, double, double>, std::vector<double>> groups;
+  for (const Sample& s : holdout) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(s.issue_ns);
+  std::array<std::vector<double>, 3> errs;
+  std::map<std::pair<double, double>, std::vector<std::pair<double, double>>> series;
+  for (auto& [key, t] : groups) {
+    HeldOutPoint h;
+    std::tie(h.K, h.V_bytes, h.gap_ns) = key;
+    h.measured_ns = quantile(t, 0.5);
+    for (size_t m = 0; m < kAllModels.size(); ++m) {
+      h.predicted_ns[m] = model_issue_ns(kAllModels[m], p, h.K, h.V_bytes, h.gap_ns);
+      h.rel_err[m] = (h.predicted_ns[m] - h.measured_ns) / h.measured_ns;
+      errs[m].push_back(std::fabs(h.rel_err[m]));
+    }
+    h.regime = predict(p, h.K, h.V_bytes, h.gap_ns).regime;
+    v.points.push_back(h);
+    series[{h.K, h.V_bytes}].push_back({h.gap_ns, h.measured_ns});
+  }
+  for (size_t m = 0; m < kAllModels.size(); ++m)
+    v.errors[m] = {quantile(errs[m], 0.5), quantile(errs[m], 0.9), static_cast<int>(errs[m].size())};
+
+  std::vector<double> onset_errs;
+  for (auto& [kv, pts] : series) {
+    const Prediction pr = predict(p, kv.first, kv.second, 0);
+    if (pr.exceeds_capacity || !std::isfinite(pr.onset_gap_ns) || pr.onset_gap_ns <= 0) continue;
+    const double meas = measured_onset_ns(pts);
+    if (meas <= 0) continue;
+    OnsetCheck o{kv.first, kv.second, meas, pr.onset_gap_ns, (pr.onset_gap_ns - meas) / meas};
+    v.onsets.push_back(o);
+    onset_errs.push_back(std::fabs(o.rel_err));
+  }
+  v.onset_gap_err = onset_errs.empty() ? -1 : quantile(onset_errs, 0.5);
+  return v;
+}
+
+}  // namespace xstage

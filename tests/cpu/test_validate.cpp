@@ -1,0 +1,75 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "xstage/error.hpp"
+#include "xstage/validate.hpp"
+
+using namespace xstage;
+
+namespace {
+Profile truth() {
+  Profile p;
+  p.name = "truth";
+  p.status = "measured";
+  p.t0 = {900, 6e9, 120e9};
+  p.R_Bps = 50e9;
+  p.Q_bytes = 2.5e6;
+  p.latency_ns = 1500;
+  return p;
+}
+
+void add_series(std::vector<Sample>& s, const Profile& p, const char* set, const std::vector<double>& Ks,
+                const std::vector<double>& Vs, const std::vector<double>& Gs, std::mt19937_64& rng) {
+  std::normal_distribution<double> noise(0, 0.02);
+  for (double K : Ks)
+    for (double V : Vs)
+      for (double G : Gs) {
+        Sample m;
+        m.K = K;
+        m.V_bytes = V;
+        m.gap_ns = G;
+        m.issue_ns = predict(p, K, V, G).t_iss_ns * std::exp(noise(rng));
+        m.set = set;
+        s.push_back(m);
+      }
+}
+}  // namespace
+
+TEST(Validate, HeldOutErrorsSeparateTheModels) {
+  const Profile p = truth();
+  std::mt19937_64 rng(99);
+  std::vector<Sample> s;
+  std::vector<double> g_train = {0}, g_hold = {0};
+  for (int i = 0; i < 12; ++i) g_train.push_back(500 * std::pow(2, i));
+  for (int i = 0; i < 11; ++i) g_hold.push_back(700 * std::pow(2, i));
+  add_series(s, p, "train", {16, 66, 132}, {256e3, 1e6, 4e6, 16e6}, g_train, rng);
+  add_series(s, p, "holdout", {33, 132}, {384e3, 1.5e6, 6e6}, g_hold, rng);
+  FitOptions opt;
+  opt.bootstrap = 0;
+  const Validation v = validate_holdout(s, opt);
+  const auto& bg = v.errors[0];
+  EXPECT_LT(bg.median_rel_err, 0.03);
+  EXPECT_LT(bg.p90_rel_err, 0.06);
+  EXPECT_GT(v.errors[1].median_rel_err, 2 * bg.median_rel_err);  // completion-coupled
+  EXPECT_GT(v.errors[2].median_rel_err, 2 * bg.median_rel_err);  // unbounded-async
+  EXPECT_GE(v.onsets.size(), 3u);
+  EXPECT_LT(v.onset_gap_err, 0.10);
+}
+
+TEST(Validate, MeasuredOnsetOfAHinge) {
+  // max(10 us, 50 us - G): the onset is at 40 us.
+  std::vector<std::pair<double, double>> pts;
+  for (double g : {0.0, 10e3, 20e3, 30e3, 35e3, 45e3, 60e3, 100e3, 200e3})
+    pts.push_back({g, std::max(10e3, 50e3 - g)});
+  EXPECT_NEAR(measured_onset_ns(pts), 40e3, 0.02 * 40e3);
+  // A flat series has no onset.
+  std::vector<std::pair<double, double>> flat = {{0, 5e3}, {1e3, 5e3}, {2e3, 5e3}, {4e3, 5e3}};
+  EXPECT_LT(measured_onset_ns(flat), 0);
+}
+
+TEST(Validate, NeedsHeldOutRows) {
+  std::vector<Sample> s(10, Sample{1, 1e6, 0, 1e4, -1, 0, "train"});
+  EXPECT_THROW(validate_holdout(s), Error);
+}
