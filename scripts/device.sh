@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
+# Results and logs go to $OUT (one tarball plus the summary); a short table last.
+#   usage: scripts/device.sh [stage ...]   stages: build tests sanitize probe a2a (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/xstage-out}
+mkdir -p "$OUT/r"
+stages=${*:-build tests sanitize probe a2a}
+export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
+export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
+commit=$(cat COMMIT 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+nccl_root=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
+B=build-dev
+summary=()
+note() { summary+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
+timed() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/r/$name.log" 2>&1
+  local rc=$?
+  note "$name" "rc=$rc" "$((SECONDS - t0)) s  (log r/$name.log)"
+  return $rc
+}
+
+{
+  echo "date: $(date -u +%FT%TZ)"; echo "commit: $commit"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv
+  nvcc --version | tail -2; cmake --version | head -1
+} >"$OUT/r/env.txt" 2>&1
+
+if [[ $stages == *build* ]]; then
+  mkdir -p "$B/nccl/lib"
+  ln -sf "$nccl_root/lib/libnccl.so.2" "$B/nccl/lib/libnccl.so"
+  ln -sfn "$nccl_root/include" "$B/nccl/include"
+  timed build 420 env XSTAGE_BUILD_DIR=$B \
+    XSTAGE_CMAKE_ARGS="-DXSTAGE_NCCL_ROOT=$PWD/$B/nccl -DXSTAGE_GIT_COMMIT=$commit" scripts/build.sh
+  export LD_LIBRARY_PATH=$nccl_root/lib:${LD_LIBRARY_PATH:-}
+fi
+export LD_LIBRARY_PATH=$nccl_root/lib:${LD_LIBRARY_PATH:-}
+X=$B/xstage
+
+if [[ $stages == *tests* ]]; then
+  timed tests 300 ctest --test-dir $B --output-on-failure -j4
+  grep -E "tests passed|tests failed|Skipped|Failed" "$OUT/r/tests.log" | tail -25 >"$OUT/r/tests-summary.txt"
+fi
+
+if [[ $stages == *sanitize* ]]; then
+  san="compute-sanitizer --error-exitcode 9 --print-limit 20"
+  small="--transport host --K 5 --V 100000 --G 0,2us --bursts 3 --quiet --bootstrap 0 -o /tmp/san"
+  for tool in memcheck racecheck synccheck; do
+    for store in v4 bulk; do
+      timed "san-$tool-$store" 120 $san --tool $tool $X probe $small --store $store --gap-kind mma --completion flag
+    done
+  done
+  timed san-memcheck-fence 120 $san --tool memcheck $X probe $small --store b32 --completion fence
+  if [ -f scripts/device-comm.sh ]; then timed san-comm 240 bash scripts/device-comm.sh sanitize "$X" "$B"; fi
+fi
+
+if [[ $stages == *probe* ]]; then
+  timed probe 300 $X probe --transport host,local --sweep quick -o "$OUT/r/probe"
+  tail -40 "$OUT/r/probe.log" >"$OUT/r/probe-summary.txt"
+fi
+
+if [[ $stages == *a2a* ]] && [ -f scripts/device-comm.sh ]; then
+  timed a2a 240 bash scripts/device-comm.sh bench "$X" "$B" "$OUT/r"
+fi
+
+tar -czf "$OUT/results.tar.gz" -C "$OUT" r
+{
+  echo "== xstage device run, commit $commit =="
+  cat "$OUT/r/env.txt" | sed -n 3,4p
+  printf '%s\n' "${summary[@]}"
+  [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
+  [ -f "$OUT/r/probe-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-summary.txt"
+} | tee "$OUT/summary.txt"
