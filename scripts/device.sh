@@ -62,6 +62,18 @@ if [[ $stages == *probe* ]]; then
   tail -40 "$OUT/r/probe.log" >"$OUT/r/probe-summary.txt"
 fi
 
+if [[ $stages == *diag* ]]; then  # one-off diagnostics: K and warps at a fixed burst
+  for K in 4 8 16 33 66 132; do
+    for w in 2 8 32; do
+      $X probe --transport host --K $K --warps $w --V 16MiB,4MiB --G 0,100us --bursts 64 --quiet \
+        -o "$OUT/r/diag/K$K-w$w" >>"$OUT/r/diag.log" 2>&1
+    done
+  done
+  $X probe --transport host --K 132 --V 16MiB --G 0 --bursts 64 --dst-size 2GiB --quiet -o "$OUT/r/diag/big" \
+    >>"$OUT/r/diag.log" 2>&1
+  note diag done "r/diag"
+fi
+
 if [[ $stages == *a2a* ]] && [ -f scripts/device-comm.sh ]; then
   timed a2a 240 bash scripts/device-comm.sh bench "$X" "$B" "$OUT/r"
 fi

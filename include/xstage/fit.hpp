@@ -5,7 +5,7 @@
 //   K, V_bytes, gap_ns, issue_ns            required
 //   complete_ns                             optional: burst start to remote visibility
 //   stat                                    optional: only rows whose stat is
-//                                           "max" (or that lack the column) are used
+//                                           "mean" (the mean over producers) are used
 //   set                                     optional: train / holdout / completion
 #include <map>
 #include <string>
@@ -21,7 +21,13 @@ struct Sample {
   double complete_ns = -1;  // < 0: not measured
   long line = 0;            // line in the source file (0 if synthetic)
   std::string set;          // optional column `set`: "train", "holdout" or "completion"
+  long bursts = 0;          // optional columns `bursts`, `steady_from`: issue_ns is the mean of
+  long steady_from = 0;     // bursts [steady_from, bursts) of a run that started on an empty stage
 };
+
+// What the Burst-Gap model predicts for a sample: the windowed mean where the
+// sample says which bursts it averages, else the steady state.
+double predicted_issue_ns(const Profile& p, const Sample& s);
 
 // Rows the issue-time fit uses: neither held out nor completion-mode runs
 // (whose issue spans a release fence perturbs); those rows still give latency.

@@ -34,6 +34,12 @@ struct Prediction {
 double t0_iss_ns(const Profile& p, double K, double V_bytes);
 Prediction predict(const Profile& p, double K, double V_bytes, double gap_ns);
 
+// Mean issue time of bursts [first, last) of a run that starts with an empty
+// stage: the first transient_bursts are free (T0), the rest steady (T_iss).
+// This is what a finite measurement sees near the onset, where the stage
+// takes many bursts to fill.
+double windowed_issue_ns(const Profile& p, double K, double V_bytes, double gap_ns, long first, long last);
+
 // Issue time of a single burst into an empty X-Stage: max(T0, fixed + (V - Q)/R).
 // (Equal to predict() with G >= G_cap.)
 double single_burst_ns(const Profile& p, double K, double V_bytes);

@@ -45,6 +45,8 @@ struct ProbeMeasurement {
   std::vector<double> fence_ns;       // per burst (completion == fence): burst start to fence return, slowest producer
   std::vector<double> complete_ns;    // per burst (completion == flag): earliest start to the receiver seeing every flag
   double cycles_per_ns = 0;           // SM clock measured during the run
+  double run_ns = 0;                  // first producer start to last producer end (global timer)
+  double sustained_Bps = 0;           // bursts * V / run_ns: what really left the producers
   uint64_t mismatches = 0;            // destination words that differ from what was stored
   uint64_t checked_words = 0;
 };

@@ -60,8 +60,20 @@ double quantile_of(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
 }
 
+// Steady state: the last two thirds of the bursts (the first fill an empty stage).
+size_t steady_from(size_t n) { return n / 3; }
 std::vector<double> steady(const std::vector<double>& v) {
-  return std::vector<double>(v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return std::vector<double>(v.begin() + static_cast<long>(steady_from(v.size())), v.end());
+}
+
+// Producers do not stay in lock step: under backpressure some issue while
+// others wait, so single spans are spread wide. The time average (the mean
+// over bursts) is what the drain rate sets; a median would hide the long ones.
+double mean_of(const std::vector<double>& v) {
+  if (v.empty()) return NAN;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / v.size();
 }
 
 std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : ""; }
@@ -122,7 +134,8 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   csv += fmt::format("# date: {}\n# commit: {}\n# command: {}\n# copy_engine_Bps: {:.6g}\n# dst_size: {}\n",
                      now_iso(), XSTAGE_GIT_COMMIT, command_line(), ce, a.dst_size);
   csv += "transport,store,gap_kind,completion,warps,K,V_bytes,gap_ns,bursts,steady_from,set,stat,issue_ns,"
-         "issue_p10_ns,issue_p90_ns,first_issue_ns,fence_ns,complete_ns,mismatches,checked_words,cycles_per_ns\n";
+         "issue_p10_ns,issue_p90_ns,first_issue_ns,complete_ns,flag_ns,run_ns,sustained_Bps,mismatches,checked_words,"
+         "cycles_per_ns\n";
   TransportOutcome outcome;
   size_t done = 0, last_pct = 0;
   for (const auto& [pt, set] : plan) {
@@ -136,12 +149,14 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
     const char* names[] = {"max", "mean"};
     for (int s = 0; s < 2; ++s) {
       const auto st = steady(*stats[s]);
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f}\n", to_string(t),
+      // complete_ns: the system-scope fence returning (what a completion-coupled issuer waits for);
+      // flag_ns: a receiver on the GPU seeing the release flag written after the burst.
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{:.4f}\n", to_string(t),
                          to_string(pt.store), to_string(pt.gap), to_string(pt.completion), pt.warps, pt.K,
-                         m.V_bytes, pt.gap_ns, pt.bursts, pt.bursts / 2, set, names[s], num(median_of(st)),
+                         m.V_bytes, pt.gap_ns, pt.bursts, steady_from(pt.bursts), set, names[s], num(mean_of(st)),
                          num(quantile_of(st, 0.1)), num(quantile_of(st, 0.9)), num((*stats[s])[0]),
-                         num(median_of(steady(m.fence_ns))), num(median_of(steady(m.complete_ns))), m.mismatches,
-                         m.checked_words, m.cycles_per_ns);
+                         num(mean_of(steady(m.fence_ns))), num(mean_of(steady(m.complete_ns))), num(m.run_ns),
+                         m.sustained_Bps, m.mismatches, m.checked_words, m.cycles_per_ns);
     }
     ++done;
     const size_t pct = done * 10 / plan.size();
@@ -160,6 +175,11 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   const bool validate = !custom;
   FitResult fit;
   Validation val;
+  if (custom && set.samples.size() < 5) {
+    std::cout << fmt::format("{}: {} points measured (fewer than 5: no fit), {}\n", to_string(t), plan.size(),
+                             csv_path);
+    return outcome;
+  }
   if (validate) {
     val = validate_holdout(set.samples, opt);
     fit = val.fit;

@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   add_simulate_command(app);
   add_fit_command(app);
   add_profiles_command(app);
+  add_a2a_command(app);
+  add_launch_command(app);
+  add_selftest_command(app);
   add_probe_command(app);
   try {
     app.parse(argc, argv);

@@ -31,7 +31,7 @@ std::vector<PlannedPoint> plan_sweep(const std::string& sweep, Transport t, int 
   if (full) train_K = {sms / 8, sms / 4, sms / 2, sms, 2 * sms};
 
   ProbePoint base;  // default: 8 warps, 16-byte stores, spin gaps
-  base.bursts = 64;
+  base.bursts = 96;
   std::vector<PlannedPoint> out;
   auto add = [&](ProbePoint p, const char* set) { out.push_back({p, set}); };
   for (int K : train_K)

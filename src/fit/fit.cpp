@@ -50,7 +50,7 @@ struct Objective {
     const Profile p = profile_of(x);
     double loss = 0;
     auto add = [&](const Sample& m) {
-      const double pred = predict(p, m.K, m.V_bytes, m.gap_ns).t_iss_ns;
+      const double pred = predicted_issue_ns(p, m);
       const double z = std::log(pred / m.issue_ns) / scale;
       loss += std::log1p(z * z);
     };
@@ -76,15 +76,18 @@ std::vector<double> minimise(const Objective& obj, std::vector<std::vector<doubl
 }  // namespace
 
 std::vector<FitPoint> compare(const Profile& p, const std::vector<Sample>& samples, ModelKind model) {
-  std::map<std::tuple<double, double, double>, std::vector<double>> groups;
-  for (const Sample& s : samples) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(s.issue_ns);
+  std::map<std::tuple<double, double, double>, std::vector<const Sample*>> groups;
+  for (const Sample& s : samples) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(&s);
   std::vector<FitPoint> out;
-  for (auto& [key, v] : groups) {
+  for (auto& [key, members] : groups) {
     FitPoint f;
     std::tie(f.K, f.V_bytes, f.gap_ns) = key;
-    f.n = static_cast<int>(v.size());
+    f.n = static_cast<int>(members.size());
+    std::vector<double> v;
+    for (const Sample* s : members) v.push_back(s->issue_ns);
     f.measured_ns = quantile(v, 0.5);
-    f.predicted_ns = model_issue_ns(model, p, f.K, f.V_bytes, f.gap_ns);
+    f.predicted_ns = model == ModelKind::burst_gap ? predicted_issue_ns(p, *members.front())
+                                                   : model_issue_ns(model, p, f.K, f.V_bytes, f.gap_ns);
     f.rel_err = (f.predicted_ns - f.measured_ns) / f.measured_ns;
     f.regime = predict(p, f.K, f.V_bytes, f.gap_ns).regime;
     out.push_back(f);
@@ -126,7 +129,7 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
 
   // Outliers: log residual beyond 5 robust sigmas (and beyond 10%).
   std::vector<double> logres;
-  for (const Sample& m : s) logres.push_back(std::log(predict(p, m.K, m.V_bytes, m.gap_ns).t_iss_ns / m.issue_ns));
+  for (const Sample& m : s) logres.push_back(std::log(predicted_issue_ns(p, m) / m.issue_ns));
   std::vector<double> absdev;
   const double med = quantile(logres, 0.5);
   for (double r : logres) absdev.push_back(std::fabs(r - med));

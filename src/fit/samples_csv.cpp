@@ -56,7 +56,7 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
     }
     if (fields.size() != ncols)
       throw Error(fmt::format("{}: {} fields, but the header has {}", where, fields.size(), ncols));
-    if (col.count("stat") && fields[col["stat"]] != "max") continue;
+    if (col.count("stat") && fields[col["stat"]] != "mean") continue;
     Sample s;
     s.line = lineno;
     s.K = number(fields[col["K"]], where, "K");
@@ -64,6 +64,13 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
     s.gap_ns = number(fields[col["gap_ns"]], where, "gap_ns");
     s.issue_ns = number(fields[col["issue_ns"]], where, "issue_ns");
     if (col.count("set")) s.set = fields[col["set"]];
+    if (col.count("bursts") && col.count("steady_from")) {
+      s.bursts = static_cast<long>(number(fields[col["bursts"]], where, "bursts"));
+      s.steady_from = static_cast<long>(number(fields[col["steady_from"]], where, "steady_from"));
+      if (s.bursts < 1 || s.steady_from < 0 || s.steady_from >= s.bursts)
+        throw Error(fmt::format("{}: columns 'bursts'/'steady_from': need 0 <= steady_from < bursts, got {}/{}",
+                                where, s.steady_from, s.bursts));
+    }
     if (col.count("complete_ns") && !fields[col["complete_ns"]].empty())
       s.complete_ns = number(fields[col["complete_ns"]], where, "complete_ns");
     if (s.K < 1 || s.K != std::floor(s.K))
@@ -77,6 +84,11 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
   if (col.empty()) throw Error(fmt::format("{}: no header line (need K, V_bytes, gap_ns, issue_ns)", name));
   if (out.empty()) throw Error(fmt::format("{}: header but no data rows", name));
   return set;
+}
+
+double predicted_issue_ns(const Profile& p, const Sample& s) {
+  if (s.bursts > 0) return windowed_issue_ns(p, s.K, s.V_bytes, s.gap_ns, s.steady_from, s.bursts);
+  return predict(p, s.K, s.V_bytes, s.gap_ns).t_iss_ns;
 }
 
 bool used_for_issue_fit(const Sample& s) { return s.set.empty() || s.set == "train"; }

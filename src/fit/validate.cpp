@@ -54,16 +54,20 @@ Validation validate_holdout(const std::vector<Sample>& samples, const FitOptions
   const Profile& p = v.fit.profile;
 
   // Group held-out samples by (K, V, G); compare the median.
-  std::map<std::tuple<double, double, double>, std::vector<double>> groups;
-  for (const Sample& s : holdout) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(s.issue_ns);
+  std::map<std::tuple<double, double, double>, std::vector<const Sample*>> groups;
+  for (const Sample& s : holdout) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(&s);
   std::array<std::vector<double>, 3> errs;
   std::map<std::pair<double, double>, std::vector<std::pair<double, double>>> series;
-  for (auto& [key, t] : groups) {
+  for (auto& [key, members] : groups) {
     HeldOutPoint h;
     std::tie(h.K, h.V_bytes, h.gap_ns) = key;
+    std::vector<double> t;
+    for (const Sample* s : members) t.push_back(s->issue_ns);
     h.measured_ns = quantile(t, 0.5);
     for (size_t m = 0; m < kAllModels.size(); ++m) {
-      h.predicted_ns[m] = model_issue_ns(kAllModels[m], p, h.K, h.V_bytes, h.gap_ns);
+      h.predicted_ns[m] = kAllModels[m] == ModelKind::burst_gap
+                              ? predicted_issue_ns(p, *members.front())
+                              : model_issue_ns(kAllModels[m], p, h.K, h.V_bytes, h.gap_ns);
       h.rel_err[m] = (h.predicted_ns[m] - h.measured_ns) / h.measured_ns;
       errs[m].push_back(std::fabs(h.rel_err[m]));
     }

@@ -42,11 +42,25 @@ Prediction predict(const Profile& p, double K, double V, double G) {
   r.stall_ns = r.t_iss_ns - r.t0_ns;
   r.period_ns = r.t_iss_ns + G;
   r.utilisation = r.period_ns > 0 ? G / r.period_ns : 0.0;
-  // Net growth of the stage per burst when it never stalls: V - R*(T0 + G).
-  // The first Q / growth bursts fit into an empty stage without stalling.
+  // Net growth of the stage per burst while nothing stalls: g = V - R*(T0 + G).
+  // Burst n starts with n*g queued and peaks at n*g + V - R*T0, so bursts
+  // n <= (Q - V + R*T0) / g fit into an initially empty stage.
   const double growth = V - p.R_Bps * (r.t0_ns + G) * 1e-9;
-  r.transient_bursts = growth > 0 ? std::floor(p.Q_bytes / growth) : kInf;
+  if (r.regime == Regime::free || growth <= 0)
+    r.transient_bursts = kInf;
+  else if (r.exceeds_capacity || G >= r.gap_cap_ns)
+    r.transient_bursts = 0;  // every burst starts on an empty stage and overflows it
+  else
+    r.transient_bursts = std::max(0.0, std::floor((p.Q_bytes - V + p.R_Bps * r.t0_ns * 1e-9) / growth) + 1);
   return r;
+}
+
+double windowed_issue_ns(const Profile& p, double K, double V, double G, long first, long last) {
+  if (last <= first) throw Error("windowed_issue_ns: empty burst window");
+  const Prediction r = predict(p, K, V, G);
+  if (!std::isfinite(r.transient_bursts)) return r.t_iss_ns;
+  const double n_free = std::clamp(r.transient_bursts - first, 0.0, double(last - first));
+  return (n_free * r.t0_ns + (double(last - first) - n_free) * r.t_iss_ns) / double(last - first);
 }
 
 double single_burst_ns(const Profile& p, double K, double V) {

@@ -193,11 +193,16 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   r.mismatches = m.mismatches.fetch(1)[0];
   const auto calib = m.calib.fetch(size_t(pt.K) * 4);
   std::vector<double> ratio;
+  uint64_t first_start = ~0ull, last_end = 0;
   for (int k = 0; k < pt.K; ++k) {
+    first_start = std::min(first_start, calib[4 * k]);
+    last_end = std::max(last_end, calib[4 * k + 2]);
     const double dns = double(calib[4 * k + 2] - calib[4 * k]);
     if (dns > 0) ratio.push_back(double(calib[4 * k + 3] - calib[4 * k + 1]) / dns);
   }
   r.cycles_per_ns = ratio.empty() ? m.cycles_per_ns : median(ratio);
+  r.run_ns = double(last_end - first_start);
+  r.sustained_Bps = r.run_ns > 0 ? double(slot) * pt.bursts / (r.run_ns * 1e-9) : 0;
   const auto span = m.span.fetch(nrec);
   const auto start = m.start.fetch(nrec);
   const auto fence = pt.completion == Completion::fence ? m.fence.fetch(nrec) : std::vector<uint32_t>();

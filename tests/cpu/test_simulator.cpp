@@ -147,3 +147,22 @@ TEST(Simulator, RejectsBadSchedules) {
   bad[0].steps = {Step::store(-5)};
   EXPECT_THROW(simulate(stage_from_profile(p), bad), Error);
 }
+
+TEST(Simulator, WindowedMeanFollowsTheTransient) {
+  // Near the onset the stage takes many bursts to fill: the mean over a window
+  // of a finite run is between T0 and the steady state, as windowed_issue_ns says.
+  const Profile p = make(200, 50e9, 6e12, 52e9, 24e6);
+  const int K = 132;
+  const double V = 1.5 * 1048576;
+  const long N = 96, from = 32;
+  for (double G : {0.0, 10e3, 20e3, 25e3}) {
+    const SimResult r = simulate(stage_from_profile(p), periodic_programs(K, V, G, N));
+    std::vector<double> per(N, 0.0);
+    for (const auto& b : r.bursts) per[b.index] += b.issue_ns() / K;  // mean over producers
+    double sum = 0;
+    for (long i = from; i < N; ++i) sum += per[i];
+    const double sim = sum / (N - from);
+    const double model = windowed_issue_ns(p, K, V, G, from, N);
+    EXPECT_NEAR(sim, model, 0.05 * model) << "G=" << G;
+  }
+}

@@ -1,0 +1,112 @@
+#pragma once
+// The Ulysses all-to-all baseline on a World, in each available version, and
+// its nccl-tests-style benchmark. The permute is fused into the transfer: no
+// version runs a separate transpose over the whole tensor.
+//   copy-engine   one cudaMemcpy2DAsync per (src rank, dst rank, batch); the
+//                 pitches do the permute. Issued on the source rank's stream.
+//   store-kernel  one kernel launch per GPU (one for every rank under
+//                 `emulated`), warps storing rows to the peer pointers with the
+//                 widest aligned stores (16 bytes for bf16 with D % 8 == 0).
+//   nccl          pack to per-peer slots, ncclAlltoAll, unpack (nccl backend),
+//                 timed together.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xstage/device.hpp"
+#include "xstage/ulysses_layout.hpp"
+#include "xstage/world.hpp"
+
+namespace xstage {
+
+enum class A2aVersion { copy_engine, store_kernel, nccl };
+std::string to_string(A2aVersion v);  // "copy-engine", "store-kernel", "nccl"
+A2aVersion parse_a2a_version(std::string_view text);
+std::vector<A2aVersion> available_versions(Backend b);
+
+// Each local rank's source shard (its private device memory) and every
+// rank's destination shard (a symmetric buffer, written remotely), sized for
+// the largest layout they will serve.
+struct A2aBuffers {
+  std::vector<void*> input;  // [rank]; nullptr for ranks of other processes
+  const SymmetricBuffer* output = nullptr;
+  size_t shard_capacity = 0;
+  std::vector<void*> send_stage, recv_stage;  // [rank]; the nccl version only
+  size_t stage_capacity = 0;
+};
+// Padded per-rank staging NCCL's all-to-all needs: P slots of B * ceil(S/P) rows.
+size_t nccl_stage_bytes(const UlyssesLayout& layout);
+A2aBuffers alloc_a2a_buffers(World& world, size_t shard_capacity, size_t stage_capacity = 0);
+
+// One all-to-all, prepared (addresses resolved, descriptor lists uploaded).
+class A2aOp {
+ public:
+  A2aOp(World& world, const A2aBuffers& buffers, const UlyssesLayout& layout, A2aDirection direction,
+        A2aVersion version);
+  ~A2aOp();
+  A2aOp(const A2aOp&) = delete;
+  A2aOp& operator=(const A2aOp&) = delete;
+  // Enqueues on the local ranks' streams; call between world.fork() and world.join().
+  void enqueue();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Rank r's random source shard for `seed`: the same bytes in every process.
+std::vector<uint8_t> random_shard(size_t bytes, uint64_t seed, int rank);
+
+// Fills the local inputs with random_shard, poisons every local destination
+// with 0xFF bytes, runs `op` once and compares each local destination with the
+// CPU reference. Returns "" when bit-exact, else the first mismatch (rank, byte
+// offset, expected, got). Collective under the nccl backend.
+std::string check_a2a(World& world, const A2aBuffers& buffers, A2aOp& op, const UlyssesLayout& layout,
+                      A2aDirection direction, uint64_t seed);
+
+// Bus bandwidth per algorithm bandwidth (docs/design/comm.md): 1 for the
+// emulated backend (every byte crosses the one GPU's path), (P-1)/P^2 for
+// peer and nccl (the nccl-tests alltoall factor applied to one rank's share).
+double a2a_busbw_factor(Backend b, int ranks);
+
+struct A2aBenchOptions {
+  WorldOptions world;  // world.ranks < 1: emulated 8, peer every visible GPU, nccl WORLD_SIZE
+  double min_bytes = 1 << 20, max_bytes = 64 << 20, step_factor = 2;
+  int iters = 20, warmup = 5;
+  int64_t batch = 1, heads = 24, head_dim = 128;
+  size_t elem_bytes = 2;  // bf16
+  std::vector<A2aVersion> versions;      // empty: every available one
+  std::vector<A2aDirection> directions;  // empty: both
+  bool check = false;
+  uint64_t seed = 1;
+};
+
+struct A2aBenchRow {
+  std::string version, direction, placement, backend;
+  int ranks = 0;
+  int64_t B = 0, S = 0, H = 0, D = 0;  // 0 for the d2h reference row
+  double bytes = 0;                    // the whole all-to-all's payload, over all ranks
+  double time_us = 0, algbw_GBps = 0, busbw_GBps = 0;
+  std::string check = "-";  // "ok" once checked
+};
+
+struct A2aBenchReport {
+  bool leader = true;  // this process prints (rank 0)
+  std::string world;   // World::describe()
+  DeviceInfo device;
+  std::vector<A2aBenchRow> rows;
+};
+
+// CPU-only validation of everything the options can get wrong (run before
+// looking for a GPU); resolves world.ranks where it can.
+void validate_a2a_options(A2aBenchOptions& o);
+// The layouts of the sweep: S derived from each size (bytes = B*S*H*D*e,
+// rounded down); sizes below one row are dropped.
+std::vector<UlyssesLayout> a2a_sweep(const A2aBenchOptions& o);
+// Throws xstage::Error when there is no GPU, a check fails, or CUDA fails.
+A2aBenchReport run_a2a_bench(A2aBenchOptions o);
+
+}  // namespace xstage

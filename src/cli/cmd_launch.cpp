@@ -1,0 +1,31 @@
+// xstage launch: one process per rank on this host (RANK, WORLD_SIZE,
+// LOCAL_RANK as torchrun sets them), for the nccl backend.
+#include <cstdlib>
+
+#include "commands.hpp"
+#include "xstage/launch.hpp"
+
+namespace xstage::cli {
+
+namespace {
+struct LaunchArgs {
+  int nprocs = 0;
+  std::vector<std::string> command;
+};
+}  // namespace
+
+void add_launch_command(CLI::App& app) {
+  auto a = std::make_shared<LaunchArgs>();
+  auto* sub = app.add_subcommand(
+      "launch",
+      "Start N processes of COMMAND on this host with RANK, WORLD_SIZE, LOCAL_RANK set; wait for all, stop all when "
+      "one fails: xstage launch -n 2 -- xstage a2a --backend nccl");
+  sub->add_option("-n,--nprocs", a->nprocs, "Processes (ranks), one per GPU")->required();
+  sub->add_option("command", a->command, "The command after --, with its arguments")->required();
+  sub->callback([a] {
+    const int rc = launch_local(a->nprocs, a->command);
+    if (rc != 0) std::exit(rc);  // the failing rank has already said why
+  });
+}
+
+}  // namespace xstage::cli
