@@ -54,7 +54,12 @@ if [[ $stages == *sanitize* ]]; then
     done
   done
   timed san-memcheck-fence 120 $san --tool memcheck $X probe $small --store b32 --completion fence
-  if [ -f scripts/device-comm.sh ]; then timed san-comm 240 bash scripts/device-comm.sh sanitize "$X" "$B"; fi
+  a2a_small="a2a --backend emulated --ranks 3 --heads 6 --head-dim 72 -b 300000 -e 300000 -n 1 -w 0 --check"
+  for tool in memcheck racecheck synccheck; do
+    for pl in device host; do
+      timed "san-$tool-a2a-$pl" 120 $san --tool $tool $X $a2a_small --placement $pl
+    done
+  done
 fi
 
 if [[ $stages == *probe* ]]; then
@@ -74,8 +79,12 @@ if [[ $stages == *diag* ]]; then  # one-off diagnostics: K and warps at a fixed 
   note diag done "r/diag"
 fi
 
-if [[ $stages == *a2a* ]] && [ -f scripts/device-comm.sh ]; then
-  timed a2a 240 bash scripts/device-comm.sh bench "$X" "$B" "$OUT/r"
+if [[ $stages == *a2a* ]]; then
+  timed a2a-check 120 $X a2a --backend emulated --ranks 8 --placement host -b 1M -e 64M -f 4 -n 3 -w 1 --check
+  timed a2a-host 240 $X a2a --backend emulated --ranks 8 --placement host -b 1M -e 1G -f 2 -n 20 -w 5 \
+    -o "$OUT/r/a2a-emulated.csv"
+  timed a2a-device 120 $X a2a --backend emulated --ranks 8 --placement device -b 1M -e 1G -f 2 -n 20 -w 5 \
+    -o "$OUT/r/a2a-emulated-device.csv"
 fi
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" r
@@ -84,5 +93,6 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   cat "$OUT/r/env.txt" | sed -n 3,4p
   printf '%s\n' "${summary[@]}"
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
+  [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/probe-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-summary.txt"
 } | tee "$OUT/summary.txt"
