@@ -26,8 +26,9 @@ std::vector<PlannedPoint> plan_sweep(const std::string& sweep, Transport t, int 
   // path), so that long gaps show the (V - Q)/R floor and pin Q down.
   const std::vector<double> train_V = {256 * KiB * s, 1 * MiB * s, 4 * MiB * s, 16 * MiB * s, 64 * MiB * s};
   const std::vector<double> hold_V = {384 * KiB * s, 1.5 * MiB * s, 6 * MiB * s, 24 * MiB * s};
-  const std::vector<double> train_G = gaps(t == Transport::host ? 0.5 : 0.125, t == Transport::host ? 13 : 14);
-  const std::vector<double> hold_G = gaps(t == Transport::host ? 0.7 : 0.175, t == Transport::host ? 12 : 13);
+  // Gaps from well inside the drain regime to well past the capacity cap Q/R.
+  const std::vector<double> train_G = gaps(t == Transport::host ? 0.5 : 0.0625, t == Transport::host ? 13 : 11);
+  const std::vector<double> hold_G = gaps(t == Transport::host ? 0.7 : 0.0875, t == Transport::host ? 12 : 10);
   std::vector<int> train_K = {sms / 8, sms / 2, sms};
   std::vector<int> hold_K = {sms / 4, sms};
   if (full) train_K = {sms / 8, sms / 4, sms / 2, sms, 2 * sms};

@@ -138,7 +138,8 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   XSTAGE_CUDA(cudaSetDevice(m.device));
   if (pt.K < 1) throw Error(fmt::format("probe: K = {}; expected >= 1", pt.K));
   if (pt.warps < 1 || pt.warps > 32) throw Error(fmt::format("probe: warps = {}; expected 1..32", pt.warps));
-  if (pt.bursts < 1) throw Error(fmt::format("probe: bursts = {}; expected >= 1", pt.bursts));
+  if (pt.bursts < 1 || pt.bursts > int(probe::kMaxBursts))
+    throw Error(fmt::format("probe: bursts = {}; expected 1..{}", pt.bursts, probe::kMaxBursts));
   if (!(pt.gap_ns >= 0)) throw Error("probe: the gap must be >= 0");
   const uint64_t chunk = static_cast<uint64_t>(pt.V_bytes / pt.K) / 16 * 16;
   if (chunk == 0)
@@ -169,7 +170,10 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   kp.slots = static_cast<uint32_t>(std::min<uint64_t>(slots, 1u << 30));
   kp.chunk_bytes = static_cast<uint32_t>(chunk);
   kp.bursts = pt.bursts;
+  kp.slots_warm = slots_written;
   kp.gap_cycles = static_cast<uint64_t>(pt.gap_ns * m.cycles_per_ns);
+  // After the warm-up's fence the stage should be empty; 200 us more for margin.
+  kp.settle_cycles = static_cast<uint64_t>(200e3 * m.cycles_per_ns);
   kp.K = pt.K;
   kp.completion = pt.completion;
   kp.flags = m.flags;

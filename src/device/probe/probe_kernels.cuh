@@ -100,19 +100,47 @@ __device__ inline void receive_flags(const KernelParams& p) {
   }
 }
 
+// Per-burst records live in shared memory until the end of the run: a global
+// store from the issuing thread would queue behind its own stalled remote
+// stores (one memory pipeline per SM), and its wait would fall outside the
+// measured span, hiding part of the stall.
+struct BurstRecord {
+  uint64_t start_ns;
+  uint32_t span_cycles;
+  uint32_t fence_cycles;
+};
+static_assert(sizeof(BurstRecord) == 16, "records are copied out as 16-byte rows");
+
 template <StoreKind S, GapKind G>
 __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) {
   __shared__ alignas(128) uint32_t tile[S == StoreKind::bulk ? kTileWords : 1];
+  extern __shared__ BurstRecord records[];  // [p.bursts]
   const int k = blockIdx.x;
   if (k == p.K) {
     receive_flags(p);
     return;
   }
-  if (threadIdx.x == 0) {
-    p.calib[4 * k + 0] = ptx::globaltimer_ns();
-    p.calib[4 * k + 1] = ptx::clock_cycles();
-  }
   float acc = 1.0f + 1e-3f * (threadIdx.x + k);
+
+  // Warm-up: touch every slot this producer will write (address translations
+  // cached, pages resident), wait until it is visible, then let the stage empty.
+  if constexpr (S == StoreKind::bulk) {
+    for (uint32_t w = threadIdx.x; w < kTileWords; w += blockDim.x) tile[w] = pattern(0, w);
+    ptx::fence_proxy_async_shared();
+    __syncthreads();
+  }
+  for (uint32_t s = 0; s < p.slots_warm; ++s)
+    issue_burst<S>(p.dst + s * p.slot_bytes + uint64_t(k) * p.chunk_bytes, p.chunk_bytes, 0, tile);
+  if constexpr (S == StoreKind::bulk) ptx::bulk_wait_group_all();
+  ptx::fence_sc_sys();
+  __syncthreads();
+  gap_work<GapKind::spin>(p.settle_cycles, acc);
+  uint64_t calib_t0 = 0, calib_c0 = 0;  // the measured run starts here
+  if (threadIdx.x == 0) {
+    calib_t0 = ptx::globaltimer_ns();
+    calib_c0 = ptx::clock_cycles();
+  }
+
   for (uint32_t b = 0; b < p.bursts; ++b) {
     uint8_t* chunk = p.dst + (b % p.slots) * p.slot_bytes + uint64_t(k) * p.chunk_bytes;
     const uint32_t tag = burst_tag(b);
@@ -128,16 +156,12 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
     }
     issue_burst<S>(chunk, p.chunk_bytes, tag, tile);
     __syncthreads();
-    if (threadIdx.x == 0) {
-      const uint64_t c1 = ptx::clock_cycles();
-      p.span_cycles[b * p.K + k] = static_cast<uint32_t>(c1 - c0);
-      p.start_ns[b * p.K + k] = t0;
-    }
+    if (threadIdx.x == 0) records[b] = {t0, static_cast<uint32_t>(ptx::clock_cycles() - c0), 0u};
     if (p.completion == Completion::fence) {
       if constexpr (S == StoreKind::bulk) ptx::bulk_wait_group_all();
       ptx::fence_sc_sys();
       __syncthreads();
-      if (threadIdx.x == 0) p.fence_cycles[b * p.K + k] = static_cast<uint32_t>(ptx::clock_cycles() - c0);
+      if (threadIdx.x == 0) records[b].fence_cycles = static_cast<uint32_t>(ptx::clock_cycles() - c0);
     } else if (p.completion == Completion::flag) {
       if constexpr (S == StoreKind::bulk) {
         ptx::bulk_wait_group_all();  // each issuing thread's copies are written...
@@ -152,8 +176,16 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   }
   if constexpr (S == StoreKind::bulk) ptx::bulk_wait_group_all();
   if (threadIdx.x == 0) {
+    p.calib[4 * k + 0] = calib_t0;
+    p.calib[4 * k + 1] = calib_c0;
     p.calib[4 * k + 2] = ptx::globaltimer_ns();
     p.calib[4 * k + 3] = ptx::clock_cycles();
+  }
+  __syncthreads();
+  for (uint32_t b = threadIdx.x; b < p.bursts; b += blockDim.x) {
+    p.span_cycles[b * p.K + k] = records[b].span_cycles;
+    p.fence_cycles[b * p.K + k] = records[b].fence_cycles;
+    p.start_ns[b * p.K + k] = records[b].start_ns;
   }
   if (acc == -1.2345f) p.sink[k] = acc;  // never true; the compiler cannot know
 }

@@ -28,7 +28,13 @@ KernelFn pick_kernel(StoreKind s, GapKind g) {
 }  // namespace
 
 int launch_bursts(const KernelParams& p, StoreKind s, GapKind g, int blocks, int threads, cudaStream_t stream) {
-  pick_kernel(s, g)<<<blocks, threads, 0, stream>>>(p);
+  const KernelFn fn = pick_kernel(s, g);
+  const size_t smem = sizeof(BurstRecord) * p.bursts;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return static_cast<int>(e);
+  }
+  fn<<<blocks, threads, smem, stream>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -7,6 +7,9 @@
 
 namespace xstage::probe {
 
+// Bursts recorded per run: the records sit in shared memory (16 B each).
+constexpr uint32_t kMaxBursts = 2048;
+
 // The bulk-store source tile in shared memory; every store kind writes the
 // same pattern, which repeats every kTileBytes of a producer's chunk.
 constexpr uint32_t kTileBytes = 16384;
@@ -19,7 +22,9 @@ struct KernelParams {
   uint32_t slots;          // bursts rotate over this many slots of dst
   uint32_t chunk_bytes;    // one producer's share of a burst, a multiple of 16
   uint32_t bursts;
+  uint32_t slots_warm;     // slots touched by the warm-up pass before the measured bursts
   uint64_t gap_cycles;
+  uint64_t settle_cycles;  // pause after the warm-up, so the measured run starts on an empty stage
   int K;
   Completion completion;
   uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)
