@@ -56,8 +56,8 @@ struct Prober::Impl {
   uint64_t* flags = nullptr;
   void* host_flags = nullptr;
   double cycles_per_ns = 0;
-  DeviceArray<uint32_t> span, fence;
-  DeviceArray<uint64_t> start, visible, calib;
+  DeviceArray<uint32_t> gap_done, fence;
+  DeviceArray<uint64_t> start_cycles, start, visible, calib;
   DeviceArray<float> sink;
   DeviceArray<unsigned long long> mismatches;
   cudaStream_t stream = nullptr;
@@ -150,7 +150,8 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   if (slots == 0)
     throw Error(fmt::format("probe: V = {} B exceeds the destination buffer ({} B)", pt.V_bytes, m.dst_bytes));
   const size_t nrec = size_t(pt.bursts) * pt.K;
-  m.span.resize(nrec);
+  m.start_cycles.resize(nrec);
+  m.gap_done.resize(nrec);
   m.fence.resize(nrec);
   m.start.resize(nrec);
   m.visible.resize(pt.bursts);
@@ -178,7 +179,8 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   kp.completion = pt.completion;
   kp.flags = m.flags;
   kp.timeout_ns = 10'000'000'000ull;
-  kp.span_cycles = m.span.ptr;
+  kp.start_cycles = m.start_cycles.ptr;
+  kp.gap_cycles_done = m.gap_done.ptr;
   kp.fence_cycles = m.fence.ptr;
   kp.start_ns = m.start.ptr;
   kp.visible_ns = m.visible.ptr;
@@ -207,15 +209,21 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   r.cycles_per_ns = ratio.empty() ? m.cycles_per_ns : median(ratio);
   r.run_ns = double(last_end - first_start);
   r.sustained_Bps = r.run_ns > 0 ? double(slot) * pt.bursts / (r.run_ns * 1e-9) : 0;
-  const auto span = m.span.fetch(nrec);
+  const auto start_cycles = m.start_cycles.fetch(nrec);
+  const auto gap_done = m.gap_done.fetch(nrec);
   const auto start = m.start.fetch(nrec);
+  // Issue span of burst b: start of b to start of b+1 (or the end of the run), minus the gap computed.
+  auto span_cycles = [&](int b, int k) {
+    const uint64_t next = b + 1 < pt.bursts ? start_cycles[size_t(b + 1) * pt.K + k] : calib[4 * k + 3];
+    return double(next - start_cycles[size_t(b) * pt.K + k]) - double(gap_done[size_t(b) * pt.K + k]);
+  };
   const auto fence = pt.completion == Completion::fence ? m.fence.fetch(nrec) : std::vector<uint32_t>();
   const auto vis = pt.completion == Completion::flag ? m.visible.fetch(pt.bursts) : std::vector<uint64_t>();
   for (int b = 0; b < pt.bursts; ++b) {
     double mx = 0, sum = 0, fmx = 0;
     uint64_t first = ~0ull;
     for (int k = 0; k < pt.K; ++k) {
-      const double ns = span[size_t(b) * pt.K + k] / r.cycles_per_ns;
+      const double ns = span_cycles(b, k) / r.cycles_per_ns;
       mx = std::max(mx, ns);
       sum += ns;
       first = std::min(first, start[size_t(b) * pt.K + k]);

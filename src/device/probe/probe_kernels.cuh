@@ -100,16 +100,20 @@ __device__ inline void receive_flags(const KernelParams& p) {
   }
 }
 
-// Per-burst records live in shared memory until the end of the run: a global
-// store from the issuing thread would queue behind its own stalled remote
-// stores (one memory pipeline per SM), and its wait would fall outside the
-// measured span, hiding part of the stall.
+// What one producer's burst looked like, kept in shared memory until the end.
+// The issue span of burst b is derived on the host as the time from its start
+// to the next burst's start minus the gap actually computed: everything the
+// issuer spent not computing. Reading a clock around the stores alone is not
+// enough: a store the issuer makes afterwards (bookkeeping, even to shared
+// memory) waits in the SM's memory-instruction queue behind the stalled
+// remote stores, so part of the stall would fall outside the span.
 struct BurstRecord {
-  uint64_t start_ns;
-  uint32_t span_cycles;
-  uint32_t fence_cycles;
+  uint64_t start_ns;      // global timer at the burst's start
+  uint64_t start_cycles;  // SM clock at the burst's start
+  uint32_t gap_cycles;    // cycles spent in the gap after the burst
+  uint32_t fence_cycles;  // start to fence return (completion == fence)
 };
-static_assert(sizeof(BurstRecord) == 16, "records are copied out as 16-byte rows");
+static_assert(sizeof(BurstRecord) == 24, "records are 24 bytes in shared memory");
 
 template <StoreKind S, GapKind G>
 __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) {
@@ -149,14 +153,13 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
       ptx::fence_proxy_async_shared();  // ordinary smem writes -> visible to the TMA unit
     }
     __syncthreads();
-    uint64_t c0 = 0, t0 = 0;
+    uint64_t c0 = 0;
     if (threadIdx.x == 0) {
-      t0 = ptx::globaltimer_ns();
       c0 = ptx::clock_cycles();
+      records[b] = {ptx::globaltimer_ns(), c0, 0u, 0u};
     }
     issue_burst<S>(chunk, p.chunk_bytes, tag, tile);
     __syncthreads();
-    if (threadIdx.x == 0) records[b] = {t0, static_cast<uint32_t>(ptx::clock_cycles() - c0), 0u};
     if (p.completion == Completion::fence) {
       if constexpr (S == StoreKind::bulk) ptx::bulk_wait_group_all();
       ptx::fence_sc_sys();
@@ -172,9 +175,12 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
         ptx::st_release_sys_u64(p.flags + k, b + 1);
       }
     }
+    const uint64_t g0 = ptx::clock_cycles();
     gap_work<G>(p.gap_cycles, acc);
+    if (threadIdx.x == 0) records[b].gap_cycles = static_cast<uint32_t>(ptx::clock_cycles() - g0);
   }
   if constexpr (S == StoreKind::bulk) ptx::bulk_wait_group_all();
+  __syncthreads();  // the last burst ends when every thread has issued its stores
   if (threadIdx.x == 0) {
     p.calib[4 * k + 0] = calib_t0;
     p.calib[4 * k + 1] = calib_c0;
@@ -183,7 +189,8 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   }
   __syncthreads();
   for (uint32_t b = threadIdx.x; b < p.bursts; b += blockDim.x) {
-    p.span_cycles[b * p.K + k] = records[b].span_cycles;
+    p.start_cycles[b * p.K + k] = records[b].start_cycles;
+    p.gap_cycles_done[b * p.K + k] = records[b].gap_cycles;
     p.fence_cycles[b * p.K + k] = records[b].fence_cycles;
     p.start_ns[b * p.K + k] = records[b].start_ns;
   }

@@ -7,7 +7,7 @@
 
 namespace xstage::probe {
 
-// Bursts recorded per run: the records sit in shared memory (16 B each).
+// Bursts recorded per run: the records sit in shared memory (24 B each).
 constexpr uint32_t kMaxBursts = 2048;
 
 // The bulk-store source tile in shared memory; every store kind writes the
@@ -29,11 +29,12 @@ struct KernelParams {
   Completion completion;
   uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)
   uint64_t timeout_ns;     // receiver's flag wait
-  uint32_t* span_cycles;   // [bursts * K]
+  uint64_t* start_cycles;  // [bursts * K] SM clock at each burst's start
+  uint32_t* gap_cycles_done;  // [bursts * K] cycles spent in each gap
   uint32_t* fence_cycles;  // [bursts * K] (fence mode)
   uint64_t* start_ns;      // [bursts * K] globaltimer at each burst's start
   uint64_t* visible_ns;    // [bursts] (flag mode)
-  uint64_t* calib;         // [K * 4]: globaltimer, clock64 at start; globaltimer, clock64 at end
+  uint64_t* calib;         // [K * 4]: globaltimer, clock64 at start; globaltimer, clock64 after the last burst
   float* sink;             // never written in practice; keeps the gap work alive
 };
 
