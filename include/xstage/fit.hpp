@@ -5,7 +5,7 @@
 //   K, V_bytes, gap_ns, issue_ns            required
 //   complete_ns                             optional: burst start to remote visibility
 //   stat                                    optional: only rows whose stat is
-//                                           "mean" (the mean over producers) are used
+//                                           "run" (the run as a whole, see probe.hpp) are used
 //   set                                     optional: train / holdout / completion
 #include <map>
 #include <string>

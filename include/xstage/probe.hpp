@@ -46,6 +46,14 @@ struct ProbeMeasurement {
   std::vector<double> complete_ns;    // per burst (completion == flag): earliest start to the receiver seeing every flag
   double cycles_per_ns = 0;           // SM clock measured during the run
   double run_ns = 0;                  // first producer start to last producer end (global timer)
+  // The run's issue time per burst: for each producer, its own time from its
+  // first burst to the end of its last, minus its gaps, over the bursts; the
+  // slowest producer's. Producers drift apart under backpressure (arbitration
+  // is not fair): some finish early, their bursts short, while others wait.
+  // The slowest is active for the whole run, which cannot beat the drain; its
+  // mean is what the model of K producers in lock step predicts, and what a
+  // fused kernel's time sees.
+  double issue_run_ns = 0;
   double sustained_Bps = 0;           // bursts * V / run_ns: what really left the producers
   uint64_t mismatches = 0;            // destination words that differ from what was stored
   uint64_t checked_words = 0;

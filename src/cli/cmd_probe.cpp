@@ -145,16 +145,20 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
       warn(fmt::format("{}: destination check failed at K={} V={} G={}: {} of {} words differ", to_string(t), pt.K,
                        m.V_bytes, pt.gap_ns, m.mismatches, m.checked_words));
     }
-    const std::vector<double>* stats[] = {&m.issue_max_ns, &m.issue_mean_ns};
-    const char* names[] = {"max", "mean"};
-    for (int s = 0; s < 2; ++s) {
-      const auto st = steady(*stats[s]);
+    const std::vector<double> run_row = {m.issue_run_ns};
+    const std::vector<double>* stats[] = {&m.issue_max_ns, &m.issue_mean_ns, &run_row};
+    const char* names[] = {"max", "mean", "run"};
+    for (int s = 0; s < 3; ++s) {
+      // max/mean: per-producer spans over the steady bursts; run: the run as a whole, every burst.
+      const bool whole = s == 2;
+      const auto st = whole ? *stats[s] : steady(*stats[s]);
       // complete_ns: the system-scope fence returning (what a completion-coupled issuer waits for);
       // flag_ns: a receiver on the GPU seeing the release flag written after the burst.
       csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{:.4f}\n", to_string(t),
                          to_string(pt.store), to_string(pt.gap), to_string(pt.completion), pt.warps, pt.K,
-                         m.V_bytes, pt.gap_ns, pt.bursts, steady_from(pt.bursts), set, names[s], num(mean_of(st)),
-                         num(quantile_of(st, 0.1)), num(quantile_of(st, 0.9)), num((*stats[s])[0]),
+                         m.V_bytes, pt.gap_ns, pt.bursts, whole ? 0 : steady_from(pt.bursts), set, names[s],
+                         num(mean_of(st)), whole ? "" : num(quantile_of(st, 0.1)),
+                         whole ? "" : num(quantile_of(st, 0.9)), num((*stats[s == 2 ? 1 : s])[0]),
                          num(mean_of(steady(m.fence_ns))), num(mean_of(steady(m.complete_ns))), num(m.run_ns),
                          m.sustained_Bps, m.mismatches, m.checked_words, m.cycles_per_ns);
     }

@@ -56,7 +56,7 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
     }
     if (fields.size() != ncols)
       throw Error(fmt::format("{}: {} fields, but the header has {}", where, fields.size(), ncols));
-    if (col.count("stat") && fields[col["stat"]] != "mean") continue;
+    if (col.count("stat") && fields[col["stat"]] != "run") continue;
     Sample s;
     s.line = lineno;
     s.K = number(fields[col["K"]], where, "K");

@@ -173,8 +173,11 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   kp.bursts = pt.bursts;
   kp.slots_warm = slots_written;
   kp.gap_cycles = static_cast<uint64_t>(pt.gap_ns * m.cycles_per_ns);
-  // After the warm-up's fence the stage should be empty; 200 us more for margin.
-  kp.settle_cycles = static_cast<uint64_t>(200e3 * m.cycles_per_ns);
+  // The warm-up's fence does not wait for the far end of a PCIe path: let
+  // what it wrote drain (at >= 40 GB/s on the host path, 1 TB/s elsewhere) twice over.
+  const double warm_bytes = double(slot) * slots_written;
+  const double settle_ns = 200e3 + 2.0 * warm_bytes / (m.transport == Transport::host ? 40.0 : 1000.0);
+  kp.settle_cycles = static_cast<uint64_t>(settle_ns * m.cycles_per_ns);
   kp.K = pt.K;
   kp.completion = pt.completion;
   kp.flags = m.flags;
@@ -208,9 +211,15 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   }
   r.cycles_per_ns = ratio.empty() ? m.cycles_per_ns : median(ratio);
   r.run_ns = double(last_end - first_start);
-  r.sustained_Bps = r.run_ns > 0 ? double(slot) * pt.bursts / (r.run_ns * 1e-9) : 0;
-  const auto start_cycles = m.start_cycles.fetch(nrec);
   const auto gap_done = m.gap_done.fetch(nrec);
+  const auto start_cycles = m.start_cycles.fetch(nrec);
+  r.sustained_Bps = r.run_ns > 0 ? double(slot) * pt.bursts / (r.run_ns * 1e-9) : 0;
+  r.issue_run_ns = 0;
+  for (int k = 0; k < pt.K; ++k) {
+    double busy = double(calib[4 * k + 3] - start_cycles[k]);  // burst 0 start to the end, this producer
+    for (int b = 0; b < pt.bursts; ++b) busy -= double(gap_done[size_t(b) * pt.K + k]);
+    r.issue_run_ns = std::max(r.issue_run_ns, busy / pt.bursts / r.cycles_per_ns);
+  }
   const auto start = m.start.fetch(nrec);
   // Issue span of burst b: start of b to start of b+1 (or the end of the run), minus the gap computed.
   auto span_cycles = [&](int b, int k) {

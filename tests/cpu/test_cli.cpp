@@ -100,7 +100,7 @@ TEST(Cli, FitEndToEnd) {
     for (double K : {8.0, 32.0, 132.0})
       for (double V : {262144.0, 1048576.0, 8388608.0})
         for (double G : {0.0, 10e3, 40e3, 100e3, 400e3})
-          f << "mean," << K << "," << V << "," << G << "," << xstage::predict(truth, K, V, G).t_iss_ns << "\n";
+          f << "run," << K << "," << V << "," << G << "," << xstage::predict(truth, K, V, G).t_iss_ns << "\n";
   }
   const std::string out = ::testing::TempDir() + "/fitted.json";
   const CliRun r = run_cli("fit " + csv + " -o " + out + " --bootstrap 4");
