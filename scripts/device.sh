@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
-#   usage: scripts/device.sh [stage ...]   stages: build tests sanitize probe a2a (default: all)
+#   usage: scripts/device.sh [stage ...]
+#   stages: build tests sanitize probe a2a report bench diag (default: build tests sanitize probe a2a)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/xstage-out}
@@ -85,6 +86,14 @@ if [[ $stages == *a2a* ]]; then
     -o "$OUT/r/a2a-emulated.csv"
   timed a2a-device 120 $X a2a --backend emulated --ranks 8 --placement device -b 1M -e 1G -f 2 -n 20 -w 5 \
     -o "$OUT/r/a2a-emulated-device.csv"
+fi
+
+if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
+  (cd /tmp && timed report 180 "$OLDPWD/$X" report)
+fi
+
+if [[ $stages == *bench* ]] && [ -x $B/bench_simulator ]; then
+  timed bench-sim 60 $B/bench_simulator
 fi
 
 tar -czf "$OUT/results.tar.gz" -C "$OUT" r
