@@ -89,7 +89,7 @@ if [[ $stages == *a2a* ]]; then
 fi
 
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
-  (cd /tmp && timed report 180 "$OLDPWD/$X" report)
+  timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
 
 if [[ $stages == *bench* ]] && [ -x $B/bench_simulator ]; then
