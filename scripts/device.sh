@@ -2,7 +2,7 @@
 # One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
-#   stages: build tests sanitize probe a2a report bench diag (default: build tests sanitize probe a2a)
+#   stages: build tests sanitize probe a2a report bench multi diag (default: build tests sanitize probe a2a)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/xstage-out}
@@ -88,6 +88,17 @@ if [[ $stages == *a2a* ]]; then
     -o "$OUT/r/a2a-emulated-device.csv"
 fi
 
+if [[ $stages == *multi* ]]; then  # several GPUs: NVLink X-Stage, peer and nccl backends
+  nvidia-smi topo -m >"$OUT/r/topo.txt" 2>&1
+  timed probe-peer 300 $X probe --transport peer --sweep quick -o "$OUT/r/probe-peer"
+  tail -40 "$OUT/r/probe-peer.log" >"$OUT/r/probe-peer-summary.txt"
+  timed a2a-peer 240 $X a2a --backend peer --placement device -b 1M -e 1G -f 2 -n 20 -w 5 --check \
+    -o "$OUT/r/a2a-peer.csv"
+  n=$(nvidia-smi -L | wc -l)
+  timed a2a-nccl 240 $X launch -n "$n" -- bash -c \
+    "$PWD/$X a2a --backend nccl -b 1M -e 1G -f 2 -n 20 -w 5 --check -o $OUT/r/a2a-nccl-rank\$RANK.csv"
+fi
+
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -103,5 +114,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   printf '%s\n' "${summary[@]}"
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
+  [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
+  [ -f "$OUT/r/a2a-peer.log" ] && tail -4 "$OUT/r/a2a-peer.log"
   [ -f "$OUT/r/probe-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-summary.txt"
 } | tee "$OUT/summary.txt"
