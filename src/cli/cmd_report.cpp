@@ -53,7 +53,10 @@ void print_model_report(const Profile& p, int K) {
   const Prediction at0 = predict(p, K, V, 0);
   const double G = std::isfinite(at0.onset_gap_ns) ? at0.onset_gap_ns / 2 : at0.gap_cap_ns / 2;
   const Prediction pr = predict(p, K, V, G);
-  const long bursts = 40;
+  // Long enough to leave the transient (the stage starts empty) well behind.
+  const long bursts = std::isfinite(pr.transient_bursts)
+                          ? std::clamp(static_cast<long>(3 * pr.transient_bursts) + 20, 40L, 4000L)
+                          : 40L;
   StageConfig cfg = stage_from_profile(p);
   const SimResult r = simulate(cfg, periodic_programs(K, V, G, bursts));
   std::cout << fmt::format("\n== simulated: K = {}, V = {}, G = {} (half the onset gap), {} bursts ==\n", K,

@@ -1,6 +1,7 @@
 // xstage simulate: the event-driven X-Stage simulator on a periodic or a
 // heterogeneous (CSV) schedule, next to the closed form.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -97,6 +98,10 @@ void run_simulate(const SimulateArgs& a) {
   std::cout << fmt::format("total {}  (stage drained at {}), stalled {} summed over bursts, peak occupancy {}\n",
                            format_ns(r.total_ns), format_ns(r.drained_ns), format_ns(r.stalled_ns),
                            format_bytes(r.max_occupancy));
+  if (periodic && std::isfinite(pr.transient_bursts) && pr.transient_bursts >= skip)
+    warn(fmt::format("the stage fills only after ~{} bursts, more than the {} skipped: the 'steady state' below is "
+                     "still the transient (use more --bursts)",
+                     pr.transient_bursts, skip));
   if (periodic)
     std::cout << fmt::format("steady-state issue time: simulated {}, closed form {} ({}), {:+.2f}%\n",
                              format_ns(sim_steady), format_ns(pr.t_iss_ns), to_string(pr.regime),

@@ -73,7 +73,7 @@ TEST(Cli, ProfilesListsEmbedded) {
 }
 
 TEST(Cli, SimulatePeriodicAndSchedule) {
-  const CliRun r = run_cli("simulate --K 16 --V 1MiB --G 5us --bursts 40 --json");
+  const CliRun r = run_cli("simulate --K 16 --V 1MiB --G 5us --bursts 400 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   const json j = json::parse(r.out.substr(r.out.find('{')));
   EXPECT_NEAR(j["steady_issue_ns"].get<double>(), j["model_t_iss_ns"].get<double>(),
