@@ -68,24 +68,18 @@ if [[ $stages == *probe* ]]; then
   tail -40 "$OUT/r/probe.log" >"$OUT/r/probe-summary.txt"
 fi
 
-if [[ $stages == *diag* ]]; then  # one-off diagnostics: K and warps at a fixed burst
-  for K in 4 8 16 33 66 132; do
-    for w in 2 8 32; do
-      $X probe --transport host --K $K --warps $w --V 16MiB,4MiB --G 0,100us --bursts 64 --quiet \
-        -o "$OUT/r/diag/K$K-w$w" >>"$OUT/r/diag.log" 2>&1
-    done
-  done
-  $X probe --transport host --K 132 --V 16MiB --G 0 --bursts 64 --dst-size 2GiB --quiet -o "$OUT/r/diag/big" \
-    >>"$OUT/r/diag.log" 2>&1
-  note diag done "r/diag"
-fi
-
-if [[ $stages == *a2a* ]]; then
-  timed a2a-check 120 $X a2a --backend emulated --ranks 8 --placement host -b 1M -e 64M -f 4 -n 3 -w 1 --check
-  timed a2a-host 240 $X a2a --backend emulated --ranks 8 --placement host -b 1M -e 1G -f 2 -n 20 -w 5 \
-    -o "$OUT/r/a2a-emulated.csv"
-  timed a2a-device 120 $X a2a --backend emulated --ranks 8 --placement device -b 1M -e 1G -f 2 -n 20 -w 5 \
-    -o "$OUT/r/a2a-emulated-device.csv"
+if [[ $stages == *diag* ]]; then  # one-off diagnostics of the host path's stage (per-burst spans)
+  d="$OUT/r/diag"; mkdir -p "$d"
+  P="$X probe --transport host --K 132 --bursts 96 --quiet --bootstrap 0"
+  {
+    $P --V 256KiB --G 0,4us -o "$d/a" --bursts-out "$d/a-default.csv"
+    $P --V 256KiB --G 0,4us --no-warmup --settle 0 -o "$d/b" --bursts-out "$d/b-nowarm.csv"
+    $P --V 256KiB --G 0,4us --settle 20ms -o "$d/c" --bursts-out "$d/c-settle20ms.csv"
+    $P --V 256KiB --G 0,4us --dst-size 8MiB -o "$d/d" --bursts-out "$d/d-fewslots.csv"
+    $P --V 16MiB --G 0,512us -o "$d/e" --bursts-out "$d/e-16M.csv"
+    $P --V 16MiB --G 512us --no-warmup --settle 20ms -o "$d/f" --bursts-out "$d/f-16M-nowarm.csv"
+  } >"$OUT/r/diag.log" 2>&1
+  note diag "rc=$?" "r/diag"
 fi
 
 if [[ $stages == *multi* ]]; then  # several GPUs: NVLink X-Stage, peer and nccl backends

@@ -35,6 +35,8 @@ struct ProbePoint {
   StoreKind store = StoreKind::v4;
   GapKind gap = GapKind::spin;
   Completion completion = Completion::none;
+  bool warmup = true;     // touch every slot first (translations cached), then let the stage drain
+  double settle_ns = -1;  // pause before the measured bursts; < 0: long enough to drain the warm-up twice
 };
 
 struct ProbeMeasurement {

@@ -38,6 +38,9 @@ struct ProbeArgs {
   int bursts = 64;
   std::string store = "v4", gap_kind = "spin", completion = "none";
   bool quiet = false;
+  bool no_warmup = false;
+  std::string settle;         // custom sweep: pause before the measured bursts
+  std::string bursts_out;     // custom sweep: per-burst spans of every point
   OutputFlags out;
 };
 
@@ -121,6 +124,8 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
           p.store = parse_store_kind(a.store);
           p.gap = parse_gap_kind(a.gap_kind);
           p.completion = parse_completion(a.completion);
+          p.warmup = !a.no_warmup;
+          if (!a.settle.empty()) p.settle_ns = parse_time_ns(a.settle, "--settle");
           plan.push_back({p, "train"});
         }
   } else {
@@ -138,8 +143,13 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
          "cycles_per_ns\n";
   TransportOutcome outcome;
   size_t done = 0, last_pct = 0;
+  std::string per_burst = "K,V_bytes,gap_ns,burst,issue_mean_ns,issue_max_ns,fence_ns,flag_ns\n";
   for (const auto& [pt, set] : plan) {
     const ProbeMeasurement m = prober.run(pt);
+    for (size_t b = 0; b < m.issue_mean_ns.size(); ++b)
+      per_burst += fmt::format("{},{},{},{},{:.6g},{:.6g},{},{}\n", pt.K, m.V_bytes, pt.gap_ns, b, m.issue_mean_ns[b],
+                               m.issue_max_ns[b], b < m.fence_ns.size() ? num(m.fence_ns[b]) : "",
+                               b < m.complete_ns.size() ? num(m.complete_ns[b]) : "");
     if (m.mismatches) {
       ++outcome.bad_points;
       warn(fmt::format("{}: destination check failed at K={} V={} G={}: {} of {} words differ", to_string(t), pt.K,
@@ -170,6 +180,7 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
     }
   }
   std::filesystem::create_directories(a.out_dir);
+  if (!a.bursts_out.empty()) write_text(a.bursts_out, per_burst);
   const std::string csv_path = fmt::format("{}/probe-{}.csv", a.out_dir, to_string(t));
   write_text(csv_path, csv);
 
@@ -333,6 +344,9 @@ void add_probe_command(CLI::App& app) {
   sub->add_option("--gap-kind", a->gap_kind, "Custom sweep: spin, fma or mma")->capture_default_str();
   sub->add_option("--completion", a->completion, "Custom sweep: none, fence or flag")->capture_default_str();
   sub->add_flag("--quiet", a->quiet, "No progress lines");
+  sub->add_flag("--no-warmup", a->no_warmup, "Custom sweep: no warm-up pass before the measured bursts");
+  sub->add_option("--settle", a->settle, "Custom sweep: pause before the measured bursts (default: drain the warm-up)");
+  sub->add_option("--bursts-out", a->bursts_out, "Write every burst's spans (all points) to this CSV");
   sub->callback([a] { run_probe(*a); });
 
   auto v = std::make_shared<std::pair<std::string, std::string>>();

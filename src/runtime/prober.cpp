@@ -171,12 +171,13 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   kp.slots = static_cast<uint32_t>(std::min<uint64_t>(slots, 1u << 30));
   kp.chunk_bytes = static_cast<uint32_t>(chunk);
   kp.bursts = pt.bursts;
-  kp.slots_warm = slots_written;
+  kp.slots_warm = pt.warmup ? slots_written : 0;
   kp.gap_cycles = static_cast<uint64_t>(pt.gap_ns * m.cycles_per_ns);
   // The warm-up's fence does not wait for the far end of a PCIe path: let
   // what it wrote drain (at >= 40 GB/s on the host path, 1 TB/s elsewhere) twice over.
-  const double warm_bytes = double(slot) * slots_written;
-  const double settle_ns = 200e3 + 2.0 * warm_bytes / (m.transport == Transport::host ? 40.0 : 1000.0);
+  const double warm_bytes = double(slot) * kp.slots_warm;
+  const double settle_ns =
+      pt.settle_ns >= 0 ? pt.settle_ns : 200e3 + 2.0 * warm_bytes / (m.transport == Transport::host ? 40.0 : 1000.0);
   kp.settle_cycles = static_cast<uint64_t>(settle_ns * m.cycles_per_ns);
   kp.K = pt.K;
   kp.completion = pt.completion;
