@@ -35,7 +35,7 @@ struct Range {
 };
 
 struct Uncertainty {  // one standard deviation, same units as the parameter
-  double fixed_ns = 0, per_producer_Bps = 0, aggregate_Bps = 0, R_Bps = 0, Q_bytes = 0;
+  double fixed_ns = 0, per_producer_Bps = 0, aggregate_Bps = 0, R_Bps = 0, Q_bytes = 0, Q_fill_bytes = 0;
 };
 
 struct Profile {
@@ -44,7 +44,13 @@ struct Profile {
   std::string status;     // "measured", "nominal" or "placeholder"
   IssueCost t0;
   double R_Bps = 0.0;       // drain rate of the X-Stage
-  double Q_bytes = 0.0;     // outstanding capacity of the X-Stage
+  double Q_bytes = 0.0;     // outstanding capacity of the X-Stage (what a drained stage absorbs)
+  // What an empty stage fills up to under back-to-back bursts before the issuer
+  // stalls (the transient). On the H200's host path this is far below Q: the
+  // stage absorbs tens of MB after a long idle gap but only a few MB when fed
+  // continuously (docs/model.md). 0: same as Q_bytes.
+  double Q_fill_bytes = 0.0;
+  double fill_capacity() const { return Q_fill_bytes > 0 ? Q_fill_bytes : Q_bytes; }
   double latency_ns = 0.0;  // empty-stage store-to-visibility latency (completion-coupled counterfactual)
   std::optional<Range> K_range;  // what the fit saw; predictions outside get a warning
   std::optional<Range> V_range;

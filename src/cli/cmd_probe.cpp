@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -103,6 +104,118 @@ struct TransportOutcome {
   uint64_t bad_points = 0;
 };
 
+// Fits one probe CSV (and, with held-out rows, validates it); writes
+// profile-<transport>.json (and validation-<transport>.json) into out_dir.
+// Everything about the measurement (transport, device, clock, copy engine)
+// comes from the CSV's "# key: value" lines, so a CSV can be refitted later.
+TransportOutcome analyse_csv(const std::string& csv, const std::string& csv_path, const std::string& out_dir,
+                             bool validate, int bootstrap) {
+  TransportOutcome outcome;
+  const SampleSet set = parse_samples_csv(csv, csv_path);
+  auto meta = [&](const char* key) {
+    auto it = set.metadata.find(key);
+    if (it == set.metadata.end()) throw Error(fmt::format("{}: no '# {}:' line", csv_path, key));
+    return it->second;
+  };
+  const std::string transport = meta("transport");
+  const double ce = std::stod(meta("copy_engine_Bps"));
+  const std::string device = meta("device");
+  FitOptions opt;
+  opt.bootstrap = bootstrap;
+  FitResult fit;
+  Validation val;
+  if (validate) {
+    val = validate_holdout(set.samples, opt);
+    fit = val.fit;
+  } else {
+    fit = fit_profile(set.samples, opt);
+  }
+  Profile& p = fit.profile;
+  p.name = device.find("H200") != std::string::npos
+               ? fmt::format("h200-{}", transport == "host" ? "host-pcie" : transport)
+               : fmt::format("measured-{}", transport);
+  p.transport = transport;
+  p.provenance = {device, meta("driver"), meta("date"), meta("commit"), meta("command"),
+                  fmt::format("measured by the command above (SM clock {} MHz measured; copy engine {:.1f} GB/s on the "
+                              "same path); fitted on {} training rows of {} by xstage {}: {}",
+                              meta("sm_clock_mhz_measured"), ce / 1e9, fit.samples, csv_path, XSTAGE_GIT_COMMIT,
+                              command_line())};
+  save_profile(p, fmt::format("{}/profile-{}.json", out_dir, transport));
+  outcome.profile = p;
+  outcome.fitted = true;
+
+  std::cout << fmt::format("\n== {}: {} training rows, fit median |rel err| {:.2f}% ==\n", transport, fit.samples,
+                           100 * fit.median_abs_rel_err);
+  const Uncertainty u = p.sigma.value_or(Uncertainty{});
+  std::cout << fmt::format("R = {} +- {} ({:.1f}% of the copy engine's {}), Q = {} +- {}, Q_fill = {}\n",
+                           format_rate(p.R_Bps), format_rate(u.R_Bps), 100 * p.R_Bps / ce, format_rate(ce),
+                           format_bytes(p.Q_bytes), format_bytes(u.Q_bytes), format_bytes(p.fill_capacity()));
+  std::cout << fmt::format("T0 = {} + V / min(K x {}, {}), latency {}\n", format_ns(p.t0.fixed_ns),
+                           format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps), format_ns(p.latency_ns));
+  for (const auto& n : fit.notes) std::cout << "note: " << n << "\n";
+  if (!validate) return outcome;
+
+  Table t2({"model", "median |rel err|", "p90 |rel err|", "held-out points"});
+  for (size_t i = 0; i < kAllModels.size(); ++i)
+    t2.add({to_string(kAllModels[i]), fmt::format("{:.1f}%", 100 * val.errors[i].median_rel_err),
+            fmt::format("{:.1f}%", 100 * val.errors[i].p90_rel_err), std::to_string(val.errors[i].points)});
+  std::cout << t2.text();
+  std::cout << fmt::format("backpressure onset gap: median |rel err| {:.1f}% over {} series\n",
+                           100 * val.onset_gap_err, val.onsets.size());
+
+  json pts = json::array();
+  for (const auto& h : val.points) {
+    json row{{"K", h.K}, {"V_bytes", h.V_bytes}, {"gap_ns", h.gap_ns}, {"measured_ns", h.measured_ns},
+             {"regime", to_string(h.regime)}};
+    for (size_t i = 0; i < kAllModels.size(); ++i) {
+      row[std::string(to_string(kAllModels[i])) + "_ns"] = h.predicted_ns[i];
+      row[std::string(to_string(kAllModels[i])) + "_rel_err"] = h.rel_err[i];
+    }
+    pts.push_back(row);
+  }
+  json onsets = json::array();
+  for (const auto& o : val.onsets)
+    onsets.push_back({{"K", o.K}, {"V_bytes", o.V_bytes}, {"measured_ns", o.measured_ns},
+                      {"predicted_ns", o.predicted_ns}, {"rel_err", o.rel_err}});
+  json models;
+  for (size_t i = 0; i < kAllModels.size(); ++i) models[to_string(kAllModels[i])] = errors_json(val.errors[i]);
+  outcome.validation = {{"transport", transport},
+                        {"R_Bps", p.R_Bps},
+                        {"Q_bytes", p.Q_bytes},
+                        {"Q_fill_bytes", p.fill_capacity()},
+                        {"T0", {{"fixed_ns", p.t0.fixed_ns},
+                                {"per_producer_Bps", p.t0.per_producer_Bps},
+                                {"aggregate_Bps", p.t0.aggregate_Bps}}},
+                        {"latency_ns", p.latency_ns},
+                        {"copy_engine_Bps", ce},
+                        {"R_over_copy_engine", p.R_Bps / ce},
+                        {"onset_gap_err", val.onset_gap_err},
+                        {"models", models},
+                        {"fit_median_abs_rel_err", fit.median_abs_rel_err},
+                        {"fit_notes", fit.notes},
+                        {"samples_csv", csv_path},
+                        {"measured", {{"device", device}, {"date", meta("date")}, {"commit", meta("commit")},
+                                      {"command", meta("command")}}},
+                        {"fitted", {{"commit", XSTAGE_GIT_COMMIT}, {"command", command_line()}}},
+                        {"heldout", pts},
+                        {"onsets", onsets}};
+  write_text(fmt::format("{}/validation-{}.json", out_dir, transport), outcome.validation.dump(2) + "\n");
+  return outcome;
+}
+
+// probe-validation.json: per transport R, Q, T0, copy engine and the models' errors (no per-point rows).
+void write_summary(const std::vector<TransportOutcome>& outcomes, const std::string& out_dir) {
+  json all = {{"fitted_by_commit", XSTAGE_GIT_COMMIT}, {"command", command_line()}, {"transports", json::array()}};
+  for (const auto& o : outcomes) {
+    if (o.validation.is_null()) continue;
+    json slim = o.validation;
+    slim.erase("heldout");
+    slim.erase("onsets");
+    all["transports"].push_back(slim);
+  }
+  if (!all["transports"].empty()) write_text(out_dir + "/probe-validation.json", all.dump(2) + "\n");
+}
+
 TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceInfo& dev) {
   Prober prober(t, a.device, static_cast<size_t>(parse_size_bytes(a.dst_size, "--dst-size")));
   const double clock_mhz = prober.cycles_per_ns() * 1e3;
@@ -184,88 +297,18 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   const std::string csv_path = fmt::format("{}/probe-{}.csv", a.out_dir, to_string(t));
   write_text(csv_path, csv);
 
-  const SampleSet set = parse_samples_csv(csv, csv_path);
-  FitOptions opt;
-  opt.bootstrap = a.bootstrap;
-  const bool validate = !custom;
-  FitResult fit;
-  Validation val;
-  if (custom && set.samples.size() < 5) {
+  if (custom && plan.size() < 5) {
     std::cout << fmt::format("{}: {} points measured (fewer than 5: no fit), {}\n", to_string(t), plan.size(),
                              csv_path);
     return outcome;
   }
-  if (validate) {
-    val = validate_holdout(set.samples, opt);
-    fit = val.fit;
-  } else {
-    fit = fit_profile(set.samples, opt);
+  const uint64_t bad = outcome.bad_points;
+  outcome = analyse_csv(csv, csv_path, a.out_dir, /*validate=*/!custom, a.bootstrap);
+  outcome.bad_points = bad;
+  if (!outcome.validation.is_null()) {
+    outcome.validation["destination_check_failures"] = bad;
+    write_text(fmt::format("{}/validation-{}.json", a.out_dir, to_string(t)), outcome.validation.dump(2) + "\n");
   }
-  Profile& p = fit.profile;
-  p.name = fmt::format("h200-{}", t == Transport::host ? "host-pcie" : to_string(t));
-  if (dev.name.find("H200") == std::string::npos) p.name = fmt::format("measured-{}", to_string(t));
-  p.transport = to_string(t);
-  p.provenance = {dev.name, dev.driver, now_iso(), XSTAGE_GIT_COMMIT, command_line(),
-                  fmt::format("xstage probe --sweep {}; fitted on {} training rows of {}; SM clock {:.0f} MHz measured; "
-                              "copy engine {:.1f} GB/s on the same path",
-                              custom ? "custom" : a.sweep, fit.samples, csv_path, clock_mhz, ce / 1e9)};
-  save_profile(p, fmt::format("{}/profile-{}.json", a.out_dir, to_string(t)));
-  outcome.profile = p;
-  outcome.fitted = true;
-
-  std::cout << fmt::format("\n== {}: {} points, fit median |rel err| {:.2f}% ==\n", to_string(t), plan.size(),
-                           100 * fit.median_abs_rel_err);
-  const Uncertainty u = p.sigma.value_or(Uncertainty{});
-  std::cout << fmt::format("R = {} +- {} ({:.1f}% of the copy engine's {}), Q = {} +- {}\n", format_rate(p.R_Bps),
-                           format_rate(u.R_Bps), 100 * p.R_Bps / ce, format_rate(ce), format_bytes(p.Q_bytes),
-                           format_bytes(u.Q_bytes));
-  std::cout << fmt::format("T0 = {} + V / min(K x {}, {}), latency {}\n", format_ns(p.t0.fixed_ns),
-                           format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps), format_ns(p.latency_ns));
-  for (const auto& n : fit.notes) std::cout << "note: " << n << "\n";
-  if (!validate) return outcome;
-
-  Table t2({"model", "median |rel err|", "p90 |rel err|", "held-out points"});
-  for (size_t i = 0; i < kAllModels.size(); ++i)
-    t2.add({to_string(kAllModels[i]), fmt::format("{:.1f}%", 100 * val.errors[i].median_rel_err),
-            fmt::format("{:.1f}%", 100 * val.errors[i].p90_rel_err), std::to_string(val.errors[i].points)});
-  std::cout << t2.text();
-  std::cout << fmt::format("backpressure onset gap: median |rel err| {:.1f}% over {} series\n",
-                           100 * val.onset_gap_err, val.onsets.size());
-
-  json pts = json::array();
-  for (const auto& h : val.points) {
-    json row{{"K", h.K}, {"V_bytes", h.V_bytes}, {"gap_ns", h.gap_ns}, {"measured_ns", h.measured_ns},
-             {"regime", to_string(h.regime)}};
-    for (size_t i = 0; i < kAllModels.size(); ++i) {
-      row[std::string(to_string(kAllModels[i])) + "_ns"] = h.predicted_ns[i];
-      row[std::string(to_string(kAllModels[i])) + "_rel_err"] = h.rel_err[i];
-    }
-    pts.push_back(row);
-  }
-  json onsets = json::array();
-  for (const auto& o : val.onsets)
-    onsets.push_back({{"K", o.K}, {"V_bytes", o.V_bytes}, {"measured_ns", o.measured_ns},
-                      {"predicted_ns", o.predicted_ns}, {"rel_err", o.rel_err}});
-  json models;
-  for (size_t i = 0; i < kAllModels.size(); ++i) models[to_string(kAllModels[i])] = errors_json(val.errors[i]);
-  outcome.validation = {{"transport", to_string(t)},
-                        {"R_Bps", p.R_Bps},
-                        {"Q_bytes", p.Q_bytes},
-                        {"T0", {{"fixed_ns", p.t0.fixed_ns},
-                                {"per_producer_Bps", p.t0.per_producer_Bps},
-                                {"aggregate_Bps", p.t0.aggregate_Bps}}},
-                        {"latency_ns", p.latency_ns},
-                        {"copy_engine_Bps", ce},
-                        {"R_over_copy_engine", p.R_Bps / ce},
-                        {"onset_gap_err", val.onset_gap_err},
-                        {"models", models},
-                        {"fit_median_abs_rel_err", fit.median_abs_rel_err},
-                        {"fit_notes", fit.notes},
-                        {"destination_check_failures", outcome.bad_points},
-                        {"samples_csv", csv_path},
-                        {"heldout", pts},
-                        {"onsets", onsets}};
-  write_text(fmt::format("{}/validation-{}.json", a.out_dir, to_string(t)), outcome.validation.dump(2) + "\n");
   return outcome;
 }
 
@@ -292,23 +335,12 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
     throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");
   const DeviceInfo dev = device_info(a.device);
   std::vector<TransportOutcome> outcomes;
-  json all = {{"device", dev.name}, {"driver", dev.driver}, {"date", now_iso()}, {"commit", XSTAGE_GIT_COMMIT},
-              {"command", command_line()}, {"transports", json::array()}};
   uint64_t bad = 0;
   for (Transport t : transports) {
     outcomes.push_back(probe_transport(a, t, dev));
     bad += outcomes.back().bad_points;
-    if (!outcomes.back().validation.is_null()) all["transports"].push_back(outcomes.back().validation);
   }
-  if (!all["transports"].empty()) {
-    // The summary other tools read: per transport R, Q, T0, copy engine, errors.
-    json slim = all;
-    for (auto& tr : slim["transports"]) {
-      tr.erase("heldout");
-      tr.erase("onsets");
-    }
-    write_text(a.out_dir + "/probe-validation.json", slim.dump(2) + "\n");
-  }
+  write_summary(outcomes, a.out_dir);
   if (bad) throw Error(fmt::format("probe: the destination check failed on {} points (see the warnings)", bad));
   return outcomes;
 }
@@ -349,27 +381,30 @@ void add_probe_command(CLI::App& app) {
   sub->add_option("--bursts-out", a->bursts_out, "Write every burst's spans (all points) to this CSV");
   sub->callback([a] { run_probe(*a); });
 
-  auto v = std::make_shared<std::pair<std::string, std::string>>();
-  auto* val = app.add_subcommand("validate", "Fit the training rows of a probe CSV and predict its held-out rows");
-  val->add_option("samples", v->first, "Probe CSV with a set column (train/holdout/completion)")->required();
-  val->add_option("-o,--output", v->second, "Write the validation JSON here");
+  struct ValidateArgs {
+    std::vector<std::string> csvs;
+    std::string out_dir = "validation-out";
+    int bootstrap = 40;
+  };
+  auto v = std::make_shared<ValidateArgs>();
+  auto* val = app.add_subcommand("validate",
+                                 "Refit probe CSVs (training rows) and predict their held-out rows: profiles, "
+                                 "validation files and probe-validation.json");
+  val->add_option("samples", v->csvs, "Probe CSVs (xstage probe output, with a set column)")->required();
+  val->add_option("-o,--out-dir", v->out_dir, "Folder for profile-<t>.json, validation-<t>.json, probe-validation.json")
+      ->capture_default_str();
+  val->add_option("--bootstrap", v->bootstrap, "Bootstrap resamples for the fit's uncertainties")->capture_default_str();
   val->callback([v] {
-    const SampleSet set = read_samples_csv(v->first);
-    const Validation r = validate_holdout(set.samples);
-    Table t({"model", "median |rel err|", "p90 |rel err|", "points"});
-    json models;
-    for (size_t i = 0; i < kAllModels.size(); ++i) {
-      t.add({to_string(kAllModels[i]), fmt::format("{:.1f}%", 100 * r.errors[i].median_rel_err),
-             fmt::format("{:.1f}%", 100 * r.errors[i].p90_rel_err), std::to_string(r.errors[i].points)});
-      models[to_string(kAllModels[i])] = errors_json(r.errors[i]);
+    std::filesystem::create_directories(v->out_dir);
+    std::vector<TransportOutcome> outcomes;
+    for (const auto& path : v->csvs) {
+      std::ifstream in(path);
+      if (!in) throw Error(fmt::format("{}: cannot open for reading", path));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      outcomes.push_back(analyse_csv(ss.str(), path, v->out_dir, /*validate=*/true, v->bootstrap));
     }
-    std::cout << t.text()
-              << fmt::format("onset gap median |rel err| {:.1f}% over {} series\n", 100 * r.onset_gap_err,
-                             r.onsets.size());
-    if (!v->second.empty())
-      write_text(v->second, json{{"R_Bps", r.fit.profile.R_Bps}, {"Q_bytes", r.fit.profile.Q_bytes},
-                                 {"onset_gap_err", r.onset_gap_err}, {"models", models}}
-                                    .dump(2) + "\n");
+    write_summary(outcomes, v->out_dir);
   });
 }
 

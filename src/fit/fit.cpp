@@ -14,7 +14,7 @@
 namespace xstage {
 namespace {
 
-constexpr int kParams = 5;  // log(fixed+1), log(per_producer), log(aggregate), log(R), log(Q)
+constexpr int kParams = 6;  // log(fixed+1), log(per_producer), log(aggregate), log(R), log(Q), log(Q_fill)
 
 Profile profile_of(const std::vector<double>& x) {
   Profile p;
@@ -23,12 +23,13 @@ Profile profile_of(const std::vector<double>& x) {
   p.t0.aggregate_Bps = std::exp(x[2]);
   p.R_Bps = std::exp(x[3]);
   p.Q_bytes = std::exp(x[4]);
+  p.Q_fill_bytes = std::exp(x[5]);
   return p;
 }
 
 std::vector<double> params_of(const Profile& p) {
   return {std::log(p.t0.fixed_ns + 1.0), std::log(p.t0.per_producer_Bps), std::log(p.t0.aggregate_Bps),
-          std::log(p.R_Bps), std::log(p.Q_bytes)};
+          std::log(p.R_Bps), std::log(p.Q_bytes), std::log(p.fill_capacity())};
 }
 
 double quantile(std::vector<double> v, double q) {
@@ -110,16 +111,21 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
   }
   const double R0 = quantile(drain_rate, 0.9);
   std::vector<std::vector<double>> starts;
+  bool windowed = false;
+  for (const Sample& m : s) windowed |= m.bursts > 0;
   for (double qs : {0.5e-6, 5e-6, 50e-6, 500e-6})
-    for (double fixed_frac : {0.1, 0.6}) {
-      Profile p;
-      p.t0.fixed_ns = fixed_frac * quantile(times, 0.0);
-      p.t0.per_producer_Bps = quantile(prod_rate, 0.95);
-      p.t0.aggregate_Bps = quantile(rate, 0.95) * 1.2;
-      p.R_Bps = R0;
-      p.Q_bytes = R0 * qs;
-      starts.push_back(params_of(p));
-    }
+    for (double fixed_frac : {0.1, 0.6})
+      for (double fill : {1.0, 0.1, 0.01}) {
+        if (!windowed && fill != 1.0) continue;  // the fill capacity only shows in windowed runs
+        Profile p;
+        p.t0.fixed_ns = fixed_frac * quantile(times, 0.0);
+        p.t0.per_producer_Bps = quantile(prod_rate, 0.95);
+        p.t0.aggregate_Bps = quantile(rate, 0.95) * 1.2;
+        p.R_Bps = R0;
+        p.Q_bytes = R0 * qs;
+        p.Q_fill_bytes = p.Q_bytes * fill;
+        starts.push_back(params_of(p));
+      }
   const Objective all{&s, nullptr, opt.loss_scale};
   std::vector<double> x = minimise(all, starts, 3000);
   Profile p = profile_of(x);
@@ -141,7 +147,7 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
   }
 
   // What the data pins down.
-  bool any_drain = false, any_capacity = false, any_saturated = false, any_unsaturated = false;
+  bool any_drain = false, any_capacity = false, any_saturated = false, any_unsaturated = false, any_fill = false;
   double q_lower = 0, max_K = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     if (outlier[i]) continue;
@@ -151,6 +157,10 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
     const bool drain = pr.drain_ns > pr.t0_ns * 1.02;
     any_drain |= drain;
     if (drain && m.gap_ns >= pr.gap_cap_ns) any_capacity = true;
+    // The fill capacity shows only where a run's window sees the end of the transient.
+    if (m.bursts > 0 && std::isfinite(pr.transient_bursts) && pr.transient_bursts > m.steady_from &&
+        pr.transient_bursts < m.bursts)
+      any_fill = true;
     if (drain && m.gap_ns < pr.gap_cap_ns) q_lower = std::max(q_lower, (m.gap_ns + p.t0.fixed_ns) * 1e-9 * p.R_Bps);
     if (m.K * p.t0.per_producer_Bps > p.t0.aggregate_Bps * 1.02) any_saturated = true; else any_unsaturated = true;
   }
@@ -164,6 +174,10 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
     res.notes.push_back(fmt::format(
         "Q is a lower bound ({}): no burst overflowed a drained stage (use V larger than Q with long gaps)",
         format_bytes(p.Q_bytes)));
+  }
+  if (!any_fill) {
+    p.Q_fill_bytes = 0;  // the same as Q
+    res.notes.push_back("the fill capacity is not identified (no run ends its transient inside its window): Q_fill = Q");
   }
   if (!any_saturated) {
     p.t0.aggregate_Bps = std::max(p.t0.per_producer_Bps, max_K * p.t0.per_producer_Bps);
@@ -193,12 +207,13 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
       draws.push_back(r.x);
     }
     Uncertainty u;
-    double* fields[] = {&u.fixed_ns, &u.per_producer_Bps, &u.aggregate_Bps, &u.R_Bps, &u.Q_bytes};
+    double* fields[] = {&u.fixed_ns, &u.per_producer_Bps, &u.aggregate_Bps, &u.R_Bps, &u.Q_bytes, &u.Q_fill_bytes};
     for (int k = 0; k < kParams; ++k) {
       std::vector<double> v;
       for (auto& d : draws) {
         const Profile q = profile_of(d);
-        const double vals[] = {q.t0.fixed_ns, q.t0.per_producer_Bps, q.t0.aggregate_Bps, q.R_Bps, q.Q_bytes};
+        const double vals[] = {q.t0.fixed_ns, q.t0.per_producer_Bps, q.t0.aggregate_Bps, q.R_Bps, q.Q_bytes,
+                               q.fill_capacity()};
         v.push_back(vals[k]);
       }
       // Robust spread (half the 16-84 percentile range) so one wild resample does not dominate.

@@ -44,14 +44,15 @@ Prediction predict(const Profile& p, double K, double V, double G) {
   r.utilisation = r.period_ns > 0 ? G / r.period_ns : 0.0;
   // Net growth of the stage per burst while nothing stalls: g = V - R*(T0 + G).
   // Burst n starts with n*g queued and peaks at n*g + V - R*T0, so bursts
-  // n <= (Q - V + R*T0) / g fit into an initially empty stage.
+  // n <= (Q_fill - V + R*T0) / g fit into an initially empty stage.
   const double growth = V - p.R_Bps * (r.t0_ns + G) * 1e-9;
   if (r.regime == Regime::free || growth <= 0)
     r.transient_bursts = kInf;
   else if (r.exceeds_capacity || G >= r.gap_cap_ns)
     r.transient_bursts = 0;  // every burst starts on an empty stage and overflows it
   else
-    r.transient_bursts = std::max(0.0, std::floor((p.Q_bytes - V + p.R_Bps * r.t0_ns * 1e-9) / growth) + 1);
+    r.transient_bursts =
+        std::max(0.0, std::floor((p.fill_capacity() - V + p.R_Bps * r.t0_ns * 1e-9) / growth) + 1);
   return r;
 }
 

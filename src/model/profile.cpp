@@ -24,6 +24,8 @@ void Profile::validate() const {
   positive(t0.aggregate_Bps, "t0.aggregate_Bps");
   positive(R_Bps, "R_Bps");
   positive(Q_bytes, "Q_bytes");
+  if (!(Q_fill_bytes >= 0) || !std::isfinite(Q_fill_bytes))
+    throw Error(fmt::format("profile '{}': Q_fill_bytes must be >= 0, got {}", name, Q_fill_bytes));
   if (!(latency_ns >= 0)) throw Error(fmt::format("profile '{}': latency_ns must be >= 0", name));
 }
 
@@ -66,6 +68,7 @@ json to_json(const Profile& p) {
                  {"aggregate_Bps", p.t0.aggregate_Bps}}},
          {"R_Bps", p.R_Bps},
          {"Q_bytes", p.Q_bytes},
+         {"Q_fill_bytes", p.fill_capacity()},
          {"latency_ns", p.latency_ns},
          {"K_range", range_json(p.K_range)},
          {"V_range", range_json(p.V_range)},
@@ -80,7 +83,8 @@ json to_json(const Profile& p) {
                   {"per_producer_Bps", p.sigma->per_producer_Bps},
                   {"aggregate_Bps", p.sigma->aggregate_Bps},
                   {"R_Bps", p.sigma->R_Bps},
-                  {"Q_bytes", p.sigma->Q_bytes}};
+                  {"Q_bytes", p.sigma->Q_bytes},
+                  {"Q_fill_bytes", p.sigma->Q_fill_bytes}};
   }
   return j;
 }
@@ -99,6 +103,7 @@ Profile profile_from_json(const json& j, const std::string& where) {
   p.t0.aggregate_Bps = number_at(t0, "aggregate_Bps", where + ": t0");
   p.R_Bps = number_at(j, "R_Bps", where);
   p.Q_bytes = number_at(j, "Q_bytes", where);
+  p.Q_fill_bytes = j.contains("Q_fill_bytes") ? number_at(j, "Q_fill_bytes", where) : 0.0;
   p.latency_ns = j.contains("latency_ns") ? number_at(j, "latency_ns", where) : 0.0;
   p.K_range = range_from(j, "K_range", where);
   p.V_range = range_from(j, "V_range", where);
@@ -110,6 +115,7 @@ Profile profile_from_json(const json& j, const std::string& where) {
     u.aggregate_Bps = s.value("aggregate_Bps", 0.0);
     u.R_Bps = s.value("R_Bps", 0.0);
     u.Q_bytes = s.value("Q_bytes", 0.0);
+    u.Q_fill_bytes = s.value("Q_fill_bytes", 0.0);
     p.sigma = u;
   }
   if (j.contains("provenance") && j["provenance"].is_object()) {
