@@ -23,7 +23,7 @@ Profile profile_of(const std::vector<double>& x) {
   p.t0.aggregate_Bps = std::exp(x[2]);
   p.R_Bps = std::exp(x[3]);
   p.Q_bytes = std::exp(x[4]);
-  p.Q_fill_bytes = std::exp(x[5]);
+  p.Q_fill_bytes = std::min(std::exp(x[5]), p.Q_bytes);  // an empty stage fills to at most Q
   return p;
 }
 
@@ -175,6 +175,7 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
         "Q is a lower bound ({}): no burst overflowed a drained stage (use V larger than Q with long gaps)",
         format_bytes(p.Q_bytes)));
   }
+  p.Q_fill_bytes = std::min(p.Q_fill_bytes, p.Q_bytes);
   if (!any_fill) {
     p.Q_fill_bytes = 0;  // the same as Q
     res.notes.push_back("the fill capacity is not identified (no run ends its transient inside its window): Q_fill = Q");
