@@ -60,6 +60,7 @@ struct Prober::Impl {
   DeviceArray<uint64_t> start_cycles, start, visible, calib;
   DeviceArray<float> sink;
   DeviceArray<unsigned long long> mismatches;
+  DeviceArray<uint64_t> barrier;
   cudaStream_t stream = nullptr;
 
   ~Impl() {
@@ -158,12 +159,26 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   m.calib.resize(size_t(pt.K) * 4);
   m.sink.resize(pt.K);
   m.mismatches.resize(1);
+  m.barrier.resize(1);
+  // The start barrier needs every producer resident at once.
+  {
+    int per_sm = 0;
+    XSTAGE_CUDA(probe::max_resident_blocks(pt.store, pt.gap, 32 * pt.warps,
+                                           sizeof(uint64_t) * 3 * pt.bursts, &per_sm));
+    cudaDeviceProp prop{};
+    XSTAGE_CUDA(cudaGetDeviceProperties(&prop, m.device));
+    const int resident = per_sm * prop.multiProcessorCount;
+    if (pt.K + 1 > resident)
+      throw Error(fmt::format("probe: K = {} producers of {} warps cannot all be resident (at most {} here)", pt.K,
+                              pt.warps, resident - 1));
+  }
 
   // Poison what this run will write, so that the check sees only this run's stores.
   const uint32_t slots_written = static_cast<uint32_t>(std::min<uint64_t>(slots, pt.bursts));
   XSTAGE_CUDA(cudaMemsetAsync(m.dst, 0xA5, slot * slots_written, m.stream));
   XSTAGE_CUDA(cudaMemsetAsync(m.flags, 0, sizeof(uint64_t) * pt.K, m.stream));
   XSTAGE_CUDA(cudaMemsetAsync(m.mismatches.ptr, 0, sizeof(unsigned long long), m.stream));
+  XSTAGE_CUDA(cudaMemsetAsync(m.barrier.ptr, 0, sizeof(uint64_t), m.stream));
 
   probe::KernelParams kp{};
   kp.dst = m.dst;
@@ -182,6 +197,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   kp.K = pt.K;
   kp.completion = pt.completion;
   kp.flags = m.flags;
+  kp.start_barrier = m.barrier.ptr;
   kp.timeout_ns = 10'000'000'000ull;
   kp.start_cycles = m.start_cycles.ptr;
   kp.gap_cycles_done = m.gap_done.ptr;

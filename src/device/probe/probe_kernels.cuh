@@ -87,6 +87,13 @@ __device__ __forceinline__ void gap_work(uint64_t gap_cycles, float& acc) {
   }
 }
 
+// A one-shot barrier over the producers (all co-resident: the host checks the
+// occupancy). Times out with a message instead of hanging.
+__device__ inline void grid_arrive_and_wait(uint64_t* counter, int producers, uint64_t timeout_ns) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull);
+  ptx::wait_flag_geq(counter, static_cast<uint64_t>(producers), /*rank=*/0, /*flag=*/-1, timeout_ns);
+}
+
 __device__ inline void receive_flags(const KernelParams& p) {
   // One warp; lane l watches producer l*K/32 (every producer when K <= 32).
   const int lane = threadIdx.x;
@@ -137,6 +144,11 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
     issue_burst<S>(p.dst + s * p.slot_bytes + uint64_t(k) * p.chunk_bytes, p.chunk_bytes, 0, tile);
   if constexpr (S == StoreKind::bulk) ptx::bulk_wait_group_all();
   ptx::fence_sc_sys();
+  __syncthreads();
+  // Producers leave the warm-up at different times (it is throttled by the
+  // stage too): gather them all, then settle together, so that the measured
+  // bursts start on an empty stage at the same moment.
+  if (threadIdx.x == 0) grid_arrive_and_wait(p.start_barrier, p.K, p.timeout_ns);
   __syncthreads();
   gap_work<GapKind::spin>(p.settle_cycles, acc);
   uint64_t calib_t0 = 0, calib_c0 = 0;  // the measured run starts here

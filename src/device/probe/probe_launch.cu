@@ -44,6 +44,16 @@ int launch_verify(const uint32_t* dst, uint64_t slot_bytes, uint32_t slots_writt
   return static_cast<int>(cudaGetLastError());
 }
 
+int max_resident_blocks(StoreKind s, GapKind g, int threads, size_t dynamic_smem, int* blocks_per_sm) {
+  const KernelFn fn = pick_kernel(s, g);
+  if (dynamic_smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_smem));
+    if (e != cudaSuccess) return static_cast<int>(e);
+  }
+  return static_cast<int>(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, fn, threads, dynamic_smem));
+}
+
 int launch_calibrate(uint64_t ns, uint64_t* out, cudaStream_t stream) {
   calibrate_clock<<<1, 1, 0, stream>>>(ns, out);
   return static_cast<int>(cudaGetLastError());

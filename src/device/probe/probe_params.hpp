@@ -28,6 +28,7 @@ struct KernelParams {
   int K;
   Completion completion;
   uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)
+  uint64_t* start_barrier; // device memory, zeroed: the producers meet here before the measured bursts
   uint64_t timeout_ns;     // receiver's flag wait
   uint64_t* start_cycles;  // [bursts * K] SM clock at each burst's start
   uint32_t* gap_cycles_done;  // [bursts * K] cycles spent in each gap
