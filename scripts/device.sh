@@ -93,6 +93,18 @@ if [[ $stages == *multi* ]]; then  # several GPUs: NVLink X-Stage, peer and nccl
     "$PWD/$X a2a --backend nccl -b 1M -e 1G -f 2 -n 20 -w 5 --check -o $OUT/r/a2a-nccl-rank\$RANK.csv"
 fi
 
+if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and the side-by-side with torch SDPA
+  timed attn-tests 240 ctest --test-dir $B -L gpu -R Attention --output-on-failure
+  for tool in memcheck racecheck synccheck; do
+    timed "san-$tool-attn" 120 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+      $X attn --B 2 --S 77 --S-kv 130 --H 3 --D 64 --check
+    timed "san-$tool-attn128" 120 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+      $X attn --B 1 --S 130 --S-kv 65 --H 2 --D 128 --check
+  done
+  timed attn-bench 300 python3 bench/attention_vs_sdpa.py --xstage $X --out "$OUT/r/attention.json"
+  tail -15 "$OUT/r/attn-bench.log" >"$OUT/r/attn-summary.txt"
+fi
+
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -108,6 +120,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   printf '%s\n' "${summary[@]}"
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
+  [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
   [ -f "$OUT/r/a2a-peer.log" ] && tail -4 "$OUT/r/a2a-peer.log"
   [ -f "$OUT/r/probe-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-summary.txt"

@@ -1,0 +1,70 @@
+#pragma once
+// Attention forward on the GPU: O = softmax(scale * Q K^T) V per (batch, head),
+// non-causal, bf16 in and out, fp32 accumulation (kernel: src/device/attention/,
+// design: docs/design/attention.md).
+//
+// Layout [B, S, H, D] for Q, K, V and O, given as element strides for B, S and
+// H (the D stride is 1). Q has S_q rows, K and V S_kv rows; neither needs to be
+// a multiple of any tile. Requirements (checked, with a message naming the
+// argument): D in {64, 128}; B, H, S_q, S_kv >= 1; device pointers 16-byte
+// aligned; every stride a positive multiple of 8 elements.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace xstage {
+
+struct AttentionStrides {  // in elements
+  int64_t b = 0, s = 0, h = 0;
+};
+
+struct AttentionForwardArgs {
+  int B = 0, H = 0, S_q = 0, S_kv = 0, D = 0;
+  float scale = NAN;  // softmax scale; NaN: 1/sqrt(D)
+  const void* q = nullptr;  // bf16 device pointers
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  AttentionStrides q_stride, k_stride, v_stride, o_stride;
+  float* lse = nullptr;  // optional fp32 [B, H, S_q] (natural log of the row sum of exp(scale * q.k))
+};
+
+// Contiguous [B, S, H, D] strides.
+AttentionStrides contiguous_bshd(int S, int H, int D);
+
+// The scale the kernel uses: args.scale, or 1/sqrt(D) when it is NaN.
+float effective_scale(const AttentionForwardArgs& a);
+
+// Throws xstage::Error ("attention: <what>: expected <...>, got <...>") on
+// the first bad argument. Touches no GPU; `check_pointers` = false skips the
+// pointer checks (shape-only validation for the CLI before allocating).
+void validate_attention_args(const AttentionForwardArgs& a, bool check_pointers = true);
+
+// Validates, then launches on `stream` (asynchronous). Throws xstage::Error
+// on invalid arguments or a launch failure.
+void attention_forward(const AttentionForwardArgs& a, cudaStream_t stream = nullptr);
+
+// Describes the kernel picked for head dim D: "sm90_bf16_attention_fwd<D=128> BLOCK_M=128 ...".
+std::string attention_kernel_name(int D);
+
+// ---- CPU reference (fp64 accumulation), for checks
+// q, k, v: float [B, S, H, D] contiguous (the values the kernel sees, i.e.
+// already rounded to bf16). Computes one output row (b, s, h) into out[0..D)
+// and returns its natural-log log-sum-exp.
+struct AttentionReference {
+  int B = 0, H = 0, S_q = 0, S_kv = 0, D = 0;
+  double scale = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  double row(int b, int s, int h, double* out) const;
+};
+
+// ---- bf16 on the host (round to nearest even; NaN stays NaN)
+uint16_t float_to_bf16(float f);
+float bf16_to_float(uint16_t h);
+
+}  // namespace xstage

@@ -1,0 +1,62 @@
+#pragma once
+// Output-tile epilogue. The kernel normalises its O accumulators, stages the
+// warp's 16 rows as bf16 in shared memory (stage_o_rows) and hands them to
+// the epilogue policy, which decides where the rows go. LocalStoreEpilogue
+// writes them to O in [B, S, H, D] with 16-byte stores; the fused Ulysses
+// all-to-all epilogue will implement the same two members and send the rows
+// to the rank that owns their sequence positions (remote stores).
+#include <cstdint>
+
+#include "device/attention/attention_params.hpp"
+#include "device/attention/tile_scheduler.cuh"
+#include "device/ptx/math.cuh"
+#include "device/ptx/store.cuh"
+
+namespace xstage::attention {
+
+// o: this warp's normalised fp32 accumulators (C layout, D/8 blocks of 8
+// columns). Writes rows g and g + 8 of the warp into srows (SMEM_STRIDE
+// elements a row). The caller syncs the warp before reading them back.
+template <int D, int SMEM_STRIDE>
+__device__ __forceinline__ void stage_o_rows(uint16_t* srows, const float (&o)[D / 8][4], int lane) {
+  const int g = lane >> 2, c0 = 2 * (lane & 3);
+#pragma unroll
+  for (int db = 0; db < D / 8; ++db) {
+    *reinterpret_cast<uint32_t*>(srows + g * SMEM_STRIDE + db * 8 + c0) = ptx::pack_bf16x2(o[db][0], o[db][1]);
+    *reinterpret_cast<uint32_t*>(srows + (g + 8) * SMEM_STRIDE + db * 8 + c0) =
+        ptx::pack_bf16x2(o[db][2], o[db][3]);
+  }
+}
+
+struct LocalStoreEpilogue {
+  using Params = LocalStoreParams;
+
+  // The warp's 16 staged rows, query rows row0 .. row0 + 15 of tile c; rows
+  // >= S_q are padding and not stored. All 32 lanes call it.
+  template <int D, int SMEM_STRIDE>
+  __device__ __forceinline__ static void store_rows(const Params& p, const TileCoord& c, int row0, int S_q,
+                                                    const uint16_t* srows, int lane) {
+    constexpr int CHUNKS_PER_ROW = D / 8;  // 16-byte chunks
+    constexpr int CHUNKS = 16 * CHUNKS_PER_ROW;
+    static_assert(CHUNKS % 32 == 0, "store_rows: the warp's chunks must split evenly over 32 lanes");
+    uint16_t* base = static_cast<uint16_t*>(p.o) + int64_t(c.b) * p.o_stride_b + int64_t(c.h) * p.o_stride_h;
+#pragma unroll
+    for (int i = 0; i < CHUNKS / 32; ++i) {
+      const int chunk = lane + 32 * i;
+      const int r = chunk / CHUNKS_PER_ROW, col = (chunk % CHUNKS_PER_ROW) * 8;
+      const int row = row0 + r;
+      if (row < S_q) {
+        const uint4 v = *reinterpret_cast<const uint4*>(srows + r * SMEM_STRIDE + col);
+        ptx::st_global_v4_b32(base + int64_t(row) * p.o_stride_s + col, v);
+      }
+    }
+  }
+
+  // Log-sum-exp of one query row (natural log), [B, H, S_q] contiguous.
+  __device__ __forceinline__ static void store_lse(const Params& p, const TileCoord& c, int row, int S_q, int H,
+                                                   float lse) {
+    if (p.lse != nullptr && row < S_q) p.lse[(int64_t(c.b) * H + c.h) * S_q + row] = lse;
+  }
+};
+
+}  // namespace xstage::attention

@@ -1,0 +1,113 @@
+#pragma once
+// sm90_bf16_attention_fwd: non-causal attention forward, bf16 in and out, fp32
+// accumulation and online softmax. First version: FlashAttention-2 structure
+// on warp-level mma.sync (see docs/design/attention.md):
+//   - a CTA owns BLOCK_M query rows of one (batch, head) (the scheduler policy
+//     says which), 8 warps x 16 rows; Q is loaded once into registers;
+//   - it walks the KV sequence in BLOCK_N tiles, K and V double-buffered in
+//     shared memory with cp.async (tile j+1 loads while tile j computes);
+//   - per tile and warp: S = Q K^T (mma.sync), online softmax in registers,
+//     O += P V with P straight from the S registers;
+//   - the output tile goes through the epilogue policy (local store now, the
+//     fused all-to-all remote store later).
+#include <cstdint>
+
+#include "device/attention/attention_params.hpp"
+#include "device/attention/config.cuh"
+#include "device/attention/epilogue_local.cuh"
+#include "device/attention/mma_bf16.cuh"
+#include "device/attention/online_softmax.cuh"
+#include "device/attention/tile_loader.cuh"
+#include "device/attention/tile_scheduler.cuh"
+#include "device/ptx/cp_async.cuh"
+
+namespace xstage::attention {
+
+template <int D, class Epilogue, class Scheduler>
+__global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConfig<D>::MIN_BLOCKS)
+    sm90_bf16_attention_fwd(const MainloopParams p, const typename Epilogue::Params ep) {
+  using Cfg = Sm90AttnFwdConfig<D>;
+  constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, ST = Cfg::SMEM_STRIDE, THREADS = Cfg::THREADS;
+  static_assert(Cfg::STAGES == 2, "sm90_bf16_attention_fwd: the mainloop is written for double buffering");
+
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sq = smem;                                    // [BM][ST]; reused to stage O
+  uint16_t* skv = smem + Cfg::Q_ELEMS;                    // stage s: K at s * 2 * KV_ELEMS, V after it
+  auto sk = [&](int stage) { return skv + stage * 2 * Cfg::KV_ELEMS; };
+  auto sv = [&](int stage) { return skv + stage * 2 * Cfg::KV_ELEMS + Cfg::KV_ELEMS; };
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const Scheduler sched(p.S_q, p.H, p.B, BM);
+  const int n_tiles = (p.S_kv + BN - 1) / BN;  // >= 1: S_kv >= 1
+  const uint16_t* q_all = static_cast<const uint16_t*>(p.q);
+  const uint16_t* k_all = static_cast<const uint16_t*>(p.k);
+  const uint16_t* v_all = static_cast<const uint16_t*>(p.v);
+
+  for (int64_t t = blockIdx.x; t < sched.num_tiles(); t += gridDim.x) {
+    const TileCoord c = sched.tile(t);
+    const int m0 = c.m_block * BM;
+    const uint16_t* qb = q_all + int64_t(c.b) * p.q_stride_b + int64_t(c.h) * p.q_stride_h;
+    const uint16_t* kb = k_all + int64_t(c.b) * p.k_stride_b + int64_t(c.h) * p.k_stride_h;
+    const uint16_t* vb = v_all + int64_t(c.b) * p.v_stride_b + int64_t(c.h) * p.v_stride_h;
+
+    // Prologue: Q and KV tile 0 in one group.
+    load_tile_async<BM, D, ST, THREADS>(sq, qb, p.q_stride_s, m0, p.S_q, tid);
+    load_tile_async<BN, D, ST, THREADS>(sk(0), kb, p.k_stride_s, 0, p.S_kv, tid);
+    load_tile_async<BN, D, ST, THREADS>(sv(0), vb, p.v_stride_s, 0, p.S_kv, tid);
+    ptx::cp_async_commit_group();
+
+    uint32_t q[D / 16][4];
+    float o[D / 8][4];
+#pragma unroll
+    for (int db = 0; db < D / 8; ++db) o[db][0] = o[db][1] = o[db][2] = o[db][3] = 0.f;
+    OnlineSoftmax<BN / 8> sm;
+    sm.init();
+
+    for (int j = 0; j < n_tiles; ++j) {
+      const int stage = j & 1;
+      if (j + 1 < n_tiles) {
+        // Buffer stage ^ 1 was last read in iteration j - 1, which ended with a CTA barrier.
+        const int n1 = (j + 1) * BN;
+        load_tile_async<BN, D, ST, THREADS>(sk(stage ^ 1), kb, p.k_stride_s, n1, p.S_kv, tid);
+        load_tile_async<BN, D, ST, THREADS>(sv(stage ^ 1), vb, p.v_stride_s, n1, p.S_kv, tid);
+        ptx::cp_async_commit_group();
+        ptx::cp_async_wait_group<1>();  // everything but tile j + 1 has landed
+      } else {
+        ptx::cp_async_wait_group<0>();
+      }
+      __syncthreads();  // tile j (and Q) visible to every warp
+      if (j == 0) load_q_fragments<D, ST>(q, sq + warp * 16 * ST, lane);
+
+      float s[BN / 8][4];
+      warp_gemm_qk<D, BN, ST>(s, q, sk(stage), lane);
+      float corr[2];
+      const int cols_valid = p.S_kv - j * BN;
+      if (cols_valid < BN)
+        sm.template step<true>(s, p.scale_log2, cols_valid, lane, corr);
+      else
+        sm.template step<false>(s, p.scale_log2, BN, lane, corr);
+      rescale_rows<D / 8>(o, corr);
+      warp_gemm_pv<D, BN, ST>(o, s, sv(stage), lane);
+      __syncthreads();  // every warp is done with buffer `stage` before it is refilled
+    }
+
+    // Epilogue: normalise, stage this warp's rows in its own Q rows (only this
+    // warp ever read them), hand them to the policy.
+    sm.finalize();
+    const float inv[2] = {1.f / sm.l[0], 1.f / sm.l[1]};
+    rescale_rows<D / 8>(o, inv);
+    uint16_t* srows = sq + warp * 16 * ST;
+    stage_o_rows<D, ST>(srows, o, lane);
+    __syncwarp();
+    const int row0 = m0 + warp * 16;
+    Epilogue::template store_rows<D, ST>(ep, c, row0, p.S_q, srows, lane);
+    if ((lane & 3) == 0) {
+      const int g = lane >> 2;
+      Epilogue::store_lse(ep, c, row0 + g, p.S_q, p.H, sm.lse(0));
+      Epilogue::store_lse(ep, c, row0 + g + 8, p.S_q, p.H, sm.lse(1));
+    }
+    __syncthreads();  // the next tile's Q load overwrites the staged rows
+  }
+}
+
+}  // namespace xstage::attention
