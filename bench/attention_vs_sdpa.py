@@ -69,9 +69,17 @@ def run_xstage(xstage, args, timeout):
 
 
 def git_commit():
+    """The commit of this tree: git, or the COMMIT file of an exported snapshot (scripts/snapshot.sh)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+        c = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+        if c:
+            return c
     except Exception:
+        pass
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "COMMIT")) as f:
+            return f.read().strip()
+    except OSError:
         return "unknown"
 
 
