@@ -66,14 +66,6 @@ Table csv_table(const std::vector<A2aBenchRow>& rows) {
   return t;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 void write_csv_file(const std::string& path, const A2aBenchReport& rep, const A2aBenchOptions& o) {
   std::ofstream f(path);
@@ -81,7 +73,7 @@ void write_csv_file(const std::string& path, const A2aBenchReport& rep, const A2
   f << "# tool: xstage a2a\n";
   f << "# device: " << rep.device.name << "\n";
   f << "# driver: " << rep.device.driver << "\n";
-  f << "# date: " << utc_now() << "\n";
+  f << "# date: " << utc_now_iso() << "\n";
   f << "# commit: " << XSTAGE_GIT_COMMIT << "\n";
   f << "# command: " << command_line() << "\n";
   f << "# world: " << rep.world << "\n";

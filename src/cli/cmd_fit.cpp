@@ -20,12 +20,6 @@ struct FitArgs {
   OutputFlags out;
 };
 
-std::string today() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 std::string meta(const SampleSet& s, const char* key, const std::string& fallback = "") {
   auto it = s.metadata.find(key);
@@ -44,11 +38,11 @@ void run_fit(const FitArgs& a) {
   p.name = !a.name.empty() ? a.name : "fitted-" + p.transport;
   p.provenance.device = meta(set, "device");
   p.provenance.driver = meta(set, "driver");
-  p.provenance.date = meta(set, "date", today());
+  p.provenance.date = meta(set, "date", utc_now_iso());
   p.provenance.commit = meta(set, "commit", XSTAGE_GIT_COMMIT);
   p.provenance.command = meta(set, "command");
   p.provenance.notes = fmt::format("fitted by xstage {} on {} from {} ({}); fit command: {}", XSTAGE_GIT_COMMIT,
-                                   today(), a.samples, r.samples, command_line());
+                                   utc_now_iso(), a.samples, r.samples, command_line());
   save_profile(p, a.output);
 
   if (a.out.format() == Format::json) {

@@ -45,12 +45,6 @@ struct ProbeArgs {
   OutputFlags out;
 };
 
-std::string now_iso() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 double median_of(std::vector<double> v) {
   if (v.empty()) return NAN;
@@ -250,7 +244,7 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   csv += fmt::format("# transport: {}\n# device: {}\n# driver: {}\n# sm_clock_mhz_measured: {:.0f}\n", to_string(t),
                      dev.name, dev.driver, clock_mhz);
   csv += fmt::format("# date: {}\n# commit: {}\n# command: {}\n# copy_engine_Bps: {:.6g}\n# dst_size: {}\n",
-                     now_iso(), XSTAGE_GIT_COMMIT, command_line(), ce, a.dst_size);
+                     utc_now_iso(), XSTAGE_GIT_COMMIT, command_line(), ce, a.dst_size);
   csv += "transport,store,gap_kind,completion,warps,K,V_bytes,gap_ns,bursts,steady_from,set,stat,issue_ns,"
          "issue_p10_ns,issue_p90_ns,first_issue_ns,complete_ns,flag_ns,run_ns,sustained_Bps,mismatches,checked_words,"
          "cycles_per_ns\n";

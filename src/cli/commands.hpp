@@ -28,6 +28,9 @@ void add_output_flags(CLI::App* sub, OutputFlags& f);
 // Prints a warning line to stderr ("xstage: warning: ...").
 void warn(const std::string& msg);
 
+// Now, UTC, ISO 8601 ("2026-11-30T02:31:18Z"), for provenance.
+std::string utc_now_iso();
+
 // The command line as typed, for provenance.
 const std::string& command_line();
 void set_command_line(int argc, char** argv);

@@ -1,5 +1,6 @@
 // xstage: the X-Stage toolkit command. One file per subcommand beside this one.
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 
 #include "commands.hpp"
@@ -23,6 +24,13 @@ void warn(const std::string& msg) {
 }
 
 const std::string& command_line() { return g_command_line; }
+
+std::string utc_now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
 
 void set_command_line(int argc, char** argv) {
   g_command_line.clear();

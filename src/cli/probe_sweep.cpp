@@ -37,24 +37,20 @@ std::vector<PlannedPoint> plan_sweep(const std::string& sweep, Transport t, int 
   base.bursts = 96;
   std::vector<PlannedPoint> out;
   auto add = [&](ProbePoint p, const char* set) { out.push_back({p, set}); };
-  for (int K : train_K)
-    for (double V : train_V)
-      for (double G : train_G) {
-        ProbePoint p = base;
-        p.K = K;
-        p.V_bytes = V;
-        p.gap_ns = G;
-        add(p, "train");
-      }
-  for (int K : hold_K)
-    for (double V : hold_V)
-      for (double G : hold_G) {
-        ProbePoint p = base;
-        p.K = K;
-        p.V_bytes = V;
-        p.gap_ns = G;
-        add(p, "holdout");
-      }
+  auto grid = [&](const std::vector<int>& Ks, const std::vector<double>& Vs, const std::vector<double>& Gs,
+                  const char* set) {
+    for (int K : Ks)
+      for (double V : Vs)
+        for (double G : Gs) {
+          ProbePoint p = base;
+          p.K = K;
+          p.V_bytes = V;
+          p.gap_ns = G;
+          add(p, set);
+        }
+  };
+  grid(train_K, train_V, train_G, "train");
+  grid(hold_K, hold_V, hold_G, "holdout");
   // Completion: bursts far apart, so each drains before the next.
   for (Completion c : {Completion::fence, Completion::flag})
     for (double V : train_V) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "nelder_mead.hpp"
+#include "stats.hpp"
 #include "xstage/error.hpp"
 #include "xstage/fit.hpp"
 #include "xstage/units.hpp"
@@ -32,14 +33,7 @@ std::vector<double> params_of(const Profile& p) {
           std::log(p.R_Bps), std::log(p.Q_bytes), std::log(p.fill_capacity())};
 }
 
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * (v.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  const double f = pos - i;
-  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-}
+using detail::quantile;
 
 struct Objective {
   const std::vector<Sample>* s;

@@ -5,19 +5,13 @@
 #include <map>
 
 #include "nelder_mead.hpp"
+#include "stats.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage {
 
 namespace {
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * (v.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  const double f = pos - i;
-  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-}
+using detail::quantile;
 }  // namespace
 
 double measured_onset_ns(std::vector<std::pair<double, double>> pts) {

@@ -6,18 +6,12 @@
 #include "xstage/error.hpp"
 #include "xstage/fit.hpp"
 
+#include "test_profiles.hpp"
+
 using namespace xstage;
 
 namespace {
-Profile truth() {
-  Profile p;
-  p.name = "truth";
-  p.status = "measured";
-  p.t0 = {1200, 8e9, 150e9};
-  p.R_Bps = 52e9;
-  p.Q_bytes = 3e6;
-  return p;
-}
+Profile truth() { return make_profile(1200, 8e9, 150e9, 52e9, 3e6); }
 
 // A probe-like sweep: K, V, G over all regimes, with 3% lognormal noise and 5% gross outliers.
 std::vector<Sample> synthetic(const Profile& p, unsigned seed, double outlier_fraction) {

@@ -4,22 +4,13 @@
 
 #include "xstage/model.hpp"
 
+#include "test_profiles.hpp"
+
 using namespace xstage;
 
-namespace {
-Profile make(double fixed, double rp, double ragg, double R, double Q) {
-  Profile p;
-  p.name = "test";
-  p.status = "measured";
-  p.t0 = {fixed, rp, ragg};
-  p.R_Bps = R;
-  p.Q_bytes = Q;
-  return p;
-}
-}  // namespace
 
 TEST(Model, T0SaturatesInK) {
-  const Profile p = make(1000, 10e9, 100e9, 50e9, 4e6);
+  const Profile p = make_profile(1000, 10e9, 100e9, 50e9, 4e6);
   // V = 1e6 bytes: K = 1 -> 1e6 / 10 GB/s = 100 us; K = 20 saturates at 100 GB/s -> 10 us.
   EXPECT_NEAR(t0_iss_ns(p, 1, 1e6), 1000 + 100000, 1e-6);
   EXPECT_NEAR(t0_iss_ns(p, 5, 1e6), 1000 + 20000, 1e-6);
@@ -27,7 +18,7 @@ TEST(Model, T0SaturatesInK) {
 }
 
 TEST(Model, RegimesAndOnsetGap) {
-  const Profile p = make(1000, 10e9, 100e9, 50e9, 4e6);
+  const Profile p = make_profile(1000, 10e9, 100e9, 50e9, 4e6);
   const double K = 20, V = 1e6;  // T0 = 11 us, V/R = 20 us, G* = 9 us, G_cap = 80 - 1 = 79 us
   const Prediction at0 = predict(p, K, V, 0);
   EXPECT_EQ(at0.regime, Regime::drain);
@@ -49,7 +40,7 @@ TEST(Model, RegimesAndOnsetGap) {
 
 TEST(Model, CapacityBoundsWhatAGapCanBuy) {
   // V = 10 MB > Q = 4 MB: even an infinite gap leaves (V - Q)/R of drain.
-  const Profile p = make(1000, 10e9, 100e9, 50e9, 4e6);
+  const Profile p = make_profile(1000, 10e9, 100e9, 50e9, 4e6);
   const double K = 20, V = 10e6;  // T0 = 101 us, V/R = 200 us, G_cap = 79 us
   const Prediction inf_gap = predict(p, K, V, 1e12);
   EXPECT_TRUE(inf_gap.exceeds_capacity);
@@ -64,14 +55,14 @@ TEST(Model, CapacityBoundsWhatAGapCanBuy) {
 }
 
 TEST(Model, TransientBurstsBeforeSteadyState) {
-  const Profile p = make(0, 10e9, 100e9, 50e9, 4e6);
+  const Profile p = make_profile(0, 10e9, 100e9, 50e9, 4e6);
   // K = 20: T0 = 10 us; V = 1 MB, G = 0: growth per burst = 1e6 - 50e9 * 10e-6 = 0.5 MB -> 8 free bursts.
   EXPECT_DOUBLE_EQ(predict(p, 20, 1e6, 0).transient_bursts, 8);
   EXPECT_TRUE(std::isinf(predict(p, 20, 1e6, 1e6).transient_bursts));
 }
 
 TEST(Model, Counterfactuals) {
-  Profile p = make(1000, 10e9, 100e9, 50e9, 4e6);
+  Profile p = make_profile(1000, 10e9, 100e9, 50e9, 4e6);
   p.latency_ns = 2000;
   const double K = 20, V = 1e6;
   EXPECT_NEAR(unbounded_async_ns(p, K, V, 0), 11000, 1e-6);
@@ -87,7 +78,7 @@ TEST(Model, Counterfactuals) {
 }
 
 TEST(Model, RejectsNonsense) {
-  const Profile p = make(1000, 10e9, 100e9, 50e9, 4e6);
+  const Profile p = make_profile(1000, 10e9, 100e9, 50e9, 4e6);
   EXPECT_THROW(predict(p, 0, 1e6, 0), std::exception);
   EXPECT_THROW(predict(p, 1, 0, 0), std::exception);
   EXPECT_THROW(predict(p, 1, 1e6, -1), std::exception);

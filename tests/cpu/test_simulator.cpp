@@ -7,19 +7,10 @@
 #include "xstage/model.hpp"
 #include "xstage/simulator.hpp"
 
+#include "test_profiles.hpp"
+
 using namespace xstage;
 
-namespace {
-Profile make(double fixed, double rp, double ragg, double R, double Q) {
-  Profile p;
-  p.name = "test";
-  p.status = "measured";
-  p.t0 = {fixed, rp, ragg};
-  p.R_Bps = R;
-  p.Q_bytes = Q;
-  return p;
-}
-}  // namespace
 
 TEST(Simulator, ReproducesClosedFormOnRandomParameters) {
   std::mt19937_64 rng(20261130);
@@ -28,7 +19,7 @@ TEST(Simulator, ReproducesClosedFormOnRandomParameters) {
   };
   int tested = 0, drain = 0, free_ = 0, capacity = 0;
   while (tested < 300) {
-    const Profile p = make(std::uniform_real_distribution<double>(0, 2000)(rng), logu(1e9, 50e9),
+    const Profile p = make_profile(std::uniform_real_distribution<double>(0, 2000)(rng), logu(1e9, 50e9),
                            logu(50e9, 800e9), logu(20e9, 500e9), logu(64e3, 16e6));
     const int K = static_cast<int>(logu(1, 132));
     const double V = logu(64e3, 32e6);
@@ -55,7 +46,7 @@ TEST(Simulator, ReproducesClosedFormOnRandomParameters) {
 }
 
 TEST(Simulator, SingleBurstIntoEmptyStage) {
-  const Profile p = make(500, 10e9, 100e9, 50e9, 1e6);
+  const Profile p = make_profile(500, 10e9, 100e9, 50e9, 1e6);
   for (double V : {0.5e6, 1e6, 4e6, 20e6}) {
     const SimResult r = simulate(stage_from_profile(p), periodic_programs(16, V, 0, 1));
     EXPECT_NEAR(steady_issue_ns(r, 0), single_burst_ns(p, 16, V), 1e-6 * single_burst_ns(p, 16, V)) << V;
@@ -63,7 +54,7 @@ TEST(Simulator, SingleBurstIntoEmptyStage) {
 }
 
 TEST(Simulator, ConservesBytesAndRespectsCapacity) {
-  const Profile p = make(300, 5e9, 60e9, 40e9, 2e6);
+  const Profile p = make_profile(300, 5e9, 60e9, 40e9, 2e6);
   StageConfig c = stage_from_profile(p);
   c.record_timeline = true;
   const SimResult r = simulate(c, periodic_programs(12, 3e6, 10000, 30));
@@ -78,7 +69,7 @@ TEST(Simulator, ConservesBytesAndRespectsCapacity) {
 }
 
 TEST(Simulator, HeterogeneousSchedule) {
-  const Profile p = make(0, 10e9, 100e9, 20e9, 1e6);
+  const Profile p = make_profile(0, 10e9, 100e9, 20e9, 1e6);
   // Producer 0 stores 2 MB at once (overflows: must stall), producer 1 only computes.
   std::vector<Program> progs(2);
   progs[0].steps = {Step::store(2e6), Step::compute(1000)};
@@ -99,7 +90,7 @@ TEST(Simulator, HeterogeneousSchedule) {
 }
 
 TEST(Simulator, PerProducerCapacitySplitsTheStage) {
-  const Profile p = make(0, 10e9, 1000e9, 40e9, 4e6);
+  const Profile p = make_profile(0, 10e9, 1000e9, 40e9, 4e6);
   std::vector<Program> progs(4);
   progs[0].steps = {Step::store(3e6)};  // one producer alone: 3 MB against its own 1 MB / 10 GB/s
   StageConfig shared = stage_from_profile(p), split = shared;
@@ -142,7 +133,7 @@ TEST(Simulator, RejectsBadSchedules) {
   EXPECT_NE(msg("producer,kind,amount\n1,store,1KiB\n").find("producer 0 is missing"), std::string::npos);
   EXPECT_NE(msg("producer,kind,amount\nx,store,1KiB\n").find("column 'producer'"), std::string::npos);
   EXPECT_NE(msg("producer,kind,amount\n0,store\n").find("2 fields, but the header has 3"), std::string::npos);
-  const Profile p = make(0, 10e9, 100e9, 20e9, 1e6);
+  const Profile p = make_profile(0, 10e9, 100e9, 20e9, 1e6);
   std::vector<Program> bad(1);
   bad[0].steps = {Step::store(-5)};
   EXPECT_THROW(simulate(stage_from_profile(p), bad), Error);
@@ -151,7 +142,7 @@ TEST(Simulator, RejectsBadSchedules) {
 TEST(Simulator, WindowedMeanFollowsTheTransient) {
   // Near the onset the stage takes many bursts to fill: the mean over a window
   // of a finite run is between T0 and the steady state, as windowed_issue_ns says.
-  const Profile p = make(200, 50e9, 6e12, 52e9, 24e6);
+  const Profile p = make_profile(200, 50e9, 6e12, 52e9, 24e6);
   const int K = 132;
   const double V = 1.5 * 1048576;
   const long N = 96, from = 32;

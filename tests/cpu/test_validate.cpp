@@ -6,19 +6,12 @@
 #include "xstage/error.hpp"
 #include "xstage/validate.hpp"
 
+#include "test_profiles.hpp"
+
 using namespace xstage;
 
 namespace {
-Profile truth() {
-  Profile p;
-  p.name = "truth";
-  p.status = "measured";
-  p.t0 = {900, 6e9, 120e9};
-  p.R_Bps = 50e9;
-  p.Q_bytes = 2.5e6;
-  p.latency_ns = 1500;
-  return p;
-}
+Profile truth() { return make_profile(900, 6e9, 120e9, 50e9, 2.5e6, 1500); }
 
 void add_series(std::vector<Sample>& s, const Profile& p, const char* set, const std::vector<double>& Ks,
                 const std::vector<double>& Vs, const std::vector<double>& Gs, std::mt19937_64& rng) {
