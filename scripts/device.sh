@@ -2,7 +2,7 @@
 # One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
-#   stages: build tests sanitize probe a2a report bench multi diag (default: build tests sanitize probe a2a)
+#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag (default: build tests sanitize probe a2a)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/xstage-out}
@@ -82,10 +82,13 @@ if [[ $stages == *diag* ]]; then  # one-off diagnostics of the host path's stage
   note diag "rc=$?" "r/diag"
 fi
 
-if [[ $stages == *multi* ]]; then  # several GPUs: NVLink X-Stage, peer and nccl backends
+if [[ $stages == *multi* || $stages == *peerprobe* ]]; then  # several GPUs: the NVLink X-Stage
   nvidia-smi topo -m >"$OUT/r/topo.txt" 2>&1
   timed probe-peer 300 $X probe --transport peer --sweep quick -o "$OUT/r/probe-peer"
   tail -40 "$OUT/r/probe-peer.log" >"$OUT/r/probe-peer-summary.txt"
+fi
+
+if [[ $stages == *multi* ]]; then  # several GPUs: peer and nccl backends
   timed a2a-peer 240 $X a2a --backend peer --placement device -b 1M -e 1G -f 2 -n 20 -w 5 --check \
     -o "$OUT/r/a2a-peer.csv"
   n=$(nvidia-smi -L | wc -l)
