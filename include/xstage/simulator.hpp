@@ -31,6 +31,10 @@ struct Program {
 struct StageConfig {
   double R_Bps = 0;
   double Q_bytes = 0;
+  // A burst that starts on an empty stage may fill it to Q; one that starts
+  // while bytes are still queued only to Q_fill (<= Q; 0: Q). This is the
+  // profile's fill capacity (docs/model.md, section 4).
+  double Q_fill_bytes = 0;
   IssueCost issue;
   // false: one stage shared by all producers (the default; one link, one queue).
   // true: the stage is split statically, each producer owning Q/K of capacity

@@ -112,7 +112,11 @@ TransportOutcome analyse_csv(const std::string& csv, const std::string& csv_path
     return it->second;
   };
   const std::string transport = meta("transport");
-  const double ce = std::stod(meta("copy_engine_Bps"));
+  const std::string ce_text = meta("copy_engine_Bps");
+  char* ce_end = nullptr;
+  const double ce = std::strtod(ce_text.c_str(), &ce_end);
+  if (ce_end == ce_text.c_str() || *ce_end != '\0' || !(ce > 0))
+    throw Error(fmt::format("{}: '# copy_engine_Bps: {}' is not a positive number", csv_path, ce_text));
   const std::string device = meta("device");
   FitOptions opt;
   opt.bootstrap = bootstrap;

@@ -1,5 +1,6 @@
 // xstage: the X-Stage toolkit command. One file per subcommand beside this one.
 #include <cstdio>
+#include <filesystem>
 #include <ctime>
 #include <iostream>
 
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   } catch (const xstage::Error& e) {
+    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // e.g. an output folder that cannot be made
     std::fprintf(stderr, "xstage: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

@@ -47,7 +47,9 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
     const std::string where = fmt::format("{}:{}", name, lineno);
     auto fields = split_csv_line(line, where);
     if (col.empty()) {
-      for (size_t i = 0; i < fields.size(); ++i) col[fields[i]] = i;
+      for (size_t i = 0; i < fields.size(); ++i)
+        if (!col.emplace(fields[i], i).second)
+          throw Error(fmt::format("{}: column '{}' appears twice in the header", where, fields[i]));
       ncols = fields.size();
       for (const char* r : required)
         if (!col.count(r))
@@ -65,11 +67,14 @@ SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
     s.issue_ns = number(fields[col["issue_ns"]], where, "issue_ns");
     if (col.count("set")) s.set = fields[col["set"]];
     if (col.count("bursts") && col.count("steady_from")) {
-      s.bursts = static_cast<long>(number(fields[col["bursts"]], where, "bursts"));
-      s.steady_from = static_cast<long>(number(fields[col["steady_from"]], where, "steady_from"));
-      if (s.bursts < 1 || s.steady_from < 0 || s.steady_from >= s.bursts)
-        throw Error(fmt::format("{}: columns 'bursts'/'steady_from': need 0 <= steady_from < bursts, got {}/{}",
-                                where, s.steady_from, s.bursts));
+      const double b = number(fields[col["bursts"]], where, "bursts");
+      const double f = number(fields[col["steady_from"]], where, "steady_from");
+      if (!(b >= 1 && b <= 1e9 && f >= 0 && f < b) || b != std::floor(b) || f != std::floor(f))
+        throw Error(fmt::format("{}: columns 'bursts'/'steady_from': need whole numbers 0 <= steady_from < bursts "
+                                "<= 1e9, got {}/{}",
+                                where, fields[col["steady_from"]], fields[col["bursts"]]));
+      s.bursts = static_cast<long>(b);
+      s.steady_from = static_cast<long>(f);
     }
     if (col.count("complete_ns") && !fields[col["complete_ns"]].empty())
       s.complete_ns = number(fields[col["complete_ns"]], where, "complete_ns");

@@ -34,17 +34,19 @@ Prediction predict(const Profile& p, double K, double V, double G) {
   const double v_over_r = V / p.R_Bps * 1e9;
   r.t0_ns = t0_iss_ns(p, K, V);
   r.gap_cap_ns = gap_cap_ns(p);
-  r.drain_ns = v_over_r - std::min(G, r.gap_cap_ns);
+  // Unclamped here: when Q/R < fixed even a drained stage leaves fixed + (V - Q)/R.
+  r.drain_ns = v_over_r - std::min(G, p.Q_bytes / p.R_Bps * 1e9 - p.t0.fixed_ns);
   r.t_iss_ns = std::max(r.t0_ns, r.drain_ns);
   r.regime = r.drain_ns > r.t0_ns ? Regime::drain : Regime::free;
-  r.exceeds_capacity = v_over_r - r.gap_cap_ns > r.t0_ns;
+  r.exceeds_capacity = p.t0.fixed_ns + (V - p.Q_bytes) / p.R_Bps * 1e9 > r.t0_ns;  // V > Q + R (T0 - fixed)
   r.onset_gap_ns = r.exceeds_capacity ? kInf : std::max(0.0, v_over_r - r.t0_ns);
   r.stall_ns = r.t_iss_ns - r.t0_ns;
   r.period_ns = r.t_iss_ns + G;
   r.utilisation = r.period_ns > 0 ? G / r.period_ns : 0.0;
   // Net growth of the stage per burst while nothing stalls: g = V - R*(T0 + G).
-  // Burst n starts with n*g queued and peaks at n*g + V - R*T0, so bursts
-  // n <= (Q_fill - V + R*T0) / g fit into an initially empty stage.
+  // Burst 0 starts on an empty stage and may use all of Q; burst n >= 1 starts
+  // with n*g queued, may fill only up to Q_fill, and peaks at n*g + V - R*T0:
+  // it is free while n <= (Q_fill - V + R*T0) / g.
   const double growth = V - p.R_Bps * (r.t0_ns + G) * 1e-9;
   if (r.regime == Regime::free || growth <= 0)
     r.transient_bursts = kInf;
@@ -52,7 +54,7 @@ Prediction predict(const Profile& p, double K, double V, double G) {
     r.transient_bursts = 0;  // every burst starts on an empty stage and overflows it
   else
     r.transient_bursts =
-        std::max(0.0, std::floor((p.fill_capacity() - V + p.R_Bps * r.t0_ns * 1e-9) / growth) + 1);
+        1 + std::max(0.0, std::floor((p.fill_capacity() - V + p.R_Bps * r.t0_ns * 1e-9) / growth));
   return r;
 }
 

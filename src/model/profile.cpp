@@ -24,8 +24,9 @@ void Profile::validate() const {
   positive(t0.aggregate_Bps, "t0.aggregate_Bps");
   positive(R_Bps, "R_Bps");
   positive(Q_bytes, "Q_bytes");
-  if (!(Q_fill_bytes >= 0) || !std::isfinite(Q_fill_bytes))
-    throw Error(fmt::format("profile '{}': Q_fill_bytes must be >= 0, got {}", name, Q_fill_bytes));
+  if (!(Q_fill_bytes >= 0) || !std::isfinite(Q_fill_bytes) || Q_fill_bytes > Q_bytes * (1 + 1e-12))
+    throw Error(fmt::format("profile '{}': Q_fill_bytes must be in [0, Q_bytes = {}], got {}", name, Q_bytes,
+                            Q_fill_bytes));
   if (!(latency_ns >= 0)) throw Error(fmt::format("profile '{}': latency_ns must be >= 0", name));
 }
 
@@ -109,13 +110,15 @@ Profile profile_from_json(const json& j, const std::string& where) {
   p.V_range = range_from(j, "V_range", where);
   if (j.contains("sigma") && j["sigma"].is_object()) {
     const json& s = j["sigma"];
+    const std::string w = where + ": sigma";
+    auto opt = [&](const char* key) { return s.contains(key) ? number_at(s, key, w) : 0.0; };
     Uncertainty u;
-    u.fixed_ns = s.value("fixed_ns", 0.0);
-    u.per_producer_Bps = s.value("per_producer_Bps", 0.0);
-    u.aggregate_Bps = s.value("aggregate_Bps", 0.0);
-    u.R_Bps = s.value("R_Bps", 0.0);
-    u.Q_bytes = s.value("Q_bytes", 0.0);
-    u.Q_fill_bytes = s.value("Q_fill_bytes", 0.0);
+    u.fixed_ns = opt("fixed_ns");
+    u.per_producer_Bps = opt("per_producer_Bps");
+    u.aggregate_Bps = opt("aggregate_Bps");
+    u.R_Bps = opt("R_Bps");
+    u.Q_bytes = opt("Q_bytes");
+    u.Q_fill_bytes = opt("Q_fill_bytes");
     p.sigma = u;
   }
   if (j.contains("provenance") && j["provenance"].is_object()) {
@@ -147,6 +150,8 @@ Profile load_profile(const std::string& path) {
     j = json::parse(ss.str());
   } catch (const json::parse_error& e) {
     throw Error(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
+  } catch (const json::exception& e) {  // e.g. a number out of range
+    throw Error(fmt::format("{}: invalid JSON: {}", path, e.what()));
   }
   return profile_from_json(j, path);
 }

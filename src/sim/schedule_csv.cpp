@@ -24,7 +24,9 @@ std::vector<Program> parse_schedule_csv(const std::string& text, const std::stri
     const std::string where = fmt::format("{}:{}", name, lineno);
     const auto f = detail::split_csv_line(line, where);
     if (col.empty()) {
-      for (size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
+      for (size_t i = 0; i < f.size(); ++i)
+        if (!col.emplace(f[i], i).second)
+          throw Error(fmt::format("{}: column '{}' appears twice in the header", where, f[i]));
       for (const char* r : {"producer", "kind", "amount"})
         if (!col.count(r)) throw Error(fmt::format("{}: header lacks column '{}' (need producer,kind,amount)", where, r));
       continue;

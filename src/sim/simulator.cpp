@@ -17,6 +17,7 @@ StageConfig stage_from_profile(const Profile& p) {
   StageConfig c;
   c.R_Bps = p.R_Bps;
   c.Q_bytes = p.Q_bytes;
+  c.Q_fill_bytes = p.fill_capacity();
   c.issue = p.t0;
   return c;
 }
@@ -43,7 +44,8 @@ using MinHeap = std::priority_queue<Timed, std::vector<Timed>, std::greater<>>;
 class StageSim {
  public:
   StageSim(const StageConfig& c, const std::vector<Program>& progs, int stage_id, SimResult& out)
-      : R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), rp_(c.issue.per_producer_Bps * 1e-9),
+      : R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), Qfill_(c.Q_fill_bytes > 0 ? std::min(c.Q_fill_bytes, c.Q_bytes) : c.Q_bytes),
+        cap_(Q_), rp_(c.issue.per_producer_Bps * 1e-9),
         ragg_(c.issue.aggregate_Bps * 1e-9), fixed_(c.issue.fixed_ns), record_(c.record_timeline),
         stage_id_(stage_id), progs_(progs), st_(progs.size()), out_(out) {}
 
@@ -56,13 +58,13 @@ class StageSim {
       const int n = static_cast<int>(issuers_.size());
       const double in_nom = n > 0 ? std::min(n * rp_, ragg_) : 0.0;
       const double epsq = 1e-9 * Q_ + 1e-9;
-      const bool full = q_ >= Q_ - epsq;
+      const bool full = q_ >= cap_ - epsq;
       const bool empty = q_ <= epsq;
       double in = in_nom, slope = in_nom - R_, throttle_loss = 0.0;
       if (full && in_nom > R_) {
         in = R_;
         slope = 0;
-        q_ = Q_;
+        q_ = std::max(q_, cap_);
         throttle_loss = 1.0 - R_ / in_nom;
       } else if (empty && in_nom <= R_) {
         slope = 0;
@@ -73,14 +75,14 @@ class StageSim {
       double dt = kInf;
       if (!timed_.empty()) dt = std::min(dt, timed_.top().first - t_);
       if (n > 0) dt = std::min(dt, (issuers_.top().first - S_) / per);
-      if (slope > 0) dt = std::min(dt, (Q_ - q_) / slope);
+      if (slope > 0) dt = std::min(dt, (cap_ - q_) / slope);
       if (slope < 0) dt = std::min(dt, q_ / -slope);
       if (!std::isfinite(dt)) break;  // nothing left to happen
       dt = std::max(dt, 0.0);
 
       t_ += dt;
       S_ += per * dt;
-      q_ = std::clamp(q_ + slope * dt, 0.0, Q_);
+      q_ = std::clamp(q_ + slope * dt, 0.0, std::max(q_, cap_));
       stall_integral_ += throttle_loss * dt;
       out_.max_occupancy = std::max(out_.max_occupancy, q_);
 
@@ -148,6 +150,8 @@ class StageSim {
   }
 
   void start_issuing(int i) {
+    // The capacity this burst may use: all of Q on an empty stage, Q_fill otherwise.
+    cap_ = q_ <= 1e-9 * Q_ + 1e-9 ? Q_ : Qfill_;
     ProducerState& s = st_[i];
     s.phase = Phase::issuing;
     s.stall_mark = stall_integral_;
@@ -176,7 +180,9 @@ class StageSim {
     advance_program(i);
   }
 
-  const double R_, Q_, rp_, ragg_, fixed_;
+  const double R_, Q_, Qfill_;
+  double cap_;  // the capacity in force: Q or Q_fill
+  const double rp_, ragg_, fixed_;
   const bool record_;
   const int stage_id_;
   const std::vector<Program>& progs_;

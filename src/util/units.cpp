@@ -55,6 +55,7 @@ double parse_size_bytes(std::string_view text, std::string_view what, bool allow
   std::string rest;
   double v = leading_number(text, what, expected, &rest);
   v = apply_suffix(v, rest, table, std::size(table), text, what, expected);
+  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is too large", what, text));
   if (v < 0) throw Error(fmt::format("{}: '{}' is negative; expected a positive size", what, text));
   if (v == 0 && !allow_zero)
     throw Error(fmt::format("{}: '{}' is zero; expected a positive size", what, text));
@@ -69,6 +70,7 @@ double parse_time_ns(std::string_view text, std::string_view what, bool allow_ze
   std::string rest;
   double v = leading_number(text, what, expected, &rest);
   v = apply_suffix(v, rest, table, std::size(table), text, what, expected);
+  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is too large", what, text));
   if (v < 0) throw Error(fmt::format("{}: '{}' is negative; expected a time >= 0", what, text));
   if (v == 0 && !allow_zero)
     throw Error(fmt::format("{}: '{}' is zero; expected a positive time", what, text));

@@ -121,6 +121,9 @@ TEST(SamplesCsv, MalformedInputNamesLineAndReason) {
   EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n"), "bad.csv: header but no data rows");
   EXPECT_EQ(msg(""), "bad.csv: no header line (need K, V_bytes, gap_ns, issue_ns)");
   EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,\"5,3,4\n"), "bad.csv:2: unterminated quoted field");
+  EXPECT_EQ(msg("K,V_bytes,K,gap_ns,issue_ns\n1,2,3,4,5\n"), "bad.csv:1: column 'K' appears twice in the header");
+  EXPECT_NE(msg("K,V_bytes,gap_ns,issue_ns,bursts,steady_from\n1,2,3,4,1e30,0\n").find("columns 'bursts'/'steady_from'"),
+            std::string::npos);
   EXPECT_THROW(read_samples_csv("/nonexistent/samples.csv"), Error);
 }
 

@@ -71,6 +71,12 @@ TEST(Profile, InvalidProfilesAreRejectedWithTheReason) {
   EXPECT_NE(load_error(R"({"t0": {"fixed_ns": 0, "per_producer_Bps": "fast", "aggregate_Bps": 1}, "R_Bps": 1, "Q_bytes": 1})")
                 .find("'per_producer_Bps' must be a number"),
             std::string::npos);
+  const std::string ok_core = R"("t0": {"fixed_ns": 0, "per_producer_Bps": 1, "aggregate_Bps": 1}, "R_Bps": 1, "Q_bytes": 10)";
+  EXPECT_NE(load_error("{" + ok_core + R"(, "sigma": {"R_Bps": "wide"}})").find("'R_Bps' must be a number"),
+            std::string::npos);
+  EXPECT_NE(load_error("{" + ok_core + R"(, "latency_ns": 1e400})").find("invalid JSON"), std::string::npos);
+  EXPECT_NE(load_error("{" + ok_core + R"(, "Q_fill_bytes": 11})").find("Q_fill_bytes must be in [0, Q_bytes"),
+            std::string::npos);
   try {
     load_profile("no-such-profile");
     FAIL();

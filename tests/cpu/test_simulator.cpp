@@ -157,3 +157,27 @@ TEST(Simulator, WindowedMeanFollowsTheTransient) {
     EXPECT_NEAR(sim, model, 0.05 * model) << "G=" << G;
   }
 }
+
+TEST(Simulator, FillCapacityGovernsTheTransient) {
+  // A stage that absorbs 24 MB when drained but only 2 MB under back-to-back bursts.
+  Profile p = make_profile(200, 50e9, 6e12, 52e9, 24e6);
+  p.Q_fill_bytes = 2e6;
+  const int K = 132;
+  const double V = 256 * 1024.0;
+  const long N = 96;
+  // A single burst into an empty stage uses all of Q.
+  const SimResult one = simulate(stage_from_profile(p), periodic_programs(K, 8e6, 0, 1));
+  EXPECT_NEAR(steady_issue_ns(one, 0), single_burst_ns(p, K, 8e6), 1e-3 * single_burst_ns(p, K, 8e6));
+  for (double G : {0.0, 2e3, 4e3}) {
+    const SimResult r = simulate(stage_from_profile(p), periodic_programs(K, V, G, N));
+    std::vector<double> per(N, 0.0);
+    for (const auto& b : r.bursts) per[b.index] += b.issue_ns() / K;
+    double sum = 0;
+    for (long i = 0; i < N; ++i) sum += per[i];
+    const double model = windowed_issue_ns(p, K, V, G, 0, N);
+    EXPECT_NEAR(sum / N, model, 0.05 * model) << "G=" << G;
+    Profile whole = p;
+    whole.Q_fill_bytes = 0;  // the same stage filling to Q
+    EXPECT_LT(predict(p, K, V, G).transient_bursts, predict(whole, K, V, G).transient_bursts) << "G=" << G;
+  }
+}

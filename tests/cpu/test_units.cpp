@@ -44,6 +44,7 @@ TEST(Units, RejectsBadInputWithTheReason) {
   expect_error([] { parse_time_ns("-1us", "--G"); }, "negative");
   expect_error([] { parse_time_ns("5 parsecs", "--G"); }, "unknown unit");
   expect_error([] { parse_time_ns("inf", "--G"); }, "not finite");
+  expect_error([] { parse_size_bytes("1e308MiB", "--V"); }, "too large");
 }
 
 TEST(Units, Formats) {
