@@ -24,7 +24,7 @@ struct Prediction {
   double gap_cap_ns = 0;      // G_cap: the longest gap that still shortens the burst
   Regime regime = Regime::free;
   double onset_gap_ns = 0;    // G* = V/R - T0: gaps shorter than this stall; +inf if none helps
-  bool exceeds_capacity = false;  // V > Q + R*T0: a burst stalls even after an infinite gap
+  bool exceeds_capacity = false;  // V > Q + R*(T0 - fixed): a burst stalls even after an infinite gap
   double stall_ns = 0;        // t_iss - t0: time lost to backpressure per burst
   double period_ns = 0;       // t_iss + G: steady-state period of burst+gap
   double utilisation = 0;     // G / period: fraction of time the producer computes

@@ -74,7 +74,7 @@ void run_predict(const PredictArgs& a) {
                            format_rate(p.R_Bps), format_bytes(p.Q_bytes));
   std::cout << t.text();
   if (r.exceeds_capacity)
-    std::cout << fmt::format("note: V exceeds what the stage absorbs (Q + R*T0): every burst stalls, whatever the gap\n");
+    std::cout << fmt::format("note: V exceeds what a drained stage absorbs (Q + R*(T0 - fixed)): every burst stalls, whatever the gap\n");
 }
 }  // namespace
 
