@@ -46,12 +46,6 @@ struct ProbeArgs {
 };
 
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 double quantile_of(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -94,7 +88,6 @@ json errors_json(const ErrorSummary& e) {
 struct TransportOutcome {
   json validation;  // empty when not validated
   Profile profile;
-  bool fitted = false;
   uint64_t bad_points = 0;
 };
 
@@ -140,7 +133,6 @@ TransportOutcome analyse_csv(const std::string& csv, const std::string& csv_path
                               command_line())};
   save_profile(p, fmt::format("{}/profile-{}.json", out_dir, transport));
   outcome.profile = p;
-  outcome.fitted = true;
 
   std::cout << fmt::format("\n== {}: {} training rows, fit median |rel err| {:.2f}% ==\n", transport, fit.samples,
                            100 * fit.median_abs_rel_err);
