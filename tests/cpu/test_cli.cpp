@@ -133,3 +133,50 @@ TEST(Cli, ReportWithoutGpuPrintsPredictions) {
   EXPECT_NE(r.out.find("regime boundaries"), std::string::npos);
   EXPECT_NE(r.out.find("simulated"), std::string::npos);
 }
+
+TEST(Cli, ValidateWritesTheFilesOtherToolsRead) {
+  // A probe-shaped CSV drawn from a known profile: validate must refit it and
+  // write probe-validation.json with the keys the probe issue names.
+  const auto& truth = *xstage::find_embedded_profile("h200-host-pcie");
+  const std::string dir = ::testing::TempDir() + "/validate-cmd";
+  const std::string csv = ::testing::TempDir() + "/probe-host.csv";
+  {
+    std::ofstream f(csv);
+    f << "# transport: host\n# device: synthetic\n# driver: none\n# sm_clock_mhz_measured: 1980\n"
+         "# date: 2026-11-30T00:00:00Z\n# commit: test\n# command: synthetic\n# copy_engine_Bps: 5.5e10\n"
+         "set,stat,K,V_bytes,gap_ns,issue_ns,bursts,steady_from\n";
+    auto rows = [&](const char* set, std::vector<double> Ks, std::vector<double> Vs, std::vector<double> Gs) {
+      for (double K : Ks)
+        for (double V : Vs)
+          for (double G : Gs)
+            f << set << ",run," << K << "," << V << "," << G << ","
+              << xstage::windowed_issue_ns(truth, K, V, G, 0, 96) << ",96,0\n";
+    };
+    rows("train", {16, 66, 132}, {262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0},
+         {0, 1e3, 4e3, 16e3, 64e3, 256e3, 1024e3, 2048e3});
+    rows("holdout", {132}, {393216.0, 1572864.0, 6291456.0}, {0, 2e3, 8e3, 32e3, 128e3, 512e3});
+  }
+  const CliRun r = run_cli("validate " + csv + " -o " + dir + " --bootstrap 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream in(dir + "/probe-validation.json");
+  ASSERT_TRUE(in.good());
+  const json j = json::parse(in);
+  ASSERT_EQ(j["transports"].size(), 1u);
+  const json& t = j["transports"][0];
+  for (const char* k : {"transport", "R_Bps", "Q_bytes", "copy_engine_Bps", "onset_gap_err", "models"})
+    EXPECT_TRUE(t.contains(k)) << k;
+  for (const char* m : {"burst_gap", "completion_coupled", "unbounded_async"}) {
+    EXPECT_TRUE(t["models"][m].contains("median_rel_err")) << m;
+    EXPECT_TRUE(t["models"][m].contains("p90_rel_err")) << m;
+  }
+  // Data drawn from the model itself: the refit predicts the held-out rows closely.
+  EXPECT_LT(t["models"]["burst_gap"]["median_rel_err"].get<double>(), 0.02);
+  EXPECT_NEAR(t["R_Bps"].get<double>(), truth.R_Bps, 0.03 * truth.R_Bps);
+  EXPECT_TRUE(std::ifstream(dir + "/profile-host.json").good());
+  // A CSV without its provenance lines is refused with the reason.
+  const std::string bare = ::testing::TempDir() + "/bare.csv";
+  std::ofstream(bare) << "K,V_bytes,gap_ns,issue_ns,set\n1,65536,0,100,holdout\n";
+  const CliRun b = run_cli("validate " + bare + " -o " + dir);
+  EXPECT_NE(b.rc, 0);
+  EXPECT_NE(b.out.find("no '# transport:' line"), std::string::npos) << b.out;
+}
