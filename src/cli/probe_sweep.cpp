@@ -38,19 +38,19 @@ std::vector<PlannedPoint> plan_sweep(const std::string& sweep, Transport t, int 
   std::vector<PlannedPoint> out;
   auto add = [&](ProbePoint p, const char* set) { out.push_back({p, set}); };
   auto grid = [&](const std::vector<int>& Ks, const std::vector<double>& Vs, const std::vector<double>& Gs,
-                  const char* set) {
+                  const char* set, ProbePoint from) {
     for (int K : Ks)
       for (double V : Vs)
         for (double G : Gs) {
-          ProbePoint p = base;
+          ProbePoint p = from;
           p.K = K;
           p.V_bytes = V;
           p.gap_ns = G;
           add(p, set);
         }
   };
-  grid(train_K, train_V, train_G, "train");
-  grid(hold_K, hold_V, hold_G, "holdout");
+  grid(train_K, train_V, train_G, "train", base);
+  grid(hold_K, hold_V, hold_G, "holdout", base);
   // Completion: bursts far apart, so each drains before the next.
   for (Completion c : {Completion::fence, Completion::flag})
     for (double V : train_V) {
@@ -85,15 +85,11 @@ std::vector<PlannedPoint> plan_sweep(const std::string& sweep, Transport t, int 
     const int Ks[] = {1, 4, 16};
     explore([&](ProbePoint& p, int i) { p.K = Ks[i]; return true; }, 3);
     // Store kinds across the whole gap range at the default K.
-    for (StoreKind st : stores)
-      for (double G : train_G) {
-        ProbePoint p = base;
-        p.K = sms;
-        p.V_bytes = Vx;
-        p.gap_ns = G;
-        p.store = st;
-        add(p, "explore");
-      }
+    for (StoreKind st : stores) {
+      ProbePoint from = base;
+      from.store = st;
+      grid({sms}, {Vx}, train_G, "explore", from);
+    }
   }
   return out;
 }
