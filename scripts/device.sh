@@ -2,7 +2,8 @@
 # One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
-#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag (default: build tests sanitize probe a2a)
+#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep
+#   (default: build tests sanitize probe a2a)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/xstage-out}
@@ -108,6 +109,40 @@ if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and th
   tail -15 "$OUT/r/attn-bench.log" >"$OUT/r/attn-summary.txt"
 fi
 
+if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, sanitizers, torch SDPA on the full problem
+  timed u-tests 300 ctest --test-dir $B -L gpu -R "Attention|Ulysses" --output-on-failure
+  grep -E "tests passed|tests failed|Failed" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
+  u_small="ulysses --ranks 4 --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --stores vector16,bulk,paced"
+  for tool in memcheck racecheck synccheck; do
+    timed "san-$tool-ulysses" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+      $X $u_small --head-dim 64 --placement host
+  done
+  timed san-memcheck-ulysses128 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+    $X $u_small --head-dim 128 --placement device
+  timed u-sdpa 300 python3 bench/ulysses_vs_sdpa.py --xstage $X --out "$OUT/r/ulysses-vs-sdpa.json"
+  tail -8 "$OUT/r/u-sdpa.log" >"$OUT/r/u-sdpa-summary.txt"
+  timed u-quick 200 $X ulysses --seq 4096,16384 --placement host --flags lagged,eager,at-exit --check --check-rows 2 \
+    --stores vector16,bulk,paced --orders rotated \
+    -o "$OUT/r/ulysses-quick.json"
+  tail -8 "$OUT/r/u-quick.log" >"$OUT/r/u-quick-summary.txt"
+fi
+
+if [[ $stages == *uprobe* ]]; then  # quick look at the fused kernel's store paths and flag timings
+  timed u-probe 200 $X ulysses --seq 4096,16384 --placement host --flags lagged,eager,at-exit \
+    --stores vector16,vector16-wt,bulk --orders rotated --variants attention-only,fused -n 5 -o "$OUT/r/ulysses-probe.json"
+  tail -4 "$OUT/r/u-probe.log" >"$OUT/r/u-probe-summary.txt"
+fi
+
+if [[ $stages == *usweep* ]]; then  # the sequence sweep of the fused-attention issue, both placements
+  timed u-sdpa 300 python3 bench/ulysses_vs_sdpa.py --xstage $X --out "$OUT/r/ulysses-vs-sdpa.json"
+  tail -8 "$OUT/r/u-sdpa.log" >"$OUT/r/u-sdpa-summary.txt"
+  for pl in host device; do
+    timed "u-sweep-$pl" 280 $X ulysses --sweep --placement $pl --variants attention-only,sequential,fused,coupled \
+      --stores vector16,bulk,paced --orders linear,rotated -o "$OUT/r/ulysses-$pl.json"
+    tail -9 "$OUT/r/u-sweep-$pl.log" >"$OUT/r/u-sweep-$pl-summary.txt"
+  done
+fi
+
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -124,6 +159,9 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
+  for f in u-tests u-sdpa u-quick u-probe u-sweep-host u-sweep-device; do
+    [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
+  done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
   [ -f "$OUT/r/a2a-peer.log" ] && tail -4 "$OUT/r/a2a-peer.log"
   [ -f "$OUT/r/probe-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-summary.txt"

@@ -47,6 +47,12 @@ struct LaunchEnv {
 LaunchEnv read_launch_env();
 bool launch_env_present();  // WORLD_SIZE is set
 
+// Settles o.ranks before any GPU is touched: nccl takes WORLD_SIZE (and
+// rejects host placement: NCCL windows live in device memory), emulated
+// defaults to `emulated_default`; peer keeps 0 ("every visible GPU").
+// Throws xstage::Error naming the option.
+void resolve_world_ranks(WorldOptions& o, int emulated_default);
+
 // One symmetric allocation. ptrs[p] is rank p's buffer as this process
 // addresses it; device_table(i) is the same array in the memory of local rank
 // i's GPU, ready to pass to a kernel.

@@ -16,6 +16,7 @@ void add_a2a_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
 void add_selftest_command(CLI::App& app);
 void add_attn_command(CLI::App& app);
+void add_ulysses_command(CLI::App& app);
 
 // --json / --csv flags shared by every command that prints results.
 struct OutputFlags {

@@ -9,6 +9,7 @@
 
 #include "xstage/a2a.hpp"
 #include "xstage/error.hpp"
+#include "runtime/timing.hpp"
 
 namespace xstage {
 
@@ -18,18 +19,7 @@ double a2a_busbw_factor(Backend b, int ranks) {
 }
 
 void validate_a2a_options(A2aBenchOptions& o) {
-  if (o.world.backend == Backend::nccl) {
-    if (o.world.placement == Placement::host)
-      throw Error("--placement host: the nccl backend's buffers are NCCL symmetric windows in device memory; use "
-                  "--backend emulated or peer for host buffers");
-    const int world_size = read_launch_env().world_size;
-    if (o.world.ranks >= 1 && o.world.ranks != world_size)
-      throw Error(fmt::format("--ranks {} but WORLD_SIZE = {}: under --backend nccl there is one process per rank",
-                              o.world.ranks, world_size));
-    o.world.ranks = world_size;
-  } else if (o.world.ranks < 1 && o.world.backend == Backend::emulated) {
-    o.world.ranks = 8;
-  }
+  resolve_world_ranks(o.world, 8);
   if (!(o.step_factor > 1) || !std::isfinite(o.step_factor))
     throw Error(fmt::format("-f/--stepfactor: expected a factor > 1, got {}", o.step_factor));
   if (o.min_bytes > o.max_bytes)
@@ -57,37 +47,6 @@ std::vector<UlyssesLayout> a2a_sweep(const A2aBenchOptions& o) {
 }
 
 namespace {
-
-// Times `body` (enqueued between fork and join) on the lead stream: warm-up,
-// then one event pair per iteration; the median, the largest over ranks.
-template <class Body>
-double median_us(World& w, int warmup, int iters, Body&& body) {
-  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
-  std::vector<cudaEvent_t> ev(2 * iters);
-  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
-  auto once = [&] {
-    w.fork();
-    body();
-    w.join();
-  };
-  for (int i = 0; i < warmup; ++i) once();
-  w.barrier();
-  for (int i = 0; i < iters; ++i) {
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i], w.lead_stream()));
-    once();
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i + 1], w.lead_stream()));
-  }
-  w.barrier();
-  std::vector<double> t(iters);
-  for (int i = 0; i < iters; ++i) {
-    float ms = 0;
-    XSTAGE_CUDA(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    t[i] = ms * 1e3;
-  }
-  for (auto& e : ev) (void)cudaEventDestroy(e);
-  std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
-  return w.max_over_ranks(t[iters / 2]);
-}
 
 // The copy engine's plain device-to-host copy, the yardstick of the host path.
 class D2hReference {

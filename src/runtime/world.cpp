@@ -177,4 +177,19 @@ std::string World::describe() const {
   return fmt::format("{}, {} ranks, {} buffers", to_string(backend_), size_, to_string(placement_));
 }
 
+void resolve_world_ranks(WorldOptions& o, int emulated_default) {
+  if (o.backend == Backend::nccl) {
+    if (o.placement == Placement::host)
+      throw Error("--placement host: the nccl backend's buffers are NCCL symmetric windows in device memory; use "
+                  "--backend emulated or peer for host buffers");
+    const int world_size = read_launch_env().world_size;
+    if (o.ranks >= 1 && o.ranks != world_size)
+      throw Error(fmt::format("--ranks {} but WORLD_SIZE = {}: under --backend nccl there is one process per rank",
+                              o.ranks, world_size));
+    o.ranks = world_size;
+  } else if (o.ranks < 1 && o.backend == Backend::emulated) {
+    o.ranks = emulated_default;
+  }
+}
+
 }  // namespace xstage

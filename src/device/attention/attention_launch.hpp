@@ -19,4 +19,8 @@ struct KernelShape {
 };
 KernelShape attention_fwd_kernel_shape(int D);
 
+// CTAs of the head-dim-D kernel resident on one SM (occupancy API; 0 for an
+// unsupported D or a CUDA error).
+int attention_fwd_ctas_per_sm(int D);
+
 }  // namespace xstage::attention

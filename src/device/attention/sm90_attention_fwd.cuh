@@ -8,8 +8,12 @@
 //     shared memory with cp.async (tile j+1 loads while tile j computes);
 //   - per tile and warp: S = Q K^T (mma.sync), online softmax in registers,
 //     O += P V with P straight from the S registers;
-//   - the output tile goes through the epilogue policy (local store now, the
-//     fused all-to-all remote store later).
+//   - the output tile goes through the epilogue policy: before_store (after
+//     the mainloop: the fused all-to-all publishes the previous tile's flags
+//     there), store_rows per warp, then after a CTA barrier tile_done, and
+//     finish (given the scheduler, to revisit the CTA's tiles) once the CTA
+//     has no tiles left. The local store does nothing in
+//     the three hooks.
 #include <cstdint>
 
 #include "device/attention/attention_params.hpp"
@@ -25,7 +29,8 @@ namespace xstage::attention {
 
 template <int D, class Epilogue, class Scheduler>
 __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConfig<D>::MIN_BLOCKS)
-    sm90_bf16_attention_fwd(const MainloopParams p, const typename Epilogue::Params ep) {
+    sm90_bf16_attention_fwd(const MainloopParams p, const typename Epilogue::Params ep,
+                            const typename Scheduler::Params sp) {
   using Cfg = Sm90AttnFwdConfig<D>;
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, ST = Cfg::SMEM_STRIDE, THREADS = Cfg::THREADS;
   static_assert(Cfg::STAGES == 2, "sm90_bf16_attention_fwd: the mainloop is written for double buffering");
@@ -33,16 +38,20 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                                    // [BM][ST]; reused to stage O
   uint16_t* skv = smem + Cfg::Q_ELEMS;                    // stage s: K at s * 2 * KV_ELEMS, V after it
+  // An epilogue that sends a tile's rows while the next tile computes stages
+  // them in its own [BM][ST] buffer (after K/V), not in the Q rows.
+  uint16_t* so = Epilogue::kOwnStaging ? skv + 2 * Cfg::STAGES * Cfg::KV_ELEMS : sq;
   auto sk = [&](int stage) { return skv + stage * 2 * Cfg::KV_ELEMS; };
   auto sv = [&](int stage) { return skv + stage * 2 * Cfg::KV_ELEMS + Cfg::KV_ELEMS; };
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const Scheduler sched(p.S_q, p.H, p.B, BM);
+  const Scheduler sched(p, sp, BM);
   const int n_tiles = (p.S_kv + BN - 1) / BN;  // >= 1: S_kv >= 1
   const uint16_t* q_all = static_cast<const uint16_t*>(p.q);
   const uint16_t* k_all = static_cast<const uint16_t*>(p.k);
   const uint16_t* v_all = static_cast<const uint16_t*>(p.v);
 
+  typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile (thread 0)
   for (int64_t t = blockIdx.x; t < sched.num_tiles(); t += gridDim.x) {
     const TileCoord c = sched.tile(t);
     const int m0 = c.m_block * BM;
@@ -76,6 +85,7 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
         ptx::cp_async_wait_group<0>();
       }
       __syncthreads();  // tile j (and Q) visible to every warp
+      Epilogue::template mainloop_step<D, ST, THREADS>(ep, pending, so, j, n_tiles, tid);
       if (j == 0) load_q_fragments<D, ST>(q, sq + warp * 16 * ST, lane);
 
       float s[BN / 8][4];
@@ -91,12 +101,18 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
       __syncthreads();  // every warp is done with buffer `stage` before it is refilled
     }
 
-    // Epilogue: normalise, stage this warp's rows in its own Q rows (only this
-    // warp ever read them), hand them to the policy.
+    // Epilogue: publish what the previous tile left pending, normalise, stage
+    // this warp's rows in its own Q rows (only this warp ever read them), hand
+    // them to the policy.
+    if constexpr (Epilogue::kOwnStaging) Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
+    if constexpr (Epilogue::kBeforeStore) {
+      Epilogue::before_store(ep, pending, tid);
+      __syncthreads();  // no store of this tile is in flight while thread 0 fences
+    }
     sm.finalize();
     const float inv[2] = {1.f / sm.l[0], 1.f / sm.l[1]};
     rescale_rows<D / 8>(o, inv);
-    uint16_t* srows = sq + warp * 16 * ST;
+    uint16_t* srows = so + warp * 16 * ST;
     stage_o_rows<D, ST>(srows, o, lane);
     __syncwarp();
     const int row0 = m0 + warp * 16;
@@ -106,8 +122,19 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
       Epilogue::store_lse(ep, c, row0 + g, p.S_q, p.H, sm.lse(0));
       Epilogue::store_lse(ep, c, row0 + g + 8, p.S_q, p.H, sm.lse(1));
     }
+    __syncthreads();  // every warp's rows are stored (or their stores issued)
+    Epilogue::tile_done(ep, c, m0, BM, p.S_q, tid, pending);
     __syncthreads();  // the next tile's Q load overwrites the staged rows
   }
+  if constexpr (Epilogue::kOwnStaging) Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
+  Epilogue::finish(ep, pending, sched, BM, p.S_q, tid);
+}
+
+// Dynamic shared memory of sm90_bf16_attention_fwd<D, Epilogue, ...>.
+template <int D, class Epilogue>
+constexpr size_t sm90_attention_fwd_smem_bytes() {
+  using Cfg = Sm90AttnFwdConfig<D>;
+  return Cfg::SMEM_BYTES + (Epilogue::kOwnStaging ? size_t(Cfg::Q_ELEMS) * 2 : 0);
 }
 
 }  // namespace xstage::attention

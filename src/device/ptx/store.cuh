@@ -21,4 +21,17 @@ __device__ __forceinline__ void st_global_v4_b32(void* dst, uint4 v) {
                : "memory");
 }
 
+// The same with a cache operator. .wt: write-through to system memory (a
+// store to a host address is not kept dirty in L2); .cs: streaming, evict
+// first. Plain st.global is .wb (write-back).
+__device__ __forceinline__ void st_global_wt_v4_b32(void* dst, uint4 v) {
+  asm volatile("st.global.wt.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+__device__ __forceinline__ void st_global_cs_v4_b32(void* dst, uint4 v) {
+  asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 }  // namespace xstage::ptx

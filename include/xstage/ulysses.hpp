@@ -1,0 +1,135 @@
+#pragma once
+// Ulysses attention on a World: head-sharded Q, K, V in, sequence-sharded O
+// out (include/xstage/ulysses_layout.hpp), in four variants:
+//   attention-only  the attention kernel with its local epilogue, no all-to-all
+//                   (the floor);
+//   sequential      the same kernel, then the communication layer's
+//                   all-to-all (copy engine or store kernel);
+//   fused           the all-to-all in the kernel's epilogue: each output row
+//                   is stored straight to its owner and flagged; receivers
+//                   wait on their flags (docs/design/ulysses.md);
+//   coupled         fused, but every tile waits until its stores are
+//                   remotely visible before its SM moves on (the
+//                   completion-coupled counterfactual made real).
+// Emulated ranks run as one kernel launch over all P ranks (each rank's
+// shards laid one after another); peer and nccl ranks launch on their own GPU.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xstage/a2a.hpp"
+#include "xstage/ulysses_layout.hpp"
+#include "xstage/world.hpp"
+
+namespace xstage {
+
+enum class UlyssesVariant { attention_only, sequential, fused, coupled };
+std::string to_string(UlyssesVariant v);  // "attention-only", "sequential", "fused", "coupled"
+UlyssesVariant parse_ulysses_variant(std::string_view text);
+bool is_fused(UlyssesVariant v);  // fused or coupled
+
+// vector16: st.global.v4 from registers (write-back: L2 may keep host lines
+// dirty); vector16-wt / vector16-cs: with the write-through / streaming cache
+// operator; bulk: TMA bulk copies of whole rows from shared memory; paced:
+// 16-byte stores spread in slices over the next tile's mainloop (flags lagged).
+enum class EpilogueStore { vector16, vector16_wt, vector16_cs, bulk, paced };
+std::string to_string(EpilogueStore s);
+EpilogueStore parse_epilogue_store(std::string_view text);
+
+// When the fused variant publishes a tile's completion flags: lagged (just
+// before the CTA's next tile's stores, so its release fence finds the stores
+// drained) or eager (right after the stores; the fence then waits for them to
+// drain, which couples the tile to the X-Stage: docs/perf-log.md, f1).
+// at-exit: every flag of a CTA once it has no tiles left (one fence per CTA).
+enum class FlagTiming { lagged, eager, at_exit };
+std::string to_string(FlagTiming f);  // "lagged", "eager", "at-exit"
+FlagTiming parse_flag_timing(std::string_view text);
+
+enum class TileOrder { linear, rotated };
+std::string to_string(TileOrder o);  // "linear", "rotated"
+TileOrder parse_tile_order(std::string_view text);
+
+// The tile order as the kernel walks it: for each source rank, the m-blocks
+// (BLOCK_M query rows) in the order they are computed within every (b, head).
+// linear: 0, 1, 2, ...; rotated: round-robin over the destination ranks,
+// starting at src + 1, so that concurrent tiles of one rank, and the tiles of
+// different ranks at the same position, target different receivers.
+std::vector<int> ulysses_tile_order(const UlyssesLayout& layout, int block_m, TileOrder order, int src_rank);
+
+struct UlyssesRun {
+  UlyssesVariant variant = UlyssesVariant::fused;
+  EpilogueStore store = EpilogueStore::paced;     // fused and coupled (paced: fused only); default by measurement
+  TileOrder order = TileOrder::rotated;           // fused and coupled
+  FlagTiming flags = FlagTiming::lagged;          // fused
+  A2aVersion a2a = A2aVersion::copy_engine;       // sequential
+  double timeout_s = 60;                          // receivers' flag waits
+};
+
+// Everything one world needs for Ulysses attention on shapes up to a maximum
+// sequence length: inputs, local outputs, the symmetric sequence-sharded
+// output and flags. Not thread-safe; one per world.
+class UlyssesAttention {
+ public:
+  // B, H (total heads), D fixed; S up to max_S. Throws xstage::Error for a
+  // bad shape (H % P, D not in {64, 128}, sizes < 1).
+  UlyssesAttention(World& world, int64_t B, int64_t H, int64_t D, int64_t max_S);
+  ~UlyssesAttention();
+  UlyssesAttention(const UlyssesAttention&) = delete;
+  UlyssesAttention& operator=(const UlyssesAttention&) = delete;
+
+  // Selects S (<= max_S): layouts, tile orders, all-to-all plans.
+  void set_sequence(int64_t S);
+  const UlyssesLayout& layout() const;
+
+  // Draws every local rank's head-sharded Q, K, V from `seed` on the GPU:
+  // element i of rank r's shard of tensor t (0 q, 1 k, 2 v) is
+  // fill::fill_random_value(seed, 3 * r + t, i) rounded to bf16.
+  void fill_inputs(uint64_t seed);
+
+  // Enqueues one run between world.fork() and world.join() (see run()).
+  void enqueue(const UlyssesRun& run);
+  // One run, synchronised (fork, enqueue, join, barrier).
+  void run(const UlyssesRun& run);
+
+  // Poisons every local rank's sequence-sharded output (0xFF bytes: bf16 NaN)
+  // and, for attention-only, its local head-sharded output.
+  void poison_outputs();
+
+  // Local rank r's results, downloaded: its sequence-sharded output
+  // [B, S_r, H, D] and its head-sharded attention output [B, S, H/P, D] (bf16 bits).
+  std::vector<uint16_t> download_output(int rank) const;
+  std::vector<uint16_t> download_local_attention(int rank) const;
+
+  // Check of a variant: runs attention-only (the local head-sharded results),
+  // poisons the outputs, runs `run`, and compares every local rank's
+  // sequence-sharded output bit for bit with the local results permuted on
+  // the CPU (sequential, fused and coupled compute every tile identically).
+  // Returns "" or the first mismatch (rank, b, row, head, column, expected, got).
+  std::string check_against_local(const UlyssesRun& run);
+
+  // Relative error ||O - ref|| / ||ref|| of `rows` sampled output rows of the
+  // local ranks' sequence-sharded outputs against an fp64 CPU reference
+  // recomputed from the seeded inputs (after fill_inputs(seed) and a run).
+  double sampled_rel_error(uint64_t seed, int rows, uint64_t sample_seed) const;
+
+  // Writes DIR/q.npy, k.npy, v.npy (the global [B, S, H, D] inputs, redrawn
+  // from `seed` on the CPU) and DIR/o.npy (every rank's sequence-sharded
+  // output, assembled), all float32, for a check against any framework
+  // (bench/ulysses_vs_sdpa.py). Needs every rank in this process.
+  void dump_npy(const std::string& dir, uint64_t seed) const;
+
+  // Kernel geometry for the model: tiles of the whole launch(es) and how many
+  // run at once on one GPU.
+  int64_t tiles_per_gpu() const;
+  int concurrent_tiles_per_gpu() const;
+  int block_m() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xstage

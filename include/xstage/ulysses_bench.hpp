@@ -1,0 +1,73 @@
+#pragma once
+// xstage ulysses's measurement: a sequence-length sweep of the four Ulysses
+// variants (include/xstage/ulysses.hpp) on one world, each timed the
+// nccl-tests way (warm-up, CUDA events per iteration, the median), with the
+// Burst-Gap profile's prediction next to it (include/xstage/ulysses_prediction.hpp).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xstage/device.hpp"
+#include "xstage/ulysses.hpp"
+
+namespace xstage {
+
+struct UlyssesBenchOptions {
+  WorldOptions world;  // world.ranks < 1: emulated 8, peer every visible GPU, nccl WORLD_SIZE
+  int64_t batch = 1, heads = 24, head_dim = 128;
+  std::vector<int64_t> seqs = {4096};  // total sequence lengths S
+  std::vector<UlyssesVariant> variants;  // empty: all four
+  std::vector<EpilogueStore> stores;     // fused and coupled; empty: vector16, bulk, paced
+  std::vector<TileOrder> orders;         // fused; empty: both (coupled runs the rotated order)
+  std::vector<FlagTiming> flags;         // fused; empty: lagged
+  std::vector<A2aVersion> a2a;           // sequential; empty: every available one
+  int iters = 10, warmup = 1;
+  double max_seconds_per_point = 2.0;  // fewer iterations (at least 3) when one run is long
+  bool check = false;
+  int check_rows = 8;  // rows per rank compared with the fp64 CPU reference
+  uint64_t seed = 1;
+  double timeout_s = 60;
+  std::string dump_dir;  // "": none; else the first S's inputs and fused output as .npy (UlyssesAttention::dump_npy)
+  std::string profile;  // for the prediction; "" = the embedded profile of the path, "none" = no prediction
+};
+
+struct UlyssesBenchRow {
+  std::string variant, placement, backend, store = "-", order = "-", flags = "-", a2a = "-";
+  int P = 0;
+  int64_t B = 0, S = 0, H = 0, D = 0;
+  double time_us = 0;
+  std::optional<double> predicted_time_us;
+  int iters = 0;
+  std::string check = "-";
+};
+
+struct UlyssesBenchSummary {  // one per S: the best of each variant
+  int64_t S = 0;
+  double attention_only_us = 0, sequential_us = 0, fused_us = 0, coupled_us = 0;
+  std::string fused_config;  // "vector16/rotated/lagged"
+  double predicted_fused_us = 0, predicted_sequential_us = 0;
+  double rel_err = -1;  // sampled fp64 check; < 0: not checked
+  double speedup() const { return sequential_us / fused_us; }
+  double residual() const { return (fused_us - attention_only_us) / attention_only_us; }
+  double coupled_residual() const { return (coupled_us - attention_only_us) / attention_only_us; }
+  double predicted_residual() const { return (predicted_fused_us - attention_only_us) / attention_only_us; }
+};
+
+struct UlyssesBenchReport {
+  bool leader = true;
+  std::string world, profile;
+  DeviceInfo device;
+  int tiles_concurrent = 0, block_m = 0;
+  std::vector<UlyssesBenchRow> rows;
+  std::vector<UlyssesBenchSummary> summary;
+};
+
+// CPU-only checks of the options (before looking for a GPU); resolves world.ranks where it can.
+void validate_ulysses_options(UlyssesBenchOptions& o);
+// The profile the prediction uses for a placement and backend ("" when none fits).
+std::string default_ulysses_profile(Backend b, Placement p);
+// Throws xstage::Error when there is no GPU, a check fails, or CUDA fails.
+UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o);
+
+}  // namespace xstage

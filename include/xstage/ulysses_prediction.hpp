@@ -1,0 +1,35 @@
+#pragma once
+// What the Burst-Gap profile predicts for Ulysses attention, with no
+// refitting (docs/design/ulysses.md, "Model in the loop"). CPU only.
+//
+// The fused kernel is fed to the X-Stage simulator as the GPU runs it: K
+// concurrent tile slots, each computing its tiles one after another (the
+// attention-only time split evenly over the waves, less the backpressure-free
+// issue time T0 of the tile's store, which the simulator adds back with any
+// stall) and storing each tile's output (its bytes) right after computing it. The run ends when the last
+// byte is remotely visible (the receivers wait on flags). The sequential
+// variant is attention-only plus the whole payload at the drain rate R.
+#include <cstdint>
+
+#include "xstage/profile.hpp"
+
+namespace xstage {
+
+struct UlyssesKernelShape {
+  int64_t tiles = 0;          // tiles the GPU computes (all emulated ranks together)
+  int concurrent_tiles = 0;   // CTAs resident at once (SMs x CTAs per SM)
+  double payload_bytes = 0;   // bytes the GPU's tiles send, over all destinations
+  double attention_only_us = 0;  // measured time of the same kernel with the local epilogue
+};
+
+struct UlyssesPrediction {
+  double fused_us = 0;       // last byte visible
+  double residual_us = 0;    // fused - attention-only
+  double sequential_us = 0;  // attention-only + payload / R
+  double stalled_us = 0;     // summed over tiles: time the issuers lost to a full stage
+};
+
+// Throws xstage::Error for a shape with no tiles, slots or time.
+UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& shape);
+
+}  // namespace xstage

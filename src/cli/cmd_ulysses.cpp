@@ -1,0 +1,193 @@
+// xstage ulysses: Ulysses attention with the output all-to-all, in four
+// variants (attention-only, sequential, fused, coupled), checked, timed and
+// predicted over a sequence-length sweep.
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "xstage/error.hpp"
+#include "xstage/ulysses_bench.hpp"
+#include "xstage/units.hpp"
+
+namespace xstage::cli {
+
+namespace {
+
+struct UlyssesArgs {
+  std::string backend = "emulated", placement = "host", profile, out_file, dump_dir;
+  int ranks = -1, iters = 10, warmup = 1, check_rows = 8;
+  int64_t batch = 1, heads = 24, head_dim = 128;
+  std::vector<int64_t> seqs;
+  bool sweep = false, check = false;
+  std::vector<std::string> variants, stores, orders, flags, a2a;
+  double max_seconds = 2.0, timeout_s = 60;
+  uint64_t seed = 1;
+  OutputFlags out;
+};
+
+// The sweep of the fused-attention issue: 4k to 128k tokens, doubling.
+std::vector<int64_t> default_sweep() { return {4096, 8192, 16384, 32768, 65536, 131072}; }
+
+UlyssesBenchOptions to_options(const UlyssesArgs& a) {
+  UlyssesBenchOptions o;
+  o.world.backend = parse_backend(a.backend);
+  o.world.placement = parse_placement(a.placement);
+  if (a.ranks != -1 && a.ranks < 1) throw Error(fmt::format("--ranks: expected a whole number >= 1, got {}", a.ranks));
+  o.world.ranks = a.ranks;
+  o.batch = a.batch, o.heads = a.heads, o.head_dim = a.head_dim;
+  if (a.sweep && !a.seqs.empty()) throw Error("--sweep and --seq: give one of them");
+  o.seqs = a.sweep ? default_sweep() : a.seqs.empty() ? std::vector<int64_t>{4096} : a.seqs;
+  for (const auto& v : a.variants) o.variants.push_back(parse_ulysses_variant(v));
+  for (const auto& s : a.stores) o.stores.push_back(parse_epilogue_store(s));
+  for (const auto& t : a.orders) o.orders.push_back(parse_tile_order(t));
+  for (const auto& f : a.flags) o.flags.push_back(parse_flag_timing(f));
+  for (const auto& v : a.a2a) o.a2a.push_back(parse_a2a_version(v));
+  o.iters = a.iters, o.warmup = a.warmup, o.max_seconds_per_point = a.max_seconds;
+  o.check = a.check, o.check_rows = a.check_rows, o.seed = a.seed, o.timeout_s = a.timeout_s;
+  o.profile = a.profile;
+  o.dump_dir = a.dump_dir;
+  validate_ulysses_options(o);
+  return o;
+}
+
+std::string fixed(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
+
+nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions& o) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : rep.rows) {
+    nlohmann::json j{{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P},
+                     {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", r.store}, {"order", r.order}, {"flags", r.flags},
+                     {"a2a", r.a2a}, {"time_us", r.time_us}, {"iters", r.iters}, {"check", r.check}};
+    j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
+    rows.push_back(j);
+  }
+  nlohmann::json summary = nlohmann::json::array();
+  for (const auto& s : rep.summary) {
+    nlohmann::json j{{"S", s.S}, {"attention_only_us", s.attention_only_us}, {"sequential_us", s.sequential_us},
+                     {"fused_us", s.fused_us}, {"coupled_us", s.coupled_us}, {"fused_config", s.fused_config}};
+    if (s.fused_us > 0 && s.sequential_us > 0) j["speedup_fused_over_sequential"] = s.speedup();
+    if (s.fused_us > 0 && s.attention_only_us > 0) j["residual_fused"] = s.residual();
+    if (s.coupled_us > 0 && s.attention_only_us > 0) j["residual_coupled"] = s.coupled_residual();
+    if (s.predicted_fused_us > 0) {
+      j["predicted_fused_us"] = s.predicted_fused_us;
+      j["predicted_residual"] = s.predicted_residual();
+      j["predicted_sequential_us"] = s.predicted_sequential_us;
+    }
+    if (s.rel_err >= 0) j["rel_err"] = s.rel_err;
+    summary.push_back(j);
+  }
+  return {{"tool", "xstage ulysses"},
+          {"device", rep.device.name},
+          {"driver", rep.device.driver},
+          {"sm_clock_mhz", rep.device.sm_clock_mhz},
+          {"date", utc_now_iso()},
+          {"commit", XSTAGE_GIT_COMMIT},
+          {"command", command_line()},
+          {"world", rep.world},
+          {"profile", rep.profile},
+          {"block_m", rep.block_m},
+          {"concurrent_tiles", rep.tiles_concurrent},
+          {"timing", fmt::format("median of up to {} iterations (fewer, at least 3, when a run is longer than {} s "
+                                 "/ iterations) after {} warm-up, CUDA events",
+                                 o.iters, o.max_seconds_per_point, o.warmup)},
+          {"rows", rows},
+          {"summary", summary}};
+}
+
+void run_ulysses(const UlyssesArgs& a) {
+  const UlyssesBenchOptions o = to_options(a);
+  const UlyssesBenchReport rep = run_ulysses_bench(o);
+  if (!rep.leader) return;
+  const nlohmann::json j = to_json(rep, o);
+  if (!a.out_file.empty()) {
+    // Written aside and renamed: never half a file.
+    const std::string tmp = a.out_file + ".tmp";
+    {
+      std::ofstream f(tmp);
+      if (!f) throw Error(fmt::format("-o {}: cannot open for writing", tmp));
+      f << j.dump(2) << "\n";
+      if (!f) throw Error(fmt::format("-o {}: write failed", tmp));
+    }
+    if (std::rename(tmp.c_str(), a.out_file.c_str()) != 0)
+      throw Error(fmt::format("-o {}: cannot rename {} into place", a.out_file, tmp));
+  }
+  switch (a.out.format()) {
+    case Format::json: std::cout << j.dump(2) << "\n"; return;
+    case Format::csv: {
+      Table t({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
+               "time_us", "predicted_time_us", "check"});
+      for (const auto& r : rep.rows)
+        t.add({r.variant, r.placement, r.backend, std::to_string(r.P), std::to_string(r.B), std::to_string(r.S),
+               std::to_string(r.H), std::to_string(r.D), r.store, r.order, r.flags, r.a2a, fixed(r.time_us, 2),
+               r.predicted_time_us ? fixed(*r.predicted_time_us, 2) : "", r.check});
+      std::cout << t.csv();
+      return;
+    }
+    case Format::table: break;
+  }
+  std::cout << fmt::format("{} ({}): {}; prediction from profile {}\n", rep.device.name, rep.device.driver, rep.world,
+                           rep.profile);
+  Table t({"S", "variant", "store", "order", "flags", "a2a", "time", "predicted", "iters", "check"});
+  for (const auto& r : rep.rows)
+    t.add({std::to_string(r.S), r.variant, r.store, r.order, r.flags, r.a2a, format_ns(r.time_us * 1e3),
+           r.predicted_time_us ? format_ns(*r.predicted_time_us * 1e3) : "-", std::to_string(r.iters), r.check});
+  std::cout << t.text() << "\n";
+  Table s({"S", "attn-only", "sequential", "fused", "coupled", "speedup", "residual", "pred. residual",
+           "coupled residual"});
+  for (const auto& x : rep.summary) {
+    auto pct = [](double v) { return fmt::format("{:.1f}%", 100 * v); };
+    const bool f = x.fused_us > 0 && x.attention_only_us > 0;
+    s.add({std::to_string(x.S), format_ns(x.attention_only_us * 1e3), format_ns(x.sequential_us * 1e3),
+           x.fused_us > 0 ? format_ns(x.fused_us * 1e3) + " " + x.fused_config : "-",
+           x.coupled_us > 0 ? format_ns(x.coupled_us * 1e3) : "-",
+           x.fused_us > 0 && x.sequential_us > 0 ? fmt::format("{:.2f}x", x.speedup()) : "-",
+           f ? pct(x.residual()) : "-", f && x.predicted_fused_us > 0 ? pct(x.predicted_residual()) : "-",
+           x.coupled_us > 0 && x.attention_only_us > 0 ? pct(x.coupled_residual()) : "-"});
+  }
+  std::cout << s.text();
+  if (!a.out_file.empty()) std::cout << fmt::format("wrote {}\n", a.out_file);
+}
+
+}  // namespace
+
+void add_ulysses_command(CLI::App& app) {
+  auto a = std::make_shared<UlyssesArgs>();
+  auto* sub = app.add_subcommand("ulysses", "Ulysses attention with the output all-to-all: attention-only, "
+                                            "sequential, fused (all-to-all in the epilogue) and coupled, over S");
+  sub->add_option("--seq", a->seqs, "Total sequence lengths S (comma-separated; default 4096)")->delimiter(',');
+  sub->add_flag("--sweep", a->sweep, "S = 4096, 8192, ..., 131072");
+  sub->add_option("--batch", a->batch, "Batch B")->capture_default_str();
+  sub->add_option("--heads", a->heads, "Heads H in total (a multiple of P)")->capture_default_str();
+  sub->add_option("--head-dim", a->head_dim, "Head dimension D (64 or 128)")->capture_default_str();
+  sub->add_option("--backend", a->backend, "emulated (P ranks on one GPU), peer, nccl")->capture_default_str();
+  sub->add_option("--ranks", a->ranks, "Ranks P (default: emulated 8, peer every GPU, nccl WORLD_SIZE)");
+  sub->add_option("--placement", a->placement, "Output buffers in host (PCIe) or device memory")
+      ->capture_default_str();
+  sub->add_option("--variants", a->variants, "Subset of attention-only,sequential,fused,coupled")->delimiter(',');
+  sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced (default vector16,bulk,paced)")->delimiter(',');
+  sub->add_option("--orders", a->orders, "Fused tile orders: linear,rotated (default both)")->delimiter(',');
+  sub->add_option("--flags", a->flags, "Fused flag timing: lagged,eager,at-exit (default lagged)")->delimiter(',');
+  sub->add_option("--a2a", a->a2a, "Sequential all-to-all versions (default every available one)")->delimiter(',');
+  sub->add_option("-n,--iters", a->iters, "Timed iterations per point (the median)")->capture_default_str();
+  sub->add_option("-w,--warmup", a->warmup, "Untimed iterations first")->capture_default_str();
+  sub->add_option("--max-seconds", a->max_seconds, "Fewer iterations (>= 3) when a point would take longer")
+      ->capture_default_str();
+  sub->add_flag("--check", a->check, "Check every variant bit-exactly against the local results, and sampled rows "
+                                     "against an fp64 CPU reference (relative error <= 1e-2)");
+  sub->add_option("--check-rows", a->check_rows, "Rows per rank for the fp64 check")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  sub->add_option("--timeout", a->timeout_s, "Seconds a receiver waits on a flag before aborting")
+      ->capture_default_str();
+  sub->add_option("--profile", a->profile, "Profile for the prediction (name or file; 'none': no prediction; "
+                                           "default: the path's embedded profile)");
+  sub->add_option("--dump", a->dump_dir, "Write q, k, v and the assembled fused output of the first S as .npy "
+                                         "into DIR (bench/ulysses_vs_sdpa.py checks them with torch)");
+  sub->add_option("-o,--output", a->out_file, "Also write the JSON report to FILE");
+  add_output_flags(sub, a->out);
+  sub->callback([a] { run_ulysses(*a); });
+}
+
+}  // namespace xstage::cli

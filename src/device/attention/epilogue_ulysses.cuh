@@ -1,0 +1,196 @@
+#pragma once
+// The fused Ulysses all-to-all epilogue (the paper's FlashAttention-A2A
+// "piggybacking"): each output row goes straight from the CTA that computed
+// it to the rank that owns its sequence position, at this rank's head offset,
+// and the CTA moves on; the next tile's Q-loop is the gap in which the
+// X-Stage drains. A tile straddling a shard boundary is split row by row.
+//
+// Completion: thread 0 sets one flag per destination a tile touched
+// (st.release.sys, cumulative over the CTA barrier after the stores) to the
+// run's epoch; the receiver waits on its flags with acquire loads and a
+// timeout (ulysses_wait.cuh). When (Completion, ulysses_params.hpp):
+//   lagged   just before the CTA's next tile's stores, the last tile's at CTA
+//            exit. A release is a system-scope fence, and on a posted-write
+//            path a fence returns only when the writes queued before it have
+//            drained: published right after the stores it would make every
+//            tile wait for its own drain (eager, measured in docs/perf-log.md).
+//   eager    right after the tile's stores.
+//   at_exit  all of a CTA's flags when it has no tiles left: one fence per
+//            CTA (receivers learn of every tile at the end).
+//   coupled  after fence.sc.sys and a system-scope load of a stored word in
+//            every destination (the read cannot return before the writes
+//            queued ahead of it on the same path): the tile's stores are
+//            remotely visible before its SM moves on - the
+//            completion-coupled counterfactual made real.
+//
+// Store paths (both measured; docs/design/ulysses.md):
+//   StorePath::vector16  each lane stores 16-byte chunks of the staged rows
+//                        from registers (st.global.v4), rows spread over lanes;
+//                        _wt and _cs: the same with the write-through or the
+//                        streaming cache operator;
+//   StorePath::bulk      lanes 0..15 each send one staged row with a TMA bulk
+//                        copy (cp.async.bulk shared -> global) and wait for the
+//                        group before the barrier (the flag must not overtake
+//                        the data; the async proxy is not covered by release).
+#include <cstdint>
+
+#include "device/attention/epilogue_local.cuh"
+#include "device/attention/tile_scheduler.cuh"
+#include "device/attention/ulysses_params.hpp"
+#include "device/ptx/bulk_copy.cuh"
+#include "device/ptx/fence.cuh"
+#include "device/ptx/flags.cuh"
+#include "device/ptx/store.cuh"
+
+namespace xstage::attention {
+
+namespace ulysses_detail {
+
+struct RowTarget {
+  int64_t S_d;    // rows of the destination's shard
+  int64_t local;  // row within it
+  int d;          // destination rank
+};
+
+__device__ __forceinline__ RowTarget row_target(const UlyssesStoreParams& p, int64_t row) {
+  RowTarget t;
+  t.d = int(row / p.chunk);
+  const int64_t begin = int64_t(t.d) * p.chunk;
+  t.local = row - begin;
+  const int64_t end = begin + p.chunk < p.S ? begin + p.chunk : p.S;
+  t.S_d = end - begin;
+  return t;
+}
+
+// Element pointer of (row, head of tile c) in its destination's shard.
+__device__ __forceinline__ uint16_t* row_address(const UlyssesStoreParams& p, const TileCoord& c, int64_t row,
+                                                 int D) {
+  const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
+  const int H_total = p.P * p.heads_per_rank;
+  const int hg = src * p.heads_per_rank + c.h;
+  const RowTarget t = row_target(p, row);
+  uint16_t* base = static_cast<uint16_t*>(p.out[t.d]);
+  return base + ((int64_t(b) * t.S_d + t.local) * H_total + hg) * D;
+}
+
+// A system-scope load: served by the memory that owns the address, not a cache.
+__device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_relaxed_sys_u64(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+}  // namespace ulysses_detail
+
+template <StorePath kPath, Completion kCompletion>
+struct UlyssesStoreEpilogue {
+  using Params = UlyssesStoreParams;
+
+  template <int D, int SMEM_STRIDE>
+  __device__ __forceinline__ static void store_rows(const Params& p, const TileCoord& c, int row0, int S_q,
+                                                    const uint16_t* srows, int lane) {
+    if constexpr (kPath != StorePath::bulk) {
+      for_each_staged_chunk<D, SMEM_STRIDE>(srows, row0, S_q, lane, [&](int row, int col, uint4 v) {
+        uint16_t* dst = ulysses_detail::row_address(p, c, row, D) + col;
+        if constexpr (kPath == StorePath::vector16_wt)
+          ptx::st_global_wt_v4_b32(dst, v);
+        else if constexpr (kPath == StorePath::vector16_cs)
+          ptx::st_global_cs_v4_b32(dst, v);
+        else
+          ptx::st_global_v4_b32(dst, v);
+      });
+    } else {
+      static_assert((D * 2) % 16 == 0 && (SMEM_STRIDE * 2) % 16 == 0,
+                    "bulk copies need 16-byte multiples and 16-byte aligned rows");
+      // Every lane wrote part of the rows with st.shared (generic proxy): each
+      // fences its own writes for the async proxy (the TMA unit), then the
+      // warp syncs, then lanes 0..15 send one row each.
+      ptx::fence_proxy_async_shared();
+      __syncwarp();
+      const int row = row0 + lane;
+      if (lane < 16 && row < S_q)
+        ptx::bulk_store_s2g(ulysses_detail::row_address(p, c, row, D), srows + lane * SMEM_STRIDE, D * 2);
+      ptx::bulk_commit_group();
+      ptx::bulk_wait_group_all();  // writes performed: the flag after the barrier may follow
+    }
+  }
+
+  __device__ __forceinline__ static void store_lse(const Params&, const TileCoord&, int, int, int, float) {}
+
+  // The flags of one finished tile: destinations d_first..d_last, one index.
+  struct Pending {
+    int64_t idx = 0;
+    int d_first = 0, d_last = -1;  // empty
+  };
+  static constexpr bool kBeforeStore = kCompletion == Completion::lagged;
+  static constexpr bool kOwnStaging = false;
+  template <int D, int SMEM_STRIDE, int THREADS>
+  __device__ __forceinline__ static void mainloop_step(const Params&, Pending&, const uint16_t*, int, int, int) {}
+  template <int D, int SMEM_STRIDE, int THREADS>
+  __device__ __forceinline__ static void flush(const Params&, Pending&, const uint16_t*, int) {}
+
+  // Lagged: the previous tile's flags, published after this tile's mainloop
+  // (a CTA barrier ago no store of this CTA was issued since the previous
+  // tile's, which have had a whole mainloop to drain, so the release fence
+  // has nothing left to wait for).
+  __device__ __forceinline__ static void before_store(const Params& p, Pending& pend, int tid) {
+    if (tid == 0) publish(p, pend);
+  }
+
+  __device__ __forceinline__ static void tile_done(const Params& p, const TileCoord& c, int m0, int block_m,
+                                                   int S_q, int tid, Pending& pend) {
+    if (tid != 0) return;
+    const int last_row = (m0 + block_m < S_q ? m0 + block_m : S_q) - 1;
+    const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
+    pend.idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+    pend.d_first = int(m0 / p.chunk);
+    pend.d_last = int(last_row / p.chunk);
+    if constexpr (kCompletion == Completion::lagged || kCompletion == Completion::at_exit)
+      return;  // published by before_store or finish
+    if constexpr (kCompletion == Completion::coupled) {
+      ptx::fence_sc_sys();
+      uint32_t sink = 0;
+      for (int d = pend.d_first; d <= pend.d_last; ++d) {
+        const int64_t first_row_in_d = int64_t(d) * p.chunk > m0 ? int64_t(d) * p.chunk : int64_t(m0);
+        sink ^= ulysses_detail::ld_relaxed_sys_u32(ulysses_detail::row_address(p, c, first_row_in_d, p.head_dim));
+      }
+      asm volatile("" ::"r"(sink));  // keep the loads
+    }
+    publish(p, pend);
+  }
+
+  // Lagged: the CTA's last tile; its release fence waits for its drain, off
+  // every other tile's path. At exit: one fence, then every tile of the CTA
+  // (the scheduler walked again) with relaxed stores ordered by that fence.
+  template <class Scheduler>
+  __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
+                                                int S_q, int tid) {
+    if (tid != 0) return;
+    if constexpr (kCompletion == Completion::at_exit) {
+      ptx::fence_acq_rel_sys();
+      for (int64_t t = blockIdx.x; t < sched.num_tiles(); t += gridDim.x) {
+        const TileCoord c = sched.tile(t);
+        const int m0 = c.m_block * block_m;
+        const int last_row = (m0 + block_m < S_q ? m0 + block_m : S_q) - 1;
+        const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
+        const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+        for (int d = int(m0 / p.chunk); d <= int(last_row / p.chunk); ++d)
+          ulysses_detail::st_relaxed_sys_u64(p.flags[d] + idx, p.epoch);
+      }
+    } else {
+      publish(p, pend);
+    }
+  }
+
+ private:
+  __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
+    for (int d = pend.d_first; d <= pend.d_last; ++d) ptx::st_release_sys_u64(p.flags[d] + pend.idx, p.epoch);
+    pend.d_last = pend.d_first - 1;  // published
+  }
+};
+
+}  // namespace xstage::attention

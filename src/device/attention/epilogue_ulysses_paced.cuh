@@ -1,0 +1,102 @@
+#pragma once
+// The fused Ulysses epilogue with paced sends: a tile's rows are staged in
+// shared memory of their own and sent in slices during the CTA's *next* tile's
+// mainloop, one slice per KV step, so that each SM adds its bytes to the
+// X-Stage at a steady rate instead of a whole tile at once.
+//
+// Why (docs/perf-log.md, f3): on the H200's host path a tile's stores issued
+// at once did not overlap the next tile's mainloop, whatever the flag timing
+// (eager, lagged, at exit): the fused kernel ran as slow as attention followed
+// by the all-to-all. Slices of about BLOCK_M / n_kv rows per KV step keep what
+// each SM has queued small.
+//
+// Completion is lagged: once all slices of a tile are sent and the CTA has
+// passed a barrier (after the next tile's mainloop), thread 0 sets its flags
+// (st.release.sys); the CTA's last tile is sent and flagged at exit.
+#include <cstdint>
+
+#include "device/attention/epilogue_ulysses.cuh"
+
+namespace xstage::attention {
+
+struct UlyssesPacedEpilogue {
+  using Params = UlyssesStoreParams;
+
+  // Every thread holds the same copy: the tile whose rows wait in the staging buffer.
+  struct Pending {
+    TileCoord c{0, 0, 0};
+    int m0 = 0;
+    int rows = 0;  // rows of the tile (BLOCK_M, fewer at the end of the sequence)
+    int sent = 0;  // rows sent so far
+    bool valid = false;
+  };
+  static constexpr bool kBeforeStore = true;
+  static constexpr bool kOwnStaging = true;
+
+  // The kernel staged the rows in the epilogue's own buffer; they are sent later.
+  template <int D, int SMEM_STRIDE>
+  __device__ __forceinline__ static void store_rows(const Params&, const TileCoord&, int, int, const uint16_t*, int) {}
+  __device__ __forceinline__ static void store_lse(const Params&, const TileCoord&, int, int, int, float) {}
+
+  // KV step j of n of the next tile: rows up to ceil((j + 1) rows / n).
+  template <int D, int SMEM_STRIDE, int THREADS>
+  __device__ __forceinline__ static void mainloop_step(const Params& p, Pending& pend, const uint16_t* so, int j,
+                                                       int n, int tid) {
+    if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, int((int64_t(j + 1) * pend.rows + n - 1) / n), tid);
+  }
+
+  // Whatever is left of the pending tile, then a barrier: every thread is done
+  // reading the staging buffer and every row is stored before the flags.
+  template <int D, int SMEM_STRIDE, int THREADS>
+  __device__ __forceinline__ static void flush(const Params& p, Pending& pend, const uint16_t* so, int tid) {
+    if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, pend.rows, tid);
+    __syncthreads();
+  }
+
+  // After flush: the pending tile's flags.
+  __device__ __forceinline__ static void before_store(const Params& p, Pending& pend, int tid) {
+    if (tid == 0) publish(p, pend);
+  }
+
+  __device__ __forceinline__ static void tile_done(const Params& p, const TileCoord& c, int m0, int block_m, int,
+                                                   int, Pending& pend) {
+    pend.c = c;
+    pend.m0 = m0;
+    pend.rows = int(m0 + block_m < p.S ? block_m : p.S - m0);
+    pend.sent = 0;
+    pend.valid = true;
+  }
+
+  // After the last flush: the CTA's last tile.
+  template <class Scheduler>
+  __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler&, int, int,
+                                                int tid) {
+    if (tid == 0) publish(p, pend);
+  }
+
+ private:
+  template <int D, int SMEM_STRIDE, int THREADS>
+  __device__ __forceinline__ static void send(const Params& p, Pending& pend, const uint16_t* so, int hi, int tid) {
+    constexpr int CHUNKS_PER_ROW = D / 8;  // 16-byte chunks; consecutive threads on consecutive chunks
+    const int lo = pend.sent;
+    const int chunks = (hi - lo) * CHUNKS_PER_ROW;
+    for (int k = tid; k < chunks; k += THREADS) {
+      const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
+      const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
+      ptx::st_global_v4_b32(ulysses_detail::row_address(p, pend.c, int64_t(pend.m0) + r, D) + col, v);
+    }
+    if (hi > lo) pend.sent = hi;
+  }
+
+  __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
+    if (!pend.valid) return;
+    const int last_row = pend.m0 + pend.rows - 1;
+    const int src = p.rank_base + pend.c.b / p.batch, b = pend.c.b % p.batch;
+    const int64_t idx = ulysses_flag_index(src, b, pend.c.h, pend.c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+    for (int d = int(pend.m0 / p.chunk); d <= int(last_row / p.chunk); ++d)
+      ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
+    pend.valid = false;
+  }
+};
+
+}  // namespace xstage::attention

@@ -1,0 +1,55 @@
+#pragma once
+// Plain parameter blocks of the fused Ulysses attention (attention with the
+// post-attention all-to-all in its epilogue), shared by the .cu launch file
+// and host C++.
+//
+// One launch covers `n_ranks` consecutive ranks starting at `rank_base` (all
+// P ranks when they are emulated on one GPU, one rank otherwise): the
+// mainloop's batch index is b' = (rank - rank_base) * batch + b, and every
+// rank's head-sharded Q, K, V are [batch, S, H/P, D] shards laid one after
+// another. Output rows go to the sequence-sharded layout of
+// include/xstage/ulysses_layout.hpp: rank d owns global rows
+// [d*chunk, min(S, (d+1)*chunk)) as [batch, S_d, H, D].
+#include <cstdint>
+
+#include "device/host_device.hpp"
+
+namespace xstage::attention {
+
+// How the epilogue moves a staged output row (epilogue_ulysses.cuh).
+// paced: rows sent in slices during the next tile's mainloop (epilogue_ulysses_paced.cuh).
+enum class StorePath { vector16, vector16_wt, vector16_cs, bulk, paced };
+// When a tile's completion flags are published (epilogue_ulysses.cuh).
+enum class Completion { lagged, eager, coupled, at_exit };
+
+struct UlyssesStoreParams {
+  void* const* out = nullptr;       // [P] device table: rank d's sequence-sharded output (bf16)
+  uint64_t* const* flags = nullptr;  // [P] device table: rank d's completion flags
+  int P = 1;
+  int rank_base = 0;       // rank of the launch's first batch block
+  int batch = 1;           // B of the problem (the launch runs n_ranks * batch)
+  int heads_per_rank = 1;  // H/P; the launch's H
+  int head_dim = 0;        // D
+  int64_t S = 0;           // global sequence length (the launch's S_q and S_kv)
+  int64_t chunk = 0;       // ceil(S / P)
+  int m_blocks = 0;        // ceil(S / BLOCK_M): flag index stride
+  uint64_t epoch = 0;      // value the flags of this run are set to (runs count up)
+};
+
+// Flag of (source rank, b, local head h, m-block) in every destination's flag
+// array; a destination waits for the m-blocks that overlap its rows.
+XSTAGE_HD inline int64_t ulysses_flag_index(int src, int b, int h, int m_block, int batch,
+                                                      int heads_per_rank, int m_blocks) {
+  return ((int64_t(src) * batch + b) * heads_per_rank + h) * m_blocks + m_block;
+}
+
+// Tile order given as a table: order[src * m_blocks + i] is the m-block a
+// source rank computes i-th (within each (b, h)). The linear order is the
+// identity; the rank-rotated order interleaves destinations.
+struct OrderedSchedulerParams {
+  const int* order = nullptr;  // [P * m_blocks] device array
+  int batch = 1;
+  int rank_base = 0;
+};
+
+}  // namespace xstage::attention

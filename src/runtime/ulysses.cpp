@@ -1,0 +1,553 @@
+// Ulysses attention on a World (include/xstage/ulysses.hpp): buffers, the
+// four variants, checks. Kernels: src/device/attention/ (ulysses_launch.hpp).
+#include "xstage/ulysses.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "device/attention/attention_launch.hpp"
+#include "device/attention/ulysses_launch.hpp"
+#include "device/fill/fill_random.hpp"
+#include "util/npy.hpp"
+#include "xstage/attention.hpp"
+#include "xstage/device.hpp"
+#include "xstage/error.hpp"
+
+namespace xstage {
+
+std::string to_string(UlyssesVariant v) {
+  switch (v) {
+    case UlyssesVariant::attention_only: return "attention-only";
+    case UlyssesVariant::sequential: return "sequential";
+    case UlyssesVariant::fused: return "fused";
+    case UlyssesVariant::coupled: return "coupled";
+  }
+  return "?";
+}
+
+UlyssesVariant parse_ulysses_variant(std::string_view t) {
+  for (auto v : {UlyssesVariant::attention_only, UlyssesVariant::sequential, UlyssesVariant::fused,
+                 UlyssesVariant::coupled})
+    if (t == to_string(v)) return v;
+  throw Error(fmt::format("variant '{}': expected attention-only, sequential, fused or coupled", t));
+}
+
+bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }
+
+std::string to_string(EpilogueStore s) {
+  switch (s) {
+    case EpilogueStore::vector16: return "vector16";
+    case EpilogueStore::vector16_wt: return "vector16-wt";
+    case EpilogueStore::vector16_cs: return "vector16-cs";
+    case EpilogueStore::bulk: return "bulk";
+    case EpilogueStore::paced: return "paced";
+  }
+  return "?";
+}
+
+EpilogueStore parse_epilogue_store(std::string_view t) {
+  for (auto s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs, EpilogueStore::bulk,
+                 EpilogueStore::paced})
+    if (t == to_string(s)) return s;
+  throw Error(fmt::format("store path '{}': expected vector16 (16-byte stores from registers), vector16-wt, "
+                          "vector16-cs (the same, write-through or streaming) or bulk (TMA bulk copies from shared "
+                          "memory) or paced (16-byte stores spread over the next tile's mainloop)",
+                          t));
+}
+
+std::string to_string(FlagTiming f) {
+  switch (f) {
+    case FlagTiming::lagged: return "lagged";
+    case FlagTiming::eager: return "eager";
+    case FlagTiming::at_exit: return "at-exit";
+  }
+  return "?";
+}
+
+FlagTiming parse_flag_timing(std::string_view t) {
+  for (auto f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit})
+    if (t == to_string(f)) return f;
+  throw Error(fmt::format("flag timing '{}': expected lagged, eager or at-exit", t));
+}
+
+std::string to_string(TileOrder o) { return o == TileOrder::linear ? "linear" : "rotated"; }
+
+TileOrder parse_tile_order(std::string_view t) {
+  if (t == "linear") return TileOrder::linear;
+  if (t == "rotated") return TileOrder::rotated;
+  throw Error(fmt::format("tile order '{}': expected linear or rotated", t));
+}
+
+std::vector<int> ulysses_tile_order(const UlyssesLayout& l, int block_m, TileOrder order, int src) {
+  const int64_t S = l.shape().S;
+  const int m_blocks = int((S + block_m - 1) / block_m);
+  std::vector<int> out(static_cast<size_t>(m_blocks));
+  if (order == TileOrder::linear) {
+    for (int i = 0; i < m_blocks; ++i) out[size_t(i)] = i;
+    return out;
+  }
+  // Group m-blocks by the rank owning their first row, then take one from
+  // each group in turn, starting at src + 1.
+  const int P = l.shape().P;
+  std::vector<std::vector<int>> by_dst(static_cast<size_t>(P));
+  for (int m = 0; m < m_blocks; ++m) by_dst[size_t(l.seq_owner(int64_t(m) * block_m))].push_back(m);
+  std::vector<size_t> next(static_cast<size_t>(P), 0);
+  size_t filled = 0;
+  while (filled < out.size())
+    for (int k = 1; k <= P; ++k) {
+      const size_t d = size_t((src + k) % P);
+      if (next[d] < by_dst[d].size()) out[filled++] = by_dst[d][next[d]++];
+    }
+  return out;
+}
+
+namespace {
+constexpr double kLog2e = 1.4426950408889634;
+
+void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {
+  if (D != 64 && D != 128) throw Error(fmt::format("ulysses: head dim D: expected 64 or 128, got {}", D));
+  if (B < 1 || H < 1 || max_S < 1)
+    throw Error(fmt::format("ulysses: B, H and S: expected >= 1, got B = {}, H = {}, S = {}", B, H, max_S));
+  if (H % w.size() != 0)
+    throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks (H % P must be 0)", H, w.size()));
+  if (B * (max_S + 127) / 128 * H > (int64_t(1) << 31) - 1)
+    throw Error(fmt::format("ulysses: B * H * ceil(S / 128) = {} tiles: expected at most 2^31 - 1",
+                            B * (max_S + 127) / 128 * H));
+}
+}  // namespace
+
+struct UlyssesAttention::Impl {
+  // Ranks launched together: all of them when emulated (one GPU, one
+  // launch), else one per local rank.
+  struct Group {
+    int rank_base = 0, n = 1, device = 0;
+    Stream stream = nullptr;
+    uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // the first rank's shard
+    int* order[2] = {nullptr, nullptr};                               // [TileOrder]: P * max_m_blocks
+  };
+
+  World& w;
+  int64_t B, H, D, max_S, Hl;
+  int P, bm;
+  std::vector<Group> groups;
+  const SymmetricBuffer* out = nullptr;
+  const SymmetricBuffer* flags = nullptr;
+  size_t out_capacity = 0;
+  std::optional<UlyssesLayout> layout;
+  A2aBuffers a2a_bufs;
+  std::map<A2aVersion, std::unique_ptr<A2aOp>> ops;
+  uint64_t epoch = 0;
+
+  Impl(World& world, int64_t B_, int64_t H_, int64_t D_, int64_t S_)
+      : w(world), B(B_), H(H_), D(D_), max_S(S_), Hl(H_ / world.size()), P(world.size()) {
+    bm = attention::attention_fwd_kernel_shape(int(D)).block_m;
+    const size_t shard_elems = size_t(B * max_S * Hl * D);
+    const int64_t max_m = (max_S + bm - 1) / bm;
+    auto make_group = [&](int rank_base, int n) {
+      Group g;
+      g.rank_base = rank_base;
+      g.n = n;
+      g.device = w.device_of(rank_base);
+      g.stream = w.stream(rank_base);
+      const size_t bytes = shard_elems * 2 * size_t(n);
+      g.q = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
+      g.k = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
+      g.v = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
+      g.o = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
+      for (auto& t : g.order) t = static_cast<int*>(w.alloc_local(rank_base, size_t(P * max_m) * sizeof(int)));
+      groups.push_back(g);
+    };
+    if (w.backend() == Backend::emulated)
+      make_group(0, P);
+    else
+      for (int r : w.local_ranks()) make_group(r, 1);
+    out_capacity = UlyssesLayout({B, max_S, H, D, P, 2}).max_shard_bytes();
+    out = &w.alloc_symmetric(out_capacity);
+    flags = &w.alloc_flags(size_t(P * B * Hl * max_m));
+  }
+
+  const Group& group_of(int rank) const {
+    for (const auto& g : groups)
+      if (rank >= g.rank_base && rank < g.rank_base + g.n) return g;
+    throw Error(fmt::format("ulysses: rank {} is not driven by this process", rank));
+  }
+  size_t shard_elems() const { return size_t(B * layout->shape().S * Hl * D); }
+  // Rank r's head-sharded tensor within its group's allocation.
+  uint16_t* shard(uint16_t* base, int rank, const Group& g) const {
+    return base + size_t(rank - g.rank_base) * shard_elems();
+  }
+  int m_blocks() const { return int((layout->shape().S + bm - 1) / bm); }
+
+  attention::MainloopParams mainloop(const Group& g) const {
+    const int64_t S = layout->shape().S;
+    attention::MainloopParams p;
+    p.q = g.q, p.k = g.k, p.v = g.v;
+    p.q_stride_b = p.k_stride_b = p.v_stride_b = S * Hl * D;
+    p.q_stride_s = p.k_stride_s = p.v_stride_s = Hl * D;
+    p.q_stride_h = p.k_stride_h = p.v_stride_h = D;
+    p.B = int(B * g.n), p.H = int(Hl), p.S_q = p.S_kv = int(S), p.D = int(D);
+    p.scale_log2 = float(1.0 / std::sqrt(double(D)) * kLog2e);
+    return p;
+  }
+
+  attention::UlyssesStoreParams store_params(const Group& g) const {
+    attention::UlyssesStoreParams ep;
+    const int li = w.local_index(g.rank_base);
+    ep.out = out->device_table(li);
+    ep.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
+    ep.P = P, ep.rank_base = g.rank_base, ep.batch = int(B), ep.heads_per_rank = int(Hl), ep.head_dim = int(D);
+    ep.S = layout->shape().S, ep.chunk = layout->chunk_rows(), ep.m_blocks = m_blocks();
+    ep.epoch = epoch;
+    return ep;
+  }
+
+  void launch_local_attention(const Group& g) {
+    const int64_t S = layout->shape().S;
+    AttentionForwardArgs a;
+    a.B = int(B * g.n), a.H = int(Hl), a.S_q = a.S_kv = int(S), a.D = int(D);
+    a.q = g.q, a.k = g.k, a.v = g.v, a.o = g.o;
+    a.q_stride = a.k_stride = a.v_stride = a.o_stride = contiguous_bshd(int(S), int(Hl), int(D));
+    attention_forward(a, g.stream);
+  }
+
+  void launch_fused(const Group& g, const UlyssesRun& run) {
+    const auto p = mainloop(g);
+    const auto ep = store_params(g);
+    attention::OrderedSchedulerParams sp;
+    sp.order = g.order[run.order == TileOrder::linear ? 0 : 1];
+    sp.batch = int(B), sp.rank_base = g.rank_base;
+    const attention::StorePath paths[] = {attention::StorePath::vector16, attention::StorePath::vector16_wt,
+                                          attention::StorePath::vector16_cs, attention::StorePath::bulk,
+                                          attention::StorePath::paced};
+    const auto path = paths[static_cast<int>(run.store)];
+    const attention::Completion timings[] = {attention::Completion::lagged, attention::Completion::eager,
+                                             attention::Completion::at_exit};
+    const auto completion = run.variant == UlyssesVariant::coupled ? attention::Completion::coupled
+                                                                   : timings[static_cast<int>(run.flags)];
+    if (path == attention::StorePath::paced && completion != attention::Completion::lagged)
+      throw Error(fmt::format("ulysses: the paced store path publishes its flags lagged; {} with {} flags is not "
+                              "a combination it runs",
+                              to_string(run.variant), to_string(run.flags)));
+    check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, g.stream),
+               fmt::format("fused Ulysses attention launch (ranks {}..{}, S = {}, D = {})", g.rank_base,
+                           g.rank_base + g.n - 1, p.S_q, D)
+                   .c_str(),
+               __FILE__, __LINE__);
+    const auto timeout_ns = static_cast<unsigned long long>(run.timeout_s * 1e9);
+    check_cuda(attention::launch_ulysses_wait(ep, g.rank_base, g.n, bm, timeout_ns, g.stream),
+               "Ulysses receiver wait launch", __FILE__, __LINE__);
+  }
+};
+
+UlyssesAttention::UlyssesAttention(World& world, int64_t B, int64_t H, int64_t D, int64_t max_S) {
+  check_shape(world, B, H, D, max_S);
+  impl_ = std::make_unique<Impl>(world, B, H, D, max_S);
+}
+
+UlyssesAttention::~UlyssesAttention() = default;
+
+const UlyssesLayout& UlyssesAttention::layout() const {
+  if (!impl_->layout) throw Error("ulysses: no sequence length selected (set_sequence)");
+  return *impl_->layout;
+}
+
+void UlyssesAttention::set_sequence(int64_t S) {
+  Impl& m = *impl_;
+  if (S < 1 || S > m.max_S)
+    throw Error(fmt::format("ulysses: S = {}: expected 1 .. {} (the size the buffers were made for)", S, m.max_S));
+  m.ops.clear();
+  m.layout.emplace(UlyssesShape{m.B, S, m.H, m.D, m.P, 2});
+  for (const auto& g : m.groups) {
+    XSTAGE_CUDA(cudaSetDevice(g.device));
+    for (TileOrder o : {TileOrder::linear, TileOrder::rotated}) {
+      std::vector<int> table;
+      for (int r = 0; r < m.P; ++r) {
+        const auto t = ulysses_tile_order(*m.layout, m.bm, o, r);
+        table.insert(table.end(), t.begin(), t.end());
+      }
+      XSTAGE_CUDA(cudaMemcpy(g.order[o == TileOrder::linear ? 0 : 1], table.data(), table.size() * sizeof(int),
+                             cudaMemcpyHostToDevice));
+    }
+  }
+  m.a2a_bufs = A2aBuffers{};
+  m.a2a_bufs.input.assign(size_t(m.P), nullptr);
+  for (int r : m.w.local_ranks()) m.a2a_bufs.input[size_t(r)] = m.shard(m.group_of(r).o, r, m.group_of(r));
+  m.a2a_bufs.output = m.out;
+  m.a2a_bufs.shard_capacity = m.out_capacity;
+  if (m.w.backend() == Backend::nccl) {
+    m.a2a_bufs.stage_capacity = nccl_stage_bytes(*m.layout);
+    m.a2a_bufs.send_stage.assign(size_t(m.P), nullptr);
+    m.a2a_bufs.recv_stage.assign(size_t(m.P), nullptr);
+    // Staging for NCCL's all-to-all, made once per size (the world owns it).
+    for (int r : m.w.local_ranks()) {
+      m.a2a_bufs.send_stage[size_t(r)] = m.w.alloc_local(r, m.a2a_bufs.stage_capacity);
+      m.a2a_bufs.recv_stage[size_t(r)] = m.w.alloc_local(r, m.a2a_bufs.stage_capacity);
+    }
+  }
+  for (A2aVersion v : available_versions(m.w.backend()))
+    m.ops.emplace(v, std::make_unique<A2aOp>(m.w, m.a2a_bufs, *m.layout, A2aDirection::heads_to_seq, v));
+}
+
+void UlyssesAttention::fill_inputs(uint64_t seed) {
+  Impl& m = *impl_;
+  (void)layout();
+  const size_t n = m.shard_elems();
+  for (const auto& g : m.groups) {
+    XSTAGE_CUDA(cudaSetDevice(g.device));
+    for (int r = g.rank_base; r < g.rank_base + g.n; ++r) {
+      uint16_t* dst[3] = {m.shard(g.q, r, g), m.shard(g.k, r, g), m.shard(g.v, r, g)};
+      for (int t = 0; t < 3; ++t)
+        check_cuda(fill::launch_fill_random_bf16(dst[t], n, seed, uint64_t(3 * r + t), 0, g.stream),
+                   "fill_random_bf16 launch", __FILE__, __LINE__);
+    }
+    XSTAGE_CUDA(cudaStreamSynchronize(g.stream));
+  }
+  m.w.barrier();
+}
+
+void UlyssesAttention::enqueue(const UlyssesRun& run) {
+  Impl& m = *impl_;
+  (void)layout();
+  switch (run.variant) {
+    case UlyssesVariant::attention_only:
+      for (const auto& g : m.groups) {
+        XSTAGE_CUDA(cudaSetDevice(g.device));
+        m.launch_local_attention(g);
+      }
+      break;
+    case UlyssesVariant::sequential: {
+      auto it = m.ops.find(run.a2a);
+      if (it == m.ops.end())
+        throw Error(fmt::format("ulysses: the {} all-to-all is not available on the {} backend", to_string(run.a2a),
+                                to_string(m.w.backend())));
+      for (const auto& g : m.groups) {
+        XSTAGE_CUDA(cudaSetDevice(g.device));
+        m.launch_local_attention(g);
+      }
+      // Emulated ranks computed on the lead stream; their copies run on the
+      // ranks' own streams, which must wait for it.
+      if (m.w.backend() == Backend::emulated) m.w.fork();
+      it->second->enqueue();
+      break;
+    }
+    case UlyssesVariant::fused:
+    case UlyssesVariant::coupled:
+      ++m.epoch;
+      for (const auto& g : m.groups) {
+        XSTAGE_CUDA(cudaSetDevice(g.device));
+        m.launch_fused(g, run);
+      }
+      break;
+  }
+}
+
+void UlyssesAttention::run(const UlyssesRun& r) {
+  impl_->w.fork();
+  enqueue(r);
+  impl_->w.join();
+  impl_->w.barrier();
+}
+
+void UlyssesAttention::poison_outputs() {
+  Impl& m = *impl_;
+  const std::vector<uint8_t> poison(std::max(m.out_capacity, m.shard_elems() * 2), 0xFF);
+  for (int r : m.w.local_ranks()) {
+    XSTAGE_CUDA(cudaSetDevice(m.w.device_of(r)));
+    XSTAGE_CUDA(cudaMemcpy(m.out->ptrs[size_t(r)], poison.data(), m.out_capacity, cudaMemcpyDefault));
+    const auto& g = m.group_of(r);
+    XSTAGE_CUDA(cudaMemcpy(m.shard(g.o, r, g), poison.data(), m.shard_elems() * 2, cudaMemcpyDefault));
+    XSTAGE_CUDA(cudaDeviceSynchronize());
+  }
+  m.w.barrier();  // every destination is poisoned before anyone writes
+}
+
+std::vector<uint16_t> UlyssesAttention::download_output(int rank) const {
+  const Impl& m = *impl_;
+  std::vector<uint16_t> h(layout().seq_shard_bytes(rank) / 2);
+  XSTAGE_CUDA(cudaSetDevice(m.w.device_of(rank)));
+  XSTAGE_CUDA(cudaMemcpy(h.data(), m.out->ptrs[size_t(rank)], h.size() * 2, cudaMemcpyDefault));
+  return h;
+}
+
+std::vector<uint16_t> UlyssesAttention::download_local_attention(int rank) const {
+  const Impl& m = *impl_;
+  const auto& g = m.group_of(rank);
+  std::vector<uint16_t> h(m.shard_elems());
+  XSTAGE_CUDA(cudaSetDevice(g.device));
+  XSTAGE_CUDA(cudaMemcpy(h.data(), m.shard(g.o, rank, g), h.size() * 2, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+std::string UlyssesAttention::check_against_local(const UlyssesRun& run) {
+  Impl& m = *impl_;
+  if (run.variant == UlyssesVariant::attention_only)
+    throw Error("ulysses: attention-only writes no sequence-sharded output; check it with sampled_rel_error");
+  const UlyssesLayout& l = layout();
+  const int64_t S = l.shape().S, c = l.chunk_rows();
+  const std::vector<int>& local = m.w.local_ranks();
+  auto all_local = [&] { return int(local.size()) == m.P; };
+
+  // 1. Local results of every local rank (head-sharded).
+  poison_outputs();
+  this->run({UlyssesVariant::attention_only});
+  std::map<int, std::vector<uint16_t>> head_sharded;
+  for (int r : local) head_sharded[r] = download_local_attention(r);
+
+  // 2. The reference of every local destination: the local results permuted
+  //    on the CPU when every source is in this process, else (one process per
+  //    rank) the sequential variant's output, itself checked on the rows this
+  //    process computed.
+  std::map<int, std::vector<uint16_t>> want;
+  auto permuted_value = [&](int d, int64_t b, int64_t i, int64_t hg, int64_t col) -> std::optional<uint16_t> {
+    const int src = int(hg / m.Hl);
+    auto it = head_sharded.find(src);
+    if (it == head_sharded.end()) return std::nullopt;
+    const int64_t s = d * c + i;
+    return it->second[size_t(((b * S + s) * m.Hl + hg % m.Hl) * m.D + col)];
+  };
+  auto compare = [&](int d, const std::vector<uint16_t>& got, auto&& expected) -> std::string {
+    const int64_t S_d = l.seq_rows(d);
+    for (int64_t b = 0; b < m.B; ++b)
+      for (int64_t i = 0; i < S_d; ++i)
+        for (int64_t hg = 0; hg < m.H; ++hg)
+          for (int64_t col = 0; col < m.D; ++col) {
+            const std::optional<uint16_t> e = expected(d, b, i, hg, col);
+            if (!e) continue;
+            const uint16_t g = got[size_t(((b * S_d + i) * m.H + hg) * m.D + col)];
+            if (g != *e)
+              return fmt::format("rank {}: b {}, row {} (global {}), head {}, column {}: expected bf16 0x{:04x}, got "
+                                 "0x{:04x}{}",
+                                 d, b, i, d * c + i, hg, col, *e, g, g == 0xFFFF ? " (the poison: never written)" : "");
+          }
+    return "";
+  };
+  const bool via_sequential = !all_local() || run.variant == UlyssesVariant::sequential;
+  if (via_sequential) {
+    UlyssesRun seq{UlyssesVariant::sequential};
+    seq.a2a = run.variant == UlyssesVariant::sequential ? run.a2a : available_versions(m.w.backend()).front();
+    poison_outputs();
+    this->run(seq);
+    for (int d : local) {
+      want[d] = download_output(d);
+      const std::string bad = compare(d, want[d], permuted_value);
+      if (!bad.empty()) return fmt::format("sequential ({}) vs the local results: {}", to_string(seq.a2a), bad);
+    }
+    if (run.variant == UlyssesVariant::sequential) return "";
+  }
+
+  // 3. The variant, against the reference.
+  poison_outputs();
+  this->run(run);
+  for (int d : local) {
+    const auto got = download_output(d);
+    std::string bad;
+    if (via_sequential) {
+      const auto& ref = want[d];
+      bad = compare(d, got, [&](int, int64_t b, int64_t i, int64_t hg, int64_t col) -> std::optional<uint16_t> {
+        return ref[size_t(((b * l.seq_rows(d) + i) * m.H + hg) * m.D + col)];
+      });
+    } else {
+      bad = compare(d, got, permuted_value);
+    }
+    if (!bad.empty()) return fmt::format("{}: {}", to_string(run.variant), bad);
+  }
+  return "";
+}
+
+double UlyssesAttention::sampled_rel_error(uint64_t seed, int rows, uint64_t sample_seed) const {
+  const Impl& m = *impl_;
+  const UlyssesLayout& l = layout();
+  const int64_t S = l.shape().S, c = l.chunk_rows(), D = m.D, Hl = m.Hl;
+  std::mt19937_64 rng(sample_seed);
+  const double scale = 1.0 / std::sqrt(double(D));
+  auto input = [&](int t, int64_t b, int64_t s, int64_t hg, int64_t d) {
+    const int r = int(hg / Hl);
+    const uint64_t i = uint64_t(((b * S + s) * Hl + hg % Hl) * D + d);
+    return double(bf16_to_float(float_to_bf16(fill::fill_random_value(seed, uint64_t(3 * r + t), i))));
+  };
+  double err2 = 0, ref2 = 0;
+  for (int d : m.w.local_ranks()) {
+    const int64_t S_d = l.seq_rows(d);
+    if (S_d == 0) continue;
+    const auto got = download_output(d);
+    for (int n = 0; n < rows; ++n) {
+      const int64_t b = int64_t(rng() % uint64_t(m.B)), i = int64_t(rng() % uint64_t(S_d)),
+                    hg = int64_t(rng() % uint64_t(m.H));
+      const int64_t s = d * c + i;
+      std::vector<double> q(static_cast<size_t>(D)), acc(static_cast<size_t>(D), 0.0), sc(static_cast<size_t>(S));
+      for (int64_t x = 0; x < D; ++x) q[size_t(x)] = input(0, b, s, hg, x);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        double dot = 0;
+        for (int64_t x = 0; x < D; ++x) dot += q[size_t(x)] * input(1, b, j, hg, x);
+        sc[size_t(j)] = dot * scale;
+        mx = std::max(mx, sc[size_t(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        const double p = std::exp(sc[size_t(j)] - mx);
+        sum += p;
+        for (int64_t x = 0; x < D; ++x) acc[size_t(x)] += p * input(2, b, j, hg, x);
+      }
+      for (int64_t x = 0; x < D; ++x) {
+        const double ref = acc[size_t(x)] / sum;
+        const double o = double(bf16_to_float(got[size_t(((b * S_d + i) * m.H + hg) * D + x)]));
+        err2 += (o - ref) * (o - ref);
+        ref2 += ref * ref;
+      }
+    }
+  }
+  return ref2 > 0 ? std::sqrt(err2 / ref2) : (err2 > 0 ? INFINITY : 0.0);
+}
+
+void UlyssesAttention::dump_npy(const std::string& dir, uint64_t seed) const {
+  const Impl& m = *impl_;
+  const UlyssesLayout& l = layout();
+  if (int(m.w.local_ranks().size()) != m.P)
+    throw Error("ulysses --dump: every rank's output must be in this process (emulated or peer backend)");
+  const int64_t S = l.shape().S, B = m.B, H = m.H, D = m.D, Hl = m.Hl;
+  const std::vector<size_t> shape = {size_t(B), size_t(S), size_t(H), size_t(D)};
+  std::vector<float> t(size_t(B * S * H * D));
+  const char* names[3] = {"q", "k", "v"};
+  for (int k = 0; k < 3; ++k) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) {
+            const uint64_t i = uint64_t(((b * S + s) * Hl + h % Hl) * D + d);
+            t[size_t(((b * S + s) * H + h) * D + d)] =
+                bf16_to_float(float_to_bf16(fill::fill_random_value(seed, uint64_t(3 * (h / Hl) + k), i)));
+          }
+    write_npy(dir + "/" + names[k] + ".npy", shape, t.data());
+  }
+  for (int r = 0; r < m.P; ++r) {
+    const auto o = download_output(r);
+    const int64_t S_r = l.seq_rows(r), begin = l.seq_begin(r);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < S_r; ++i)
+        for (int64_t x = 0; x < H * D; ++x)
+          t[size_t((b * S + begin + i) * H * D + x)] = bf16_to_float(o[size_t((b * S_r + i) * H * D + x)]);
+  }
+  write_npy(dir + "/o.npy", shape, t.data());
+}
+
+int64_t UlyssesAttention::tiles_per_gpu() const {
+  const Impl& m = *impl_;
+  return int64_t(m.groups.front().n) * m.B * m.Hl * m.m_blocks();
+}
+
+int UlyssesAttention::concurrent_tiles_per_gpu() const {
+  const Impl& m = *impl_;
+  return device_info(m.groups.front().device).sm_count * attention::attention_fwd_ctas_per_sm(int(m.D));
+}
+
+int UlyssesAttention::block_m() const { return impl_->bm; }
+
+}  // namespace xstage

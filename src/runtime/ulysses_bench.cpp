@@ -1,0 +1,192 @@
+// xstage ulysses's measurement (include/xstage/ulysses_bench.hpp).
+#include "xstage/ulysses_bench.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/timing.hpp"
+#include "xstage/error.hpp"
+#include "xstage/profile.hpp"
+#include "xstage/ulysses_prediction.hpp"
+
+namespace xstage {
+
+std::string default_ulysses_profile(Backend b, Placement p) {
+  if (b == Backend::emulated) return p == Placement::host ? "h200-host-pcie" : "h200-local";
+  return p == Placement::host ? "h200-host-pcie" : "h200-peer";
+}
+
+void validate_ulysses_options(UlyssesBenchOptions& o) {
+  resolve_world_ranks(o.world, 8);
+  if (o.seqs.empty()) throw Error("--seq: expected at least one sequence length");
+  for (int64_t S : o.seqs)
+    if (S < 1) throw Error(fmt::format("--seq: expected lengths >= 1, got {}", S));
+  if (o.head_dim != 64 && o.head_dim != 128)
+    throw Error(fmt::format("--head-dim: expected 64 or 128, got {}", o.head_dim));
+  if (o.batch < 1 || o.heads < 1)
+    throw Error(fmt::format("--batch and --heads: expected >= 1, got {} and {}", o.batch, o.heads));
+  if (o.world.ranks >= 1 && o.heads % o.world.ranks != 0)
+    throw Error(fmt::format("--heads {} does not split over {} ranks (H % P must be 0)", o.heads, o.world.ranks));
+  if (o.iters < 1) throw Error(fmt::format("--iters: expected >= 1, got {}", o.iters));
+  if (o.warmup < 0) throw Error(fmt::format("--warmup: expected >= 0, got {}", o.warmup));
+  if (!(o.timeout_s > 0)) throw Error(fmt::format("--timeout: expected a positive time, got {} s", o.timeout_s));
+  if (!(o.max_seconds_per_point > 0))
+    throw Error(fmt::format("--max-seconds: expected a positive time, got {}", o.max_seconds_per_point));
+  for (A2aVersion v : o.a2a)
+    if (v == A2aVersion::nccl && o.world.backend != Backend::nccl)
+      throw Error("--a2a nccl: NCCL's all-to-all needs --backend nccl");
+  if (o.check_rows < 0) throw Error(fmt::format("--check-rows: expected >= 0, got {}", o.check_rows));
+  if (o.profile.empty()) o.profile = default_ulysses_profile(o.world.backend, o.world.placement);
+  if (o.profile != "none") (void)load_profile(o.profile);  // fails early, naming the file
+}
+
+UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
+  validate_ulysses_options(o);
+  const int gpus = cuda_device_count();
+  if (gpus == 0) throw Error("ulysses: no CUDA GPU visible (emulated needs one GPU, peer and nccl one per rank)");
+  if (o.world.ranks < 1) o.world.ranks = gpus;
+  validate_ulysses_options(o);
+  std::optional<Profile> profile;
+  if (o.profile != "none") profile = load_profile(o.profile);
+
+  const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::attention_only, UlyssesVariant::sequential,
+                                                         UlyssesVariant::fused, UlyssesVariant::coupled}
+                                           : o.variants;
+  const auto stores =
+      o.stores.empty() ? std::vector{EpilogueStore::vector16, EpilogueStore::bulk, EpilogueStore::paced} : o.stores;
+  const auto orders = o.orders.empty() ? std::vector{TileOrder::linear, TileOrder::rotated} : o.orders;
+  const auto flag_timings = o.flags.empty() ? std::vector{FlagTiming::lagged} : o.flags;
+  const auto a2as = o.a2a.empty() ? available_versions(o.world.backend) : o.a2a;
+
+  auto world = World::create(o.world);
+  World& w = *world;
+  UlyssesBenchReport rep;
+  rep.leader = w.leader();
+  rep.world = w.describe();
+  rep.profile = profile ? profile->name : "none";
+  rep.device = device_info(w.device_of(w.local_ranks().front()));
+
+  const int64_t max_S = *std::max_element(o.seqs.begin(), o.seqs.end());
+  UlyssesAttention ua(w, o.batch, o.heads, o.head_dim, max_S);
+  rep.tiles_concurrent = ua.concurrent_tiles_per_gpu();
+  rep.block_m = ua.block_m();
+
+  for (int64_t S : o.seqs) {
+    ua.set_sequence(S);
+    ua.fill_inputs(o.seed);
+    UlyssesBenchSummary sum;
+    sum.S = S;
+    auto base_row = [&](UlyssesVariant v) {
+      UlyssesBenchRow r;
+      r.variant = to_string(v);
+      r.placement = to_string(w.placement());
+      r.backend = to_string(w.backend());
+      r.P = w.size();
+      r.B = o.batch, r.S = S, r.H = o.heads, r.D = o.head_dim;
+      return r;
+    };
+    auto measure = [&](const UlyssesRun& run, UlyssesBenchRow row) {
+      if (o.check && run.variant != UlyssesVariant::attention_only) {
+        const std::string bad = ua.check_against_local(run);
+        if (!bad.empty()) throw Error(fmt::format("ulysses --check at S = {}: {}", S, bad));
+        row.check = "ok";
+      }
+      // One timed probe run decides how many iterations fit the time budget.
+      const auto t0 = std::chrono::steady_clock::now();
+      ua.run(run);
+      const double once_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      row.iters = std::clamp(int(o.max_seconds_per_point / std::max(once_s, 1e-6)), std::min(3, o.iters), o.iters);
+      row.time_us = median_us(w, o.warmup, row.iters, [&] { ua.enqueue(run); });
+      rep.rows.push_back(row);
+      return rep.rows.size() - 1;
+    };
+
+    std::vector<size_t> fused_rows, seq_rows;
+    for (UlyssesVariant v : variants) {
+      UlyssesRun run{v};
+      run.timeout_s = o.timeout_s;
+      if (v == UlyssesVariant::attention_only) {
+        const size_t i = measure(run, base_row(v));
+        sum.attention_only_us = rep.rows[i].time_us;
+        if (o.check && o.check_rows > 0) {
+          // The local results through the sequential path, sampled against fp64.
+          UlyssesRun seq{UlyssesVariant::sequential};
+          seq.a2a = a2as.front();
+          ua.run(seq);
+          sum.rel_err = w.max_over_ranks(ua.sampled_rel_error(o.seed, o.check_rows, uint64_t(S)));
+          if (!(sum.rel_err <= 1e-2))
+            throw Error(fmt::format("ulysses --check at S = {}: relative error {:.3g} against the fp64 reference "
+                                    "exceeds 1e-2",
+                                    S, sum.rel_err));
+          rep.rows[i].check = "fp64";
+        }
+      } else if (v == UlyssesVariant::sequential) {
+        for (A2aVersion a : a2as) {
+          run.a2a = a;
+          auto row = base_row(v);
+          row.a2a = to_string(a);
+          seq_rows.push_back(measure(run, row));
+        }
+      } else {
+        for (EpilogueStore s : stores)
+          for (TileOrder ord : (v == UlyssesVariant::coupled ? std::vector{TileOrder::rotated} : orders))
+            for (FlagTiming ft : (v == UlyssesVariant::coupled ? std::vector{FlagTiming::eager} : flag_timings)) {
+              // The paced path has one flag timing (lagged) and no coupled form.
+              if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || ft != FlagTiming::lagged)) continue;
+              run.store = s, run.order = ord, run.flags = ft;
+              auto row = base_row(v);
+              row.store = to_string(s), row.order = to_string(ord);
+              row.flags = v == UlyssesVariant::coupled ? "coupled" : to_string(ft);
+              const size_t i = measure(run, row);
+              if (v == UlyssesVariant::fused) {
+                fused_rows.push_back(i);
+              } else if (sum.coupled_us == 0 || rep.rows[i].time_us < sum.coupled_us) {
+                sum.coupled_us = rep.rows[i].time_us;
+              }
+            }
+      }
+    }
+    if (!o.dump_dir.empty() && S == o.seqs.front()) {
+      UlyssesRun run{UlyssesVariant::fused};  // the default store path and order
+      run.timeout_s = o.timeout_s;
+      ua.poison_outputs();
+      ua.run(run);
+      ua.dump_npy(o.dump_dir, o.seed);
+    }
+    for (size_t i : seq_rows)
+      if (sum.sequential_us == 0 || rep.rows[i].time_us < sum.sequential_us) sum.sequential_us = rep.rows[i].time_us;
+    for (size_t i : fused_rows)
+      if (sum.fused_us == 0 || rep.rows[i].time_us < sum.fused_us) {
+        sum.fused_us = rep.rows[i].time_us;
+        sum.fused_config = rep.rows[i].store + "/" + rep.rows[i].order + "/" + rep.rows[i].flags;
+      }
+
+    // The model, from the attention-only time and the kernel's tile schedule.
+    if (profile && sum.attention_only_us > 0) {
+      const auto& l = ua.layout();
+      UlyssesKernelShape ks;
+      ks.tiles = ua.tiles_per_gpu();
+      ks.concurrent_tiles = ua.concurrent_tiles_per_gpu();
+      ks.attention_only_us = sum.attention_only_us;
+      // Emulated: every destination is the placement's memory (one stage).
+      // One rank per GPU: only the other ranks' rows cross the link.
+      ks.payload_bytes = w.backend() == Backend::emulated
+                             ? double(l.total_bytes())
+                             : double(l.head_shard_bytes()) * double(w.size() - 1) / double(w.size());
+      const UlyssesPrediction pr = predict_ulysses(*profile, ks);
+      sum.predicted_fused_us = pr.fused_us;
+      sum.predicted_sequential_us = pr.sequential_us;
+      for (size_t i : fused_rows) rep.rows[i].predicted_time_us = pr.fused_us;
+      for (size_t i : seq_rows) rep.rows[i].predicted_time_us = pr.sequential_us;
+    }
+    rep.summary.push_back(sum);
+  }
+  return rep;
+}
+
+}  // namespace xstage

@@ -1,0 +1,51 @@
+// Ulysses attention through the X-Stage simulator (include/xstage/ulysses_prediction.hpp).
+#include "xstage/ulysses_prediction.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "xstage/error.hpp"
+#include "xstage/model.hpp"
+#include "xstage/simulator.hpp"
+
+namespace xstage {
+
+UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& s) {
+  if (s.tiles < 1 || s.concurrent_tiles < 1)
+    throw Error(fmt::format("predict_ulysses: expected at least one tile and one slot, got {} tiles and {} slots",
+                            s.tiles, s.concurrent_tiles));
+  if (!(s.attention_only_us > 0) || !(s.payload_bytes >= 0))
+    throw Error(fmt::format("predict_ulysses: expected a positive attention-only time and payload, got {} us and {} B",
+                            s.attention_only_us, s.payload_bytes));
+  const int64_t slots = std::min<int64_t>(s.concurrent_tiles, s.tiles);
+  // CTAs start in index order and one finishing frees its SM for the next:
+  // slot k runs tiles k, k + slots, ...; the time of a tile is the
+  // attention-only time over the number of waves.
+  const int64_t waves = (s.tiles + slots - 1) / slots;
+  const double tile_bytes = s.payload_bytes / double(s.tiles);
+  // The attention-only time already contains each tile's backpressure-free
+  // store (local, into an idle stage); the simulator adds the store back with
+  // whatever the stage imposes, so the compute step leaves it out.
+  const double store_t0 = tile_bytes > 0 ? t0_iss_ns(profile, double(slots), tile_bytes * double(slots)) : 0.0;
+  const double tile_ns = std::max(0.0, s.attention_only_us * 1e3 / double(waves) - store_t0);
+  const int64_t full = s.tiles - (waves - 1) * slots;  // slots that run `waves` tiles
+  std::vector<Program> programs;
+  programs.reserve(size_t(slots));
+  for (int64_t k = 0; k < slots; ++k) {
+    Program p;
+    p.steps = {Step::compute(tile_ns), Step::store(tile_bytes)};
+    p.repeat = k < full ? waves : waves - 1;
+    if (p.repeat > 0) programs.push_back(p);
+  }
+  const SimResult r = simulate(stage_from_profile(profile), programs);
+  UlyssesPrediction out;
+  out.fused_us = std::max(r.total_ns, r.drained_ns) * 1e-3;
+  out.residual_us = out.fused_us - s.attention_only_us;
+  out.sequential_us = s.attention_only_us + s.payload_bytes / profile.R_Bps * 1e6;
+  out.stalled_us = r.stalled_ns * 1e-3;
+  return out;
+}
+
+}  // namespace xstage

@@ -1,0 +1,134 @@
+// The CPU side of the fused Ulysses attention: tile orders, the model's
+// prediction, and `xstage ulysses`'s argument checks (before any GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "cli_runner.hpp"
+#include "xstage/device.hpp"
+#include "xstage/error.hpp"
+#include "xstage/profile.hpp"
+#include "xstage/ulysses.hpp"
+#include "xstage/ulysses_prediction.hpp"
+
+using namespace xstage;
+
+namespace {
+
+bool is_permutation_of_iota(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != int(i)) return false;
+  return true;
+}
+
+TEST(UlyssesTileOrder, LinearIsTheIdentity) {
+  const UlyssesLayout l({1, 1000, 8, 128, 8, 2});
+  const auto o = ulysses_tile_order(l, 128, TileOrder::linear, 3);
+  ASSERT_EQ(o.size(), 8u);  // ceil(1000 / 128)
+  for (size_t i = 0; i < o.size(); ++i) EXPECT_EQ(o[i], int(i));
+}
+
+TEST(UlyssesTileOrder, RotatedIsAPermutationThatInterleavesDestinations) {
+  const int P = 8, per = 3;  // every rank owns exactly 3 m-blocks
+  const UlyssesLayout l({1, int64_t(P) * per * 128, 16, 128, P, 2});
+  for (int src = 0; src < P; ++src) {
+    const auto o = ulysses_tile_order(l, 128, TileOrder::rotated, src);
+    ASSERT_EQ(o.size(), size_t(P * per));
+    EXPECT_TRUE(is_permutation_of_iota(o)) << "src " << src;
+    // One tile for each destination in turn, starting at src + 1.
+    for (int i = 0; i < P * per; ++i) EXPECT_EQ(l.seq_owner(int64_t(o[i]) * 128), (src + 1 + i) % P) << i;
+  }
+  // At any position, different sources target different destinations (no incast).
+  for (int i = 0; i < P * per; ++i) {
+    std::set<int> dst;
+    for (int src = 0; src < P; ++src)
+      dst.insert(l.seq_owner(int64_t(ulysses_tile_order(l, 128, TileOrder::rotated, src)[i]) * 128));
+    EXPECT_EQ(dst.size(), size_t(P)) << i;
+  }
+}
+
+TEST(UlyssesTileOrder, UnevenShardsAndEmptyRanksStillGiveAPermutation) {
+  for (int64_t S : {1, 5, 127, 129, 1000, 4097}) {
+    const UlyssesLayout l({2, S, 8, 64, 8, 2});
+    for (int src : {0, 5, 7}) {
+      const auto o = ulysses_tile_order(l, 128, TileOrder::rotated, src);
+      EXPECT_EQ(o.size(), size_t((S + 127) / 128)) << S;
+      EXPECT_TRUE(is_permutation_of_iota(o)) << "S " << S << " src " << src;
+    }
+  }
+}
+
+Profile stage(double R, double Q) {
+  Profile p;
+  p.name = "test";
+  p.transport = "test";
+  p.status = "nominal";
+  p.t0 = {100, 50e9, 2e12};
+  p.R_Bps = R;
+  p.Q_bytes = Q;
+  return p;
+}
+
+TEST(UlyssesPrediction, NoPayloadCostsNothing) {
+  const auto pr = predict_ulysses(stage(50e9, 8e6), {1000, 132, 0.0, 800.0});
+  EXPECT_NEAR(pr.fused_us, 800.0, 1e-6);
+  EXPECT_NEAR(pr.residual_us, 0.0, 1e-6);
+  EXPECT_NEAR(pr.sequential_us, 800.0, 1e-6);
+}
+
+TEST(UlyssesPrediction, DrainBoundWhenThePayloadOutlastsTheCompute) {
+  // 100 MB at 50 GB/s = 2000 us against 100 us of compute: the drain sets the time.
+  const auto pr = predict_ulysses(stage(50e9, 1e6), {1320, 132, 100e6, 100.0});
+  EXPECT_NEAR(pr.fused_us, 2000.0, 2000.0 * 0.02);
+  EXPECT_NEAR(pr.sequential_us, 2100.0, 1e-6);
+  EXPECT_GT(pr.stalled_us, 0.0);
+}
+
+TEST(UlyssesPrediction, ComputeBoundLeavesTheLastWavesDrain) {
+  // 10 waves of 132 tiles, 1 ms each; 1 MB per wave at 50 GB/s drains in 20 us
+  // behind each wave, so only the last wave's drain shows: residual ~20 us.
+  const auto pr = predict_ulysses(stage(50e9, 64e6), {1320, 132, 10e6, 10000.0});
+  EXPECT_GT(pr.residual_us, 15.0);
+  EXPECT_LT(pr.residual_us, 25.0);
+  EXPECT_NEAR(pr.sequential_us, 10000.0 + 200.0, 1e-6);
+}
+
+TEST(UlyssesPrediction, RejectsEmptyShapes) {
+  EXPECT_THROW(predict_ulysses(stage(50e9, 1e6), {0, 132, 1e6, 10.0}), Error);
+  EXPECT_THROW(predict_ulysses(stage(50e9, 1e6), {10, 0, 1e6, 10.0}), Error);
+  EXPECT_THROW(predict_ulysses(stage(50e9, 1e6), {10, 132, 1e6, 0.0}), Error);
+}
+
+void expect_error(const std::string& args, const std::string& fragment) {
+  const CliRun r = run_cli(args);
+  EXPECT_NE(r.rc, 0) << args << "\n" << r.out;
+  EXPECT_NE(r.out.find(fragment), std::string::npos) << args << "\n" << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << args << "\n" << r.out;
+}
+
+TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
+  expect_error("ulysses --heads 25", "--heads 25 does not split over 8 ranks");
+  expect_error("ulysses --seq 0", "--seq: expected lengths >= 1, got 0");
+  expect_error("ulysses --sweep --seq 4096", "--sweep and --seq: give one of them");
+  expect_error("ulysses --head-dim 96", "--head-dim: expected 64 or 128, got 96");
+  expect_error("ulysses --variants fast", "variant 'fast': expected attention-only, sequential, fused or coupled");
+  expect_error("ulysses --stores dma", "store path 'dma': expected vector16");
+  expect_error("ulysses --orders random", "tile order 'random': expected linear or rotated");
+  expect_error("ulysses --flags late", "flag timing 'late': expected lagged, eager or at-exit");
+  expect_error("ulysses --a2a nccl", "--a2a nccl: NCCL's all-to-all needs --backend nccl");
+  expect_error("ulysses --backend nccl --placement host", "--placement host");
+  expect_error("ulysses --timeout 0", "--timeout: expected a positive time");
+  expect_error("ulysses --profile /nonexistent/profile.json", "/nonexistent/profile.json");
+  expect_error("ulysses --ranks 0", "--ranks: expected a whole number >= 1, got 0");
+}
+
+TEST(UlyssesCli, WithoutAGpuSaysSoOnOneLine) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  const CliRun r = run_cli("ulysses --seq 4096");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("ulysses: no CUDA GPU visible"), std::string::npos) << r.out;
+}
+
+}  // namespace

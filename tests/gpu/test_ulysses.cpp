@@ -1,0 +1,158 @@
+// Fused Ulysses attention on the emulated backend (P ranks on one GPU):
+// every variant's sequence-sharded outputs, assembled, equal the attention
+// kernel's local results permuted on the CPU, bit for bit, destinations
+// poisoned first; sampled rows against an fp64 CPU reference; and the
+// command end to end, including the .npy dump other frameworks check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "cli_runner.hpp"
+#include "util/npy.hpp"
+#include "xstage/attention.hpp"
+#include "xstage/device.hpp"
+#include "xstage/error.hpp"
+#include "xstage/ulysses.hpp"
+
+using namespace xstage;
+
+namespace {
+
+struct Case {
+  int P;
+  Placement placement;
+  int D;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& i) {
+  return "P" + std::to_string(i.param.P) + "_" + to_string(i.param.placement) + "_D" + std::to_string(i.param.D);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  for (int P : {2, 4, 8})
+    for (Placement pl : {Placement::device, Placement::host})
+      for (int D : {64, 128}) out.push_back({P, pl, D});
+  return out;
+}
+
+std::vector<UlyssesRun> every_run() {
+  std::vector<UlyssesRun> runs;
+  for (A2aVersion a : {A2aVersion::copy_engine, A2aVersion::store_kernel}) {
+    UlyssesRun r{UlyssesVariant::sequential};
+    r.a2a = a;
+    runs.push_back(r);
+  }
+  for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
+    for (EpilogueStore s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs,
+                            EpilogueStore::bulk, EpilogueStore::paced})
+      for (TileOrder o : {TileOrder::linear, TileOrder::rotated})
+        for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
+          if (v == UlyssesVariant::coupled && f != FlagTiming::lagged) continue;
+          if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || f != FlagTiming::lagged)) continue;  // coupled has its own timing
+          UlyssesRun r{v};
+          r.store = s, r.order = o, r.flags = f, r.timeout_s = 20;
+          runs.push_back(r);
+        }
+  return runs;
+}
+
+std::string describe(const UlyssesRun& r) {
+  return to_string(r.variant) + " " + to_string(r.store) + " " + to_string(r.order) + " " + to_string(r.flags) + " " +
+         to_string(r.a2a);
+}
+
+class UlyssesEmulated : public testing::TestWithParam<Case> {};
+
+TEST_P(UlyssesEmulated, EveryVariantEqualsTheLocalResultsPermuted) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const Case c = GetParam();
+  auto world = World::create({Backend::emulated, c.P, c.placement, 0});
+  // S: tiles straddling shard boundaries (c = ceil(S/P) not a multiple of
+  // 128, or smaller than a tile), ranks with fewer rows or none.
+  struct Shape {
+    int64_t B, S, H;
+  };
+  const std::vector<Shape> shapes = {{2, 333, int64_t(c.P)}, {1, 1000, 2 * int64_t(c.P)}, {1, 1, int64_t(c.P)},
+                                     {1, 128 * c.P + 5, int64_t(c.P)}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " S=" + std::to_string(s.S) + " H=" + std::to_string(s.H));
+    UlyssesAttention ua(*world, s.B, s.H, c.D, s.S);
+    ua.set_sequence(s.S);
+    const uint64_t seed = uint64_t(100 * c.P + c.D + s.S);
+    ua.fill_inputs(seed);
+    for (const auto& run : every_run()) EXPECT_EQ(ua.check_against_local(run), "") << describe(run);
+    UlyssesRun fused{UlyssesVariant::fused};
+    ua.poison_outputs();
+    ua.run(fused);
+    EXPECT_LE(ua.sampled_rel_error(seed, 6, 7), 1e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, UlyssesEmulated, testing::ValuesIn(all_cases()), case_name);
+
+TEST(UlyssesEmulatedReuse, ManyRunsAndShorterSequencesOnTheSameBuffers) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  auto world = World::create({Backend::emulated, 4, Placement::host, 0});
+  UlyssesAttention ua(*world, 1, 8, 128, 2000);
+  for (int64_t S : {2000, 777, 1999}) {
+    ua.set_sequence(S);
+    ua.fill_inputs(uint64_t(S));
+    UlyssesRun r{UlyssesVariant::fused};
+    for (int i = 0; i < 5; ++i) ua.run(r);  // epochs count up; flags are never reset
+    EXPECT_EQ(ua.check_against_local(r), "") << "S " << S;
+  }
+  EXPECT_THROW(ua.set_sequence(2001), Error);
+}
+
+TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const CliRun r = run_cli("ulysses --ranks 4 --heads 8 --head-dim 64 --seq 300,1000 --check -n 2 --csv");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,time_us,predicted_time_us,check"),
+            std::string::npos)
+      << r.out;
+  for (const char* v : {"attention-only,host", "sequential,host", "fused,host", "coupled,host"})
+    EXPECT_NE(r.out.find(v), std::string::npos) << v << "\n" << r.out;
+  int fused_ok = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("fused,", 0) == 0) {
+      EXPECT_EQ(line.substr(line.size() - 3), ",ok") << line;
+      EXPECT_EQ(line.find(",,ok"), std::string::npos) << "no prediction: " << line;
+      ++fused_ok;
+    }
+  EXPECT_EQ(fused_ok, 2 * 2 * 2) << r.out;  // 2 lengths x 2 stores x 2 orders
+}
+
+TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto dir = std::filesystem::temp_directory_path() / ("xstage-ulysses-dump-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const CliRun r = run_cli("ulysses --ranks 2 --heads 4 --head-dim 128 --seq 131 --variants fused --stores bulk "
+                           "--orders rotated -n 1 --dump " + dir.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const NpyArray q = read_npy((dir / "q.npy").string()), k = read_npy((dir / "k.npy").string()),
+                 v = read_npy((dir / "v.npy").string()), o = read_npy((dir / "o.npy").string());
+  ASSERT_EQ(o.shape, (std::vector<size_t>{1, 131, 4, 128}));
+  AttentionReference ref{1, 4, 131, 131, 128, 1.0 / std::sqrt(128.0), q.data.data(), k.data.data(), v.data.data()};
+  double err2 = 0, ref2 = 0;
+  std::vector<double> row(128);
+  for (int s = 0; s < 131; ++s)
+    for (int h = 0; h < 4; ++h) {
+      ref.row(0, s, h, row.data());
+      for (int d = 0; d < 128; ++d) {
+        const double got = o.data[size_t((s * 4 + h) * 128 + d)];
+        err2 += (got - row[d]) * (got - row[d]);
+        ref2 += row[d] * row[d];
+      }
+    }
+  EXPECT_LE(std::sqrt(err2 / ref2), 1e-2);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
