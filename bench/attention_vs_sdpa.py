@@ -7,7 +7,8 @@ exchanged through .npy files.
 Run on the GPU machine from the repository root after the build:
     python3 bench/attention_vs_sdpa.py [--xstage build/xstage] [--out results/h200/attention.json]
 Writes results/h200/attention.json (rows: B, H, S, S_kv, D, tflops,
-cudnn_tflops, flash_tflops, rel_err) and prints a table last. A failure of one
+cudnn_tflops, flash_tflops, rel_err; with --kernels, "ours" holds one entry
+per xstage kernel and tflops / rel_err are the first one's) and prints a table last. A failure of one
 backend on one shape is recorded in the row ("errors") and does not stop the run.
 """
 import argparse
@@ -91,7 +92,7 @@ def driver_version():
         return "unknown"
 
 
-def check_against_torch(xstage, B, H, S, S_kv, D, tmp):
+def check_against_torch(xstage, kernel, B, H, S, S_kv, D, tmp):
     """Ours (through .npy files) vs torch SDPA: rel err against an fp32 math
     reference on the same bf16-rounded inputs, and against cuDNN's bf16 output."""
     g = torch.Generator(device="cuda").manual_seed(1234 + S + D)
@@ -101,9 +102,9 @@ def check_against_torch(xstage, B, H, S, S_kv, D, tmp):
     paths = {n: os.path.join(tmp, f"{n}.npy") for n in ("q", "k", "v", "o")}
     for n, t in (("q", q), ("k", k), ("v", v)):
         np.save(paths[n], t.float().cpu().numpy())  # exact: bf16 values in float32
-    j = run_xstage(xstage, ["--q", paths["q"], "--k", paths["k"], "--v", paths["v"], "--o", paths["o"], "--check"],
-                   timeout=120)
-    row = {"B": B, "H": H, "S": S, "S_kv": S_kv, "D": D, "cpu_rel_err": j.get("rel_err")}
+    j = run_xstage(xstage, ["--q", paths["q"], "--k", paths["k"], "--v", paths["v"], "--o", paths["o"], "--check",
+                            "--kernel", kernel], timeout=120)
+    row = {"kernel": kernel, "B": B, "H": H, "S": S, "S_kv": S_kv, "D": D, "cpu_rel_err": j.get("rel_err")}
     if "error" in j or not os.path.exists(paths["o"]):
         row["error"] = j.get("error", "no output file")
         return row
@@ -125,39 +126,52 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xstage", default=os.environ.get("XSTAGE_BIN", "build/xstage"))
     ap.add_argument("--out", default="results/h200/attention.json")
+    ap.add_argument("--kernels", default="auto",
+                    help="comma-separated xstage kernels to time (xstage attn --kernel): auto, mma, wgmma, ...")
+    ap.add_argument("--shapes", default="", help="comma-separated shape names to run (default: all)")
     args = ap.parse_args()
+    kernels = [k for k in args.kernels.split(",") if k]
+    wanted = {n for n in args.shapes.split(",") if n}
     t_start = time.time()
     dev = torch.cuda.get_device_name(0)
     rows, checks = [], []
 
     with tempfile.TemporaryDirectory() as tmp:
-        for c in CHECKS:
-            try:
-                checks.append(check_against_torch(args.xstage, *c, tmp))
-            except Exception as e:  # noqa: BLE001
-                checks.append({"B": c[0], "H": c[1], "S": c[2], "S_kv": c[3], "D": c[4], "error": str(e)[:300]})
-            print("check", json.dumps(checks[-1]), flush=True)
+        for kern in kernels:
+            for c in CHECKS:
+                try:
+                    checks.append(check_against_torch(args.xstage, kern, *c, tmp))
+                except Exception as e:  # noqa: BLE001
+                    checks.append({"kernel": kern, "B": c[0], "H": c[1], "S": c[2], "S_kv": c[3], "D": c[4],
+                                   "error": str(e)[:300]})
+                print("check", json.dumps(checks[-1]), flush=True)
 
     for name, B, H, S, D in SHAPES:
+        if wanted and name not in wanted:
+            continue
         S_kv = S
         fl = flops(B, H, S, S_kv, D)
         long_shape = fl > 2e12
         warmup, iters = (2, 5) if long_shape else (5, 20)
         row = {"name": name, "B": B, "H": H, "S": S, "S_kv": S_kv, "D": D, "tflops": None, "cudnn_tflops": None,
                "flash_tflops": None, "rel_err": None, "errors": {}}
-        j = {}
-        try:
-            j = run_xstage(args.xstage, ["--B", B, "--S", S, "--S-kv", S_kv, "--H", H, "--D", D, "--bench",
-                                         "--warmup", warmup, "--iters", iters, "--check", "--check-rows", 32],
-                           timeout=120)
-            row["tflops"] = j.get("tflops")
-            row["rel_err"] = j.get("rel_err")
-            row["median_ms"] = j.get("median_ms")
-            row["kernel"] = j.get("kernel")
-            if "error" in j:
-                row["errors"]["xstage"] = j["error"]
-        except Exception as e:  # noqa: BLE001
-            row["errors"]["xstage"] = str(e)[:300]
+        row["ours"] = {}
+        for kern in kernels:
+            ours = {"tflops": None, "rel_err": None}
+            try:
+                j = run_xstage(args.xstage, ["--B", B, "--S", S, "--S-kv", S_kv, "--H", H, "--D", D, "--bench",
+                                             "--warmup", warmup, "--iters", iters, "--check", "--check-rows", 32,
+                                             "--kernel", kern], timeout=120)
+                for key in ("tflops", "rel_err", "median_ms", "kernel"):
+                    ours[key] = j.get(key)
+                if "error" in j:
+                    row["errors"]["xstage-" + kern] = j["error"]
+            except Exception as e:  # noqa: BLE001
+                row["errors"]["xstage-" + kern] = str(e)[:300]
+            row["ours"][kern] = ours
+        first = row["ours"][kernels[0]]
+        for key in ("tflops", "rel_err", "median_ms", "kernel"):
+            row[key] = first.get(key)
         q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(B, H, S_kv, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(B, H, S_kv, D, device="cuda", dtype=torch.bfloat16)
@@ -195,14 +209,19 @@ def main():
         return format(x, spec) if isinstance(x, (int, float)) else "-"
 
     print(f"\nattention forward, bf16, {dev} (written to {args.out}, {result['wall_s']} s)")
-    print(f"{'shape':>16} {'B':>2} {'H':>3} {'S':>7} {'D':>4} {'ours':>7} {'cuDNN':>7} {'flash':>7} {'ours/cuDNN':>10} {'rel_err':>9}")
+    print(f"{'shape':>16} {'B':>2} {'H':>3} {'S':>7} {'D':>4} {'kernel':>15} {'ours':>7} {'cuDNN':>7} {'flash':>7} "
+          f"{'ours/cuDNN':>10} {'rel_err':>9}")
     for r in rows:
-        ratio = r["tflops"] / r["cudnn_tflops"] if r.get("tflops") and r.get("cudnn_tflops") else None
-        print(f"{r['name']:>16} {r['B']:>2} {r['H']:>3} {r['S']:>7} {r['D']:>4} {fmt(r['tflops'], '7.1f')} "
-              f"{fmt(r['cudnn_tflops'], '7.1f')} {fmt(r['flash_tflops'], '7.1f')} {fmt(ratio, '10.2f')} "
-              f"{fmt(r['rel_err'], '9.2e')}" + ("  ERR " + json.dumps(r["errors"]) if r.get("errors") else ""))
+        for kern, o in r["ours"].items():
+            t = o.get("tflops")
+            ratio = t / r["cudnn_tflops"] if t and r.get("cudnn_tflops") else None
+            print(f"{r['name']:>16} {r['B']:>2} {r['H']:>3} {r['S']:>7} {r['D']:>4} {kern:>15} {fmt(t, '7.1f')} "
+                  f"{fmt(r['cudnn_tflops'], '7.1f')} {fmt(r['flash_tflops'], '7.1f')} {fmt(ratio, '10.2f')} "
+                  f"{fmt(o.get('rel_err'), '9.2e')}")
+        if r.get("errors"):
+            print(f"{r['name']:>16} ERR " + json.dumps(r["errors"]))
     for c in checks:
-        print(f"check vs torch B={c['B']} H={c['H']} S={c['S']} S_kv={c['S_kv']} D={c['D']}: "
+        print(f"check vs torch [{c['kernel']}] B={c['B']} H={c['H']} S={c['S']} S_kv={c['S_kv']} D={c['D']}: "
               f"rel_err {fmt(c.get('rel_err'), '.2e')} (cuDNN {fmt(c.get('cudnn_rel_err'), '.2e')}, "
               f"CPU fp64 {fmt(c.get('cpu_rel_err'), '.2e')})" + (f"  ERR {c['error']}" if c.get("error") else ""))
 

@@ -21,6 +21,25 @@ struct AttentionStrides {  // in elements
   int64_t b = 0, s = 0, h = 0;
 };
 
+// Which kernel runs (src/device/attention/): `automatic` picks the default for
+// the head dim (attention_default_kernel); the others force one, for
+// comparisons and tests.
+enum class AttentionKernel : int {
+  automatic = 0,
+  mma_sync = 1,         // sm90_bf16_attention_fwd: FlashAttention-2 structure on mma.sync
+  wgmma_basic = 2,      // sm90_bf16_attention_fwd_wgmma: TMA + wgmma, GEMMs and softmax in sequence
+  wgmma_overlap = 3,    //   softmax of S_j while O += P_{j-1} V_{j-1} runs
+  wgmma_pingpong = 4,   //   and the two consumer warpgroups take turns on the tensor cores
+  wgmma_n192 = 5,       //   ping-pong with 192-key tiles (D = 64 only)
+};
+
+// "auto", "mma", "wgmma-basic", "wgmma-overlap", "wgmma-pingpong", "wgmma-n192"
+// ("wgmma": wgmma-pingpong); throws xstage::Error for anything else.
+AttentionKernel parse_attention_kernel(const std::string& name);
+std::string to_string(AttentionKernel k);
+// The kernel `automatic` resolves to for head dim D.
+AttentionKernel attention_default_kernel(int D);
+
 struct AttentionForwardArgs {
   int B = 0, H = 0, S_q = 0, S_kv = 0, D = 0;
   float scale = NAN;  // softmax scale; NaN: 1/sqrt(D)
@@ -30,6 +49,7 @@ struct AttentionForwardArgs {
   void* o = nullptr;
   AttentionStrides q_stride, k_stride, v_stride, o_stride;
   float* lse = nullptr;  // optional fp32 [B, H, S_q] (natural log of the row sum of exp(scale * q.k))
+  AttentionKernel kernel = AttentionKernel::automatic;
 };
 
 // Contiguous [B, S, H, D] strides.
@@ -48,7 +68,7 @@ void validate_attention_args(const AttentionForwardArgs& a, bool check_pointers 
 void attention_forward(const AttentionForwardArgs& a, cudaStream_t stream = nullptr);
 
 // Describes the kernel picked for head dim D: "sm90_bf16_attention_fwd<D=128> BLOCK_M=128 ...".
-std::string attention_kernel_name(int D);
+std::string attention_kernel_name(int D, AttentionKernel k = AttentionKernel::automatic);
 
 // ---- CPU reference (fp64 accumulation), for checks
 // q, k, v: float [B, S, H, D] contiguous (the values the kernel sees, i.e.

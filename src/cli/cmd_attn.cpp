@@ -30,6 +30,7 @@ struct AttnArgs {
   bool check = false, bench = false;
   int warmup = 5, iters = 0, check_rows = 0;
   std::string q_path, k_path, v_path, o_path;
+  std::string kernel = "auto";
   OutputFlags out;
   CLI::App* sub = nullptr;
 };
@@ -126,6 +127,7 @@ void run_attn(AttnArgs& a) {
   AttentionForwardArgs args;
   args.B = a.B, args.H = a.H, args.S_q = a.S, args.S_kv = a.S_kv, args.D = a.D;
   args.scale = static_cast<float>(a.scale);
+  args.kernel = parse_attention_kernel(a.kernel);
   try {
     validate_attention_args(args, false);
   } catch (const Error& e) {  // name the options, not the API fields
@@ -258,7 +260,7 @@ void run_attn(AttnArgs& a) {
                      {"S_kv", a.S_kv},
                      {"D", a.D},
                      {"scale", scale},
-                     {"kernel", attention_kernel_name(a.D)},
+                     {"kernel", attention_kernel_name(a.D, args.kernel)},
                      {"device", dev.name},
                      {"driver", dev.driver},
                      {"commit", XSTAGE_GIT_COMMIT},
@@ -302,7 +304,7 @@ void run_attn(AttnArgs& a) {
     if (a.out.format() == Format::csv) {
       std::cout << t.csv();
     } else {
-      std::cout << fmt::format("{} on {}\n", attention_kernel_name(a.D), dev.name);
+      std::cout << fmt::format("{} on {}\n", attention_kernel_name(a.D, args.kernel), dev.name);
       std::cout << t.text();
     }
   }
@@ -332,6 +334,10 @@ void add_attn_command(CLI::App& app) {
   sub->add_option("--k", a->k_path, "K as .npy ([B, S_kv, H, D])");
   sub->add_option("--v", a->v_path, "V as .npy ([B, S_kv, H, D])");
   sub->add_option("--o", a->o_path, "Write O as float32 .npy ([B, S, H, D])");
+  sub->add_option("--kernel", a->kernel,
+                  "auto, mma (FlashAttention-2 on mma.sync), wgmma (= wgmma-pingpong), wgmma-basic, wgmma-overlap, "
+                  "wgmma-n192 (D = 64)")
+      ->capture_default_str();
   add_output_flags(sub, a->out);
   sub->callback([a] { run_attn(*a); });
 }

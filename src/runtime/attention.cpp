@@ -44,6 +44,8 @@ void validate_attention_args(const AttentionForwardArgs& a, bool check_pointers)
   const std::pair<const char*, int> sizes[] = {{"B", a.B}, {"H", a.H}, {"S_q", a.S_q}, {"S_kv", a.S_kv}};
   for (const auto& [name, v] : sizes)
     if (v < 1) throw Error(fmt::format("attention: {}: expected >= 1, got {}", name, v));
+  if (attention::attention_fwd_kernel_shape_of(a.D, int(a.kernel)).threads == 0)
+    throw Error(fmt::format("attention: kernel {}: not available for head dim D={}", to_string(a.kernel), a.D));
   const float scale = effective_scale(a);
   if (!std::isfinite(scale)) throw Error(fmt::format("attention: scale: expected a finite number, got {}", scale));
   // Tile count and LSE indices in 32/64-bit: keep B * H * S_q within int64 and the grid within 2^31.
@@ -79,18 +81,53 @@ void attention_forward(const AttentionForwardArgs& a, cudaStream_t stream) {
   ep.o = a.o;
   ep.o_stride_b = a.o_stride.b, ep.o_stride_s = a.o_stride.s, ep.o_stride_h = a.o_stride.h;
   ep.lse = a.lse;
-  const int rc = attention::launch_attention_fwd_local(p, ep, stream);
-  check_cuda(rc, fmt::format("sm90_bf16_attention_fwd<D={}> launch (B={} H={} S_q={} S_kv={})", a.D, a.B, a.H,
-                             a.S_q, a.S_kv)
+  const int rc = attention::launch_attention_fwd_local_kernel(p, ep, int(a.kernel), stream);
+  check_cuda(rc, fmt::format("attention forward ({}) launch (B={} H={} S_q={} S_kv={} D={})",
+                             to_string(a.kernel == AttentionKernel::automatic ? attention_default_kernel(a.D) : a.kernel),
+                             a.B, a.H, a.S_q, a.S_kv, a.D)
                      .c_str(),
              __FILE__, __LINE__);
 }
 
-std::string attention_kernel_name(int D) {
-  const auto s = attention::attention_fwd_kernel_shape(D);
-  if (s.threads == 0) return fmt::format("none for D={}", D);
-  return fmt::format("sm90_bf16_attention_fwd<D={}> (mma.sync, BLOCK_M={} BLOCK_N={}, {} threads, {} B smem)", D,
-                     s.block_m, s.block_n, s.threads, s.smem_bytes);
+AttentionKernel parse_attention_kernel(const std::string& name) {
+  if (name == "auto") return AttentionKernel::automatic;
+  if (name == "mma") return AttentionKernel::mma_sync;
+  if (name == "wgmma-basic") return AttentionKernel::wgmma_basic;
+  if (name == "wgmma-overlap") return AttentionKernel::wgmma_overlap;
+  if (name == "wgmma-pingpong" || name == "wgmma") return AttentionKernel::wgmma_pingpong;
+  if (name == "wgmma-n192") return AttentionKernel::wgmma_n192;
+  throw Error(fmt::format("attention kernel: expected auto, mma, wgmma, wgmma-basic, wgmma-overlap, "
+                          "wgmma-pingpong or wgmma-n192, got '{}'",
+                          name));
+}
+
+std::string to_string(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::automatic: return "auto";
+    case AttentionKernel::mma_sync: return "mma";
+    case AttentionKernel::wgmma_basic: return "wgmma-basic";
+    case AttentionKernel::wgmma_overlap: return "wgmma-overlap";
+    case AttentionKernel::wgmma_pingpong: return "wgmma-pingpong";
+    case AttentionKernel::wgmma_n192: return "wgmma-n192";
+  }
+  return "unknown";
+}
+
+AttentionKernel attention_default_kernel(int D) {
+  return static_cast<AttentionKernel>(attention::attention_fwd_default_kernel(D));
+}
+
+std::string attention_kernel_name(int D, AttentionKernel k) {
+  if (k == AttentionKernel::automatic) k = attention_default_kernel(D);
+  const auto s = attention::attention_fwd_kernel_shape_of(D, int(k));
+  if (s.threads == 0) return fmt::format("none for D={} ({})", D, to_string(k));
+  if (k == AttentionKernel::mma_sync)
+    return fmt::format("sm90_bf16_attention_fwd<D={}> (mma.sync, BLOCK_M={} BLOCK_N={}, {} threads, {} B smem)", D,
+                       s.block_m, s.block_n, s.threads, s.smem_bytes);
+  return fmt::format(
+      "sm90_bf16_attention_fwd_wgmma<D={}> ({}: TMA + wgmma, warp-specialised, BLOCK_M={} BLOCK_N={}, {} threads, "
+      "{} B smem)",
+      D, to_string(k), s.block_m, s.block_n, s.threads, s.smem_bytes);
 }
 
 double AttentionReference::row(int b, int s, int h, double* out) const {

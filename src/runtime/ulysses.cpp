@@ -147,7 +147,7 @@ struct UlyssesAttention::Impl {
 
   Impl(World& world, int64_t B_, int64_t H_, int64_t D_, int64_t S_)
       : w(world), B(B_), H(H_), D(D_), max_S(S_), Hl(H_ / world.size()), P(world.size()) {
-    bm = attention::attention_fwd_kernel_shape(int(D)).block_m;
+    bm = attention::attention_fwd_kernel_shape_of(int(D), attention::kKernelMmaSync).block_m;
     const size_t shard_elems = size_t(B * max_S * Hl * D);
     const int64_t max_m = (max_S + bm - 1) / bm;
     auto make_group = [&](int rank_base, int n) {
@@ -214,6 +214,9 @@ struct UlyssesAttention::Impl {
     a.B = int(B * g.n), a.H = int(Hl), a.S_q = a.S_kv = int(S), a.D = int(D);
     a.q = g.q, a.k = g.k, a.v = g.v, a.o = g.o;
     a.q_stride = a.k_stride = a.v_stride = a.o_stride = contiguous_bshd(int(S), int(Hl), int(D));
+    // The kernel the fused variants run (the mma.sync one: its epilogue hooks
+    // carry the remote stores), so that attention-only is their floor.
+    a.kernel = AttentionKernel::mma_sync;
     attention_forward(a, g.stream);
   }
 

@@ -23,11 +23,15 @@ struct Case {
   int B, H, S, S_kv, D;
   bool strided;  // tensors inside larger buffers (padded heads and rows)
   float scale;   // NaN: default
+  AttentionKernel kernel = AttentionKernel::automatic;
 };
 
 std::string name(const Case& c) {
+  std::string k = to_string(c.kernel);
+  for (char& ch : k)
+    if (ch == '-') ch = '_';
   return "B" + std::to_string(c.B) + "H" + std::to_string(c.H) + "S" + std::to_string(c.S) + "Skv" +
-         std::to_string(c.S_kv) + "D" + std::to_string(c.D) + (c.strided ? "strided" : "");
+         std::to_string(c.S_kv) + "D" + std::to_string(c.D) + (c.strided ? "strided" : "") + "_" + k;
 }
 
 float hash_value(uint64_t i, uint64_t salt) {
@@ -95,6 +99,7 @@ void run_case(const Case& c) {
   a.B = c.B, a.H = c.H, a.S_q = c.S, a.S_kv = c.S_kv, a.D = c.D, a.scale = c.scale;
   a.q = dq.p, a.k = dk.p, a.v = dv.p, a.o = d_o.p, a.lse = dlse.p;
   a.q_stride = lq.st, a.k_stride = a.v_stride = lk.st, a.o_stride = lo.st;
+  a.kernel = c.kernel;
   attention_forward(a);
   XSTAGE_CUDA(cudaDeviceSynchronize());
 
@@ -143,16 +148,26 @@ TEST_P(AttentionFwd, MatchesFp64Reference) {
   run_case(GetParam());
 }
 
+// Every shape runs on the default kernel and on each kernel explicitly.
 std::vector<Case> cases() {
   std::vector<Case> v;
-  for (int D : {64, 128}) {
-    for (int S : {1, 7, 129, 333})
-      for (int S_kv : {1, 65, 300}) v.push_back({1, 1, S, S_kv, D, false, NAN});
-    v.push_back({2, 3, 129, 300, D, false, NAN});
-    v.push_back({2, 3, 333, 65, D, true, NAN});
-    v.push_back({2, 3, 1, 1, D, true, NAN});
-    v.push_back({1, 2, 200, 700, D, false, 0.3f});  // explicit scale, several KV tiles
-    v.push_back({1, 1, 64, 64, D, true, NAN});       // exact tile multiples
+  for (AttentionKernel k : {AttentionKernel::automatic, AttentionKernel::mma_sync, AttentionKernel::wgmma_basic,
+                            AttentionKernel::wgmma_overlap, AttentionKernel::wgmma_pingpong,
+                            AttentionKernel::wgmma_n192}) {
+    for (int D : {64, 128}) {
+      if (k == AttentionKernel::wgmma_n192 && D != 64) continue;
+      for (int S : {1, 7, 129, 333})
+        for (int S_kv : {1, 65, 300}) v.push_back({1, 1, S, S_kv, D, false, NAN, k});
+      v.push_back({2, 3, 129, 300, D, false, NAN, k});
+      v.push_back({2, 3, 333, 65, D, true, NAN, k});
+      v.push_back({2, 3, 1, 1, D, true, NAN, k});
+      v.push_back({1, 2, 200, 700, D, false, 0.3f, k});  // explicit scale, several KV tiles
+      v.push_back({1, 1, 64, 64, D, true, NAN, k});       // exact tile multiples (mma.sync)
+      v.push_back({1, 2, 256, 384, D, true, NAN, k});     // exact tile multiples (wgmma: 128 x 128, 128 x 192)
+      v.push_back({1, 2, 130, 500, D, false, -0.2f, k});  // negative scale (max of -s), several KV tiles
+      v.push_back({1, 2, 70, 300, D, false, 0.f, k});     // scale 0: uniform weights, masked last tile
+      v.push_back({2, 40, 333, 200, D, false, NAN, k});   // 240 tiles: more than one per CTA (persistent grid)
+    }
   }
   return v;
 }
@@ -162,8 +177,27 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionFwd, ::testing::ValuesIn(cases()),
 
 TEST(AttentionFwdLarge, SeveralCtasAndLongKv) {
   if (xstage::cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  run_case({1, 4, 1000, 2047, 128, false, NAN});
-  run_case({2, 2, 777, 1500, 64, true, NAN});
+  for (AttentionKernel k : {AttentionKernel::automatic, AttentionKernel::mma_sync, AttentionKernel::wgmma_pingpong}) {
+    run_case({1, 4, 1000, 2047, 128, false, NAN, k});
+    run_case({2, 2, 777, 1500, 64, true, NAN, k});
+  }
+  run_case({2, 2, 777, 1500, 64, true, NAN, AttentionKernel::wgmma_n192});
+}
+
+TEST(AttentionFwdLarge, KernelNames) {
+  EXPECT_EQ(parse_attention_kernel("wgmma"), AttentionKernel::wgmma_pingpong);
+  EXPECT_EQ(parse_attention_kernel("mma"), AttentionKernel::mma_sync);
+  EXPECT_THROW(parse_attention_kernel("fast"), Error);
+  for (AttentionKernel k : {AttentionKernel::mma_sync, AttentionKernel::wgmma_basic, AttentionKernel::wgmma_overlap,
+                            AttentionKernel::wgmma_pingpong, AttentionKernel::wgmma_n192})
+    EXPECT_EQ(parse_attention_kernel(to_string(k)), k);
+  // The defaults (no GPU needed): ping-pong wgmma, 192-key tiles at D=64.
+  EXPECT_EQ(attention_default_kernel(128), AttentionKernel::wgmma_pingpong);
+  EXPECT_EQ(attention_default_kernel(64), AttentionKernel::wgmma_n192);
+  EXPECT_NE(attention_kernel_name(64).find("BLOCK_N=192"), std::string::npos) << attention_kernel_name(64);
+  EXPECT_NE(attention_kernel_name(128).find("wgmma"), std::string::npos) << attention_kernel_name(128);
+  EXPECT_NE(attention_kernel_name(128, AttentionKernel::mma_sync).find("mma.sync"), std::string::npos);
+  EXPECT_NE(attention_kernel_name(128, AttentionKernel::wgmma_n192).find("none"), std::string::npos);
 }
 
 TEST(AttentionFwdLarge, RejectsBadArguments) {
@@ -176,10 +210,17 @@ TEST(AttentionFwdLarge, RejectsBadArguments) {
 
 TEST(AttentionCliGpu, CheckPassesAndJsonHasKeys) {
   if (xstage::cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  const CliRun r = run_cli("attn --B 2 --S 257 --S-kv 131 --H 3 --D 64 --check --bench --iters 5 --json");
-  ASSERT_EQ(r.rc, 0) << r.out;
-  for (const char* key : {"\"rel_err\"", "\"tflops\"", "\"median_ms\"", "\"check_pass\": true", "\"unwritten\": 0"})
-    EXPECT_NE(r.out.find(key), std::string::npos) << key << "\n" << r.out;
+  for (const char* kernel : {"auto", "mma", "wgmma"}) {
+    const CliRun r = run_cli(std::string("attn --B 2 --S 257 --S-kv 131 --H 3 --D 64 --check --bench --iters 5 --json "
+                                         "--kernel ") +
+                             kernel);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    for (const char* key :
+         {"\"rel_err\"", "\"tflops\"", "\"median_ms\"", "\"check_pass\": true", "\"unwritten\": 0"})
+      EXPECT_NE(r.out.find(key), std::string::npos) << key << "\n" << r.out;
+  }
+  const CliRun bad = run_cli("attn --S 64 --kernel fast");
+  EXPECT_NE(bad.rc, 0) << bad.out;
 }
 
 }  // namespace

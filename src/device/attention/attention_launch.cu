@@ -1,25 +1,54 @@
 #include "device/attention/attention_launch.hpp"
+#include "device/attention/config_wgmma.cuh"
 #include "device/attention/launch_attention.cuh"
 
 namespace xstage::attention {
 
-int launch_attention_fwd_local(const MainloopParams& p, const LocalStoreParams& ep, cudaStream_t stream) {
-  switch (p.D) {
-    case 64: return launch_attention_kernel<64, LocalStoreEpilogue, LinearTileScheduler>(p, ep, {}, stream);
-    case 128: return launch_attention_kernel<128, LocalStoreEpilogue, LinearTileScheduler>(p, ep, {}, stream);
-    default: return int(cudaErrorInvalidValue);
+// The wgmma kernel with the ping-pong schedule since 2026-11-30 (128-key tiles
+// at D=128, 192-key tiles at D=64): correct on every test shape, 1.6-2.8x the
+// mma.sync kernel (docs/perf-log.md, "Attention forward, wgmma kernel").
+int attention_fwd_default_kernel(int D) { return D == 64 ? kKernelWgmmaPingpongN192 : kKernelWgmmaPingpong; }
+
+int launch_attention_fwd_local_kernel(const MainloopParams& p, const LocalStoreParams& ep, int kernel,
+                                      cudaStream_t stream) {
+  if (kernel == kKernelAuto) kernel = attention_fwd_default_kernel(p.D);
+  if (kernel == kKernelMmaSync) {
+    switch (p.D) {
+      case 64: return launch_attention_kernel<64, LocalStoreEpilogue, LinearTileScheduler>(p, ep, {}, stream);
+      case 128: return launch_attention_kernel<128, LocalStoreEpilogue, LinearTileScheduler>(p, ep, {}, stream);
+      default: return int(cudaErrorInvalidValue);
+    }
   }
+  if (kernel == kKernelWgmmaBasic || kernel == kKernelWgmmaOverlap || kernel == kKernelWgmmaPingpong ||
+      kernel == kKernelWgmmaPingpongN192) {
+    switch (p.D) {
+      case 64: return launch_attention_wgmma_local_d64(p, ep, kernel, stream);
+      case 128: return launch_attention_wgmma_local_d128(p, ep, kernel, stream);
+      default: return int(cudaErrorInvalidValue);
+    }
+  }
+  return int(cudaErrorInvalidValue);
 }
 
-KernelShape attention_fwd_kernel_shape(int D) {
+int launch_attention_fwd_local(const MainloopParams& p, const LocalStoreParams& ep, cudaStream_t stream) {
+  return launch_attention_fwd_local_kernel(p, ep, kKernelAuto, stream);
+}
+
+KernelShape attention_fwd_kernel_shape_of(int D, int kernel) {
+  if (D != 64 && D != 128) return {};
+  if (kernel == kKernelAuto) kernel = attention_fwd_default_kernel(D);
   auto shape = [](auto cfg) {
     using Cfg = decltype(cfg);
     return KernelShape{Cfg::BLOCK_M, Cfg::BLOCK_N, Cfg::THREADS, Cfg::SMEM_BYTES};
   };
-  if (D == 64) return shape(Sm90AttnFwdConfig<64>{});
-  if (D == 128) return shape(Sm90AttnFwdConfig<128>{});
+  if (kernel == kKernelMmaSync) return D == 64 ? shape(Sm90AttnFwdConfig<64>{}) : shape(Sm90AttnFwdConfig<128>{});
+  if (kernel == kKernelWgmmaBasic || kernel == kKernelWgmmaOverlap || kernel == kKernelWgmmaPingpong)
+    return D == 64 ? shape(Sm90WgmmaAttnConfig<64>{}) : shape(Sm90WgmmaAttnConfig<128>{});
+  if (kernel == kKernelWgmmaPingpongN192 && D == 64) return shape(Sm90WgmmaAttnConfig<64, 192>{});
   return {};
 }
+
+KernelShape attention_fwd_kernel_shape(int D) { return attention_fwd_kernel_shape_of(D, kKernelAuto); }
 
 namespace {
 template <int D>

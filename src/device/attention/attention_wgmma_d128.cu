@@ -1,0 +1,22 @@
+// The wgmma attention kernel at D = 128 with the local store and the linear
+// tile order, one instantiation per GEMM/softmax schedule (one file per head
+// dim so the two build in parallel).
+#include "device/attention/attention_launch.hpp"
+#include "device/attention/launch_attention_wgmma.cuh"
+
+namespace xstage::attention {
+
+int launch_attention_wgmma_local_d128(const MainloopParams& p, const LocalStoreParams& ep, int kernel,
+                                      cudaStream_t stream) {
+  switch (kernel) {
+    case kKernelWgmmaBasic:
+      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, LinearTileScheduler, kWgmmaBasic>(p, ep, {}, stream);
+    case kKernelWgmmaOverlap:
+      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, LinearTileScheduler, kWgmmaOverlap>(p, ep, {}, stream);
+    case kKernelWgmmaPingpong:
+      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong>(p, ep, {}, stream);
+    default: return int(cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace xstage::attention

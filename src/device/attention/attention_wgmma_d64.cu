@@ -1,0 +1,25 @@
+// The wgmma attention kernel at D = 64 with the local store and the linear
+// tile order, one instantiation per GEMM/softmax schedule (one file per head
+// dim so the two build in parallel).
+#include "device/attention/attention_launch.hpp"
+#include "device/attention/launch_attention_wgmma.cuh"
+
+namespace xstage::attention {
+
+int launch_attention_wgmma_local_d64(const MainloopParams& p, const LocalStoreParams& ep, int kernel,
+                                      cudaStream_t stream) {
+  switch (kernel) {
+    case kKernelWgmmaBasic:
+      return launch_attention_wgmma_kernel<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaBasic>(p, ep, {}, stream);
+    case kKernelWgmmaOverlap:
+      return launch_attention_wgmma_kernel<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaOverlap>(p, ep, {}, stream);
+    case kKernelWgmmaPingpong:
+      return launch_attention_wgmma_kernel<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong>(p, ep, {}, stream);
+    case kKernelWgmmaPingpongN192:
+      return launch_attention_wgmma_kernel<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong, 192>(p, ep, {},
+                                                                                                          stream);
+    default: return int(cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace xstage::attention

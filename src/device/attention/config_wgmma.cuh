@@ -1,0 +1,85 @@
+#pragma once
+// Tile shapes and shared-memory map of the warp-specialised wgmma attention
+// forward kernel (sm90_attention_fwd_wgmma.cuh). One CTA = one tile = BLOCK_M
+// query rows of one (batch, head), 3 warpgroups:
+//   warpgroup 0: producer (one thread issues every TMA load; the others idle),
+//   warpgroups 1, 2: consumers, 64 query rows each (the wgmma M).
+// Tiles in shared memory are stored as D/64 column blocks of [rows][64] bf16
+// (128-byte rows, 128-byte swizzle), each block 1024-byte aligned: the layout
+// the TMA unit writes and wgmma reads without any conversion.
+#include <cstddef>
+#include <cstdint>
+
+namespace xstage::attention {
+
+// How a consumer warpgroup orders its GEMMs and softmax (docs/design/attention.md):
+//   basic:    S_j = Q K_j^T, wait, softmax, O += P_j V_j, wait;
+//   overlap:  issue S_j and O += P_{j-1} V_{j-1} together, the softmax of S_j
+//             runs while the second GEMM is in flight (FlashAttention-3's
+//             intra-warpgroup overlap);
+//   pingpong: overlap, and the two consumer warpgroups take turns issuing
+//             their GEMMs (named barriers), so one's softmax hides behind the
+//             other's GEMMs.
+enum WgmmaSchedule : int { kWgmmaBasic = 0, kWgmmaOverlap = 1, kWgmmaPingpong = 2 };
+
+// Keys per mainloop step when the caller does not choose.
+template <int D>
+inline constexpr int kWgmmaDefaultBlockN = 128;
+
+template <int D_, int BLOCK_N_ = kWgmmaDefaultBlockN<D_>>
+struct Sm90WgmmaAttnConfig {
+  static_assert(D_ == 64 || D_ == 128, "sm90_bf16_attention_fwd_wgmma: head dim must be 64 or 128");
+  static constexpr int D = D_;
+  static constexpr int CONSUMER_WGS = 2;
+  static constexpr int CONSUMER_THREADS = CONSUMER_WGS * 128;
+  static constexpr int CONSUMER_WARPS = CONSUMER_THREADS / 32;
+  static constexpr int THREADS = 128 + CONSUMER_THREADS;  // 384
+  static constexpr int BLOCK_M = 64 * CONSUMER_WGS;         // 128 query rows per CTA
+  static constexpr int BLOCK_N = BLOCK_N_;                  // keys per mainloop step (the QK^T wgmma N)
+  static constexpr int COL_BLOCKS = D / 64;                 // 128-byte column blocks of a row
+  static constexpr int SMEM_STRIDE = D + 8;                 // elements per staged O row (16-byte aligned rows)
+  static constexpr int MIN_BLOCKS = 1;
+  // Register split (setmaxnreg): 168 a thread at launch (65536 / 384, rounded
+  // down to 8); the producer gives (168 - 24) * 128 back, the consumers take
+  // exactly that: (240 - 168) * 256.
+  static constexpr int PRODUCER_REGS = 24;
+  static constexpr int CONSUMER_REGS = 240;
+
+  static constexpr uint32_t Q_BYTES = uint32_t(BLOCK_M) * D * 2;
+  static constexpr uint32_t KV_BYTES = uint32_t(BLOCK_N) * D * 2;  // one K or one V tile
+  static constexpr uint32_t Q_BLOCK_BYTES = uint32_t(BLOCK_M) * 128;  // one column block of Q
+  static constexpr uint32_t KV_BLOCK_BYTES = uint32_t(BLOCK_N) * 128;  // one column block of K or V
+  static constexpr uint32_t O_STAGE_BYTES = uint32_t(BLOCK_M) * SMEM_STRIDE * 2;
+  // K/V ring depth: as many stages (at most 4) as fit next to Q and the O staging rows.
+  static constexpr int STAGES = [] {
+    int s = 4;
+    while (s > 2 && Q_BYTES + 2u * s * KV_BYTES + O_STAGE_BYTES + 2048 > 227u * 1024) --s;
+    return s;
+  }();
+
+  // Offsets from the 1024-byte aligned base.
+  static constexpr uint32_t OFF_Q = 0;
+  static constexpr uint32_t OFF_K = OFF_Q + Q_BYTES;
+  static constexpr uint32_t OFF_V = OFF_K + STAGES * KV_BYTES;
+  static constexpr uint32_t OFF_O = OFF_V + STAGES * KV_BYTES;
+  static constexpr uint32_t OFF_BAR = OFF_O + ((O_STAGE_BYTES + 127) / 128) * 128;
+  // Barriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage.
+  static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
+  static constexpr size_t SMEM_BYTES = size_t(OFF_BAR) + NUM_BARRIERS * 8 + 1024;  // + alignment slack
+
+  // Named barriers: 0 is __syncthreads; 1 the consumers' epilogue; 2, 3 the ping-pong turns.
+  static constexpr int BAR_EPILOGUE = 1;
+  static constexpr int BAR_PINGPONG = 2;
+
+  static_assert(BLOCK_M % 16 == 0, "BLOCK_M must be a multiple of 16 (the epilogue stages 16 rows a warp)");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a wgmma N and a TMA box height");
+  static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176 || BLOCK_N == 192,
+                "BLOCK_N: ptx/wgmma.cuh instantiates N = 64, 128, 176, 192");
+  static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tiles must keep 1024-byte alignment");
+  static_assert((SMEM_STRIDE * 2) % 16 == 0, "staged O rows must stay 16-byte aligned");
+  static_assert(CONSUMER_THREADS * (CONSUMER_REGS - 168) <= 128 * (168 - PRODUCER_REGS),
+                "the consumers cannot take more registers than the producer gives back");
+  static_assert(SMEM_BYTES <= 227 * 1024, "tile does not fit in the 227 KiB of shared memory of an sm_90 CTA");
+};
+
+}  // namespace xstage::attention

@@ -1,0 +1,63 @@
+#pragma once
+// One launch of sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N>:
+// builds the TMA tensor maps of Q, K and V ([B, S, H, D] with the element
+// strides of MainloopParams, seen by the TMA unit as 4-D (D, S, H, B) boxes of
+// 64 x rows), sets the shared-memory limit and launches on `stream`. Same
+// template parameters as launch_attention_kernel (launch_attention.cuh), so an
+// epilogue written for the first kernel launches this one unchanged. Returns a
+// cudaError_t as int (cudaErrorInvalidValue also when the driver rejects a
+// tensor map, cudaErrorNotSupported when it has no cuTensorMapEncodeTiled).
+#include <cuda_runtime.h>
+
+#include "device/attention/sm90_attention_fwd_wgmma.cuh"
+#include "device/ptx/tma.cuh"
+
+namespace xstage::attention {
+
+namespace wgmma_detail {
+inline int encode_bshd(CUtensorMap* map, const void* base, int D, int S, int H, int B, int64_t stride_s,
+                       int64_t stride_h, int64_t stride_b, int box_rows) {
+  const uint64_t dims[4] = {uint64_t(D), uint64_t(S), uint64_t(H), uint64_t(B)};
+  const uint64_t strides[3] = {uint64_t(stride_s) * 2, uint64_t(stride_h) * 2, uint64_t(stride_b) * 2};
+  const uint32_t box[4] = {64, uint32_t(box_rows), 1, 1};
+  return ptx::encode_tensor_map_bf16_sw128(map, base, 4, dims, strides, box);
+}
+}  // namespace wgmma_detail
+
+template <int D, int BLOCK_N = kWgmmaDefaultBlockN<D>>
+int make_attention_tma_maps(const MainloopParams& p, AttnTmaMaps* tm) {
+  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N>;
+  int e = wgmma_detail::encode_bshd(&tm->q, p.q, D, p.S_q, p.H, p.B, p.q_stride_s, p.q_stride_h, p.q_stride_b,
+                                    Cfg::BLOCK_M);
+  if (e == 0)
+    e = wgmma_detail::encode_bshd(&tm->k, p.k, D, p.S_kv, p.H, p.B, p.k_stride_s, p.k_stride_h, p.k_stride_b,
+                                  Cfg::BLOCK_N);
+  if (e == 0)
+    e = wgmma_detail::encode_bshd(&tm->v, p.v, D, p.S_kv, p.H, p.B, p.v_stride_s, p.v_stride_h, p.v_stride_b,
+                                  Cfg::BLOCK_N);
+  return e;
+}
+
+template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>>
+int launch_attention_wgmma_kernel(const MainloopParams& p, const typename Epilogue::Params& ep,
+                                  const typename Scheduler::Params& sp, cudaStream_t stream) {
+  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N>;
+  AttnTmaMaps tm;
+  int rc = make_attention_tma_maps<D, BLOCK_N>(p, &tm);
+  if (rc != 0) return rc;
+  auto* fn = sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N>;
+  cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES));
+  if (e != cudaSuccess) return int(e);
+  int device = 0, sms = 0;
+  e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return int(e);
+  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return int(e);
+  const Scheduler sched(p, sp, Cfg::BLOCK_M);
+  const int64_t grid = Scheduler::grid_size(sched.num_tiles(), sms, Cfg::MIN_BLOCKS);
+  if (grid < 1 || grid > 0x7fffffff) return int(cudaErrorInvalidConfiguration);
+  fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, ep, sp, tm);
+  return int(cudaGetLastError());
+}
+
+}  // namespace xstage::attention

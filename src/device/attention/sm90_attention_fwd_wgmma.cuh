@@ -1,0 +1,389 @@
+#pragma once
+// sm90_bf16_attention_fwd_wgmma: the Hopper-native attention forward
+// (non-causal, bf16 in and out, fp32 accumulation), same contract as
+// sm90_bf16_attention_fwd (epilogue and scheduler policies, [B, S, H, D]
+// strided tensors, any S_q / S_kv), FlashAttention-3 structure in our words:
+//   - warp specialisation: warpgroup 0 is the producer; one of its threads
+//     issues TMA loads of the tile's Q (once) and of the K and V tiles into a
+//     ring of STAGES slots, each slot with full/empty mbarriers for K and for
+//     V separately; it gives its registers to the consumers (setmaxnreg);
+//   - warpgroups 1 and 2 are consumers of 64 query rows each:
+//     S = Q K^T by wgmma with both operands in (128-byte swizzled) shared
+//     memory, online softmax in registers (the wgmma accumulator layout per
+//     warp is the mma.sync one, so the quad reductions of the first kernel
+//     carry over; the scale is folded into the exponent's FMA),
+//     O += P V by wgmma with P straight from registers and V read through an
+//     MN-major (transposed) descriptor;
+//   - the schedule of GEMMs against softmax is a template parameter
+//     (config_wgmma.cuh: basic, overlap, pingpong);
+//   - ragged edges: the TMA unit zero-fills rows past S_q / S_kv (nothing is
+//     read there), keys >= S_kv are left out of the row max and get p = 0 on
+//     the last KV tile, and the epilogue policy skips rows >= S_q.
+// Epilogue contract (as the first kernel, with the 256 consumer threads in
+// the role of the CTA and their index 0..255 as `tid`): after the mainloop
+// before_store (when kBeforeStore) and a consumer barrier; each consumer warp
+// stages its 16 rows as bf16 in shared memory (its own region, not Q's) and
+// calls Epilogue::store_rows and store_lse; after a named barrier over the
+// consumers they all call Epilogue::tile_done, then another barrier before the
+// staging rows are reused; finish once the CTA has no tiles left.
+#include <cmath>
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "device/attention/attention_params.hpp"
+#include "device/attention/config_wgmma.cuh"
+#include "device/attention/epilogue_local.cuh"
+#include "device/attention/online_softmax.cuh"
+#include "device/attention/tile_scheduler.cuh"
+#include "device/ptx/math.cuh"
+#include "device/ptx/mbarrier.cuh"
+#include "device/ptx/tma.cuh"
+#include "device/ptx/wgmma.cuh"
+
+namespace xstage::attention {
+
+// Tensor maps of Q, K and V (4-D: D, S, H, B), built by the launcher.
+struct AttnTmaMaps {
+  CUtensorMap q, k, v;
+};
+
+namespace wgmma_detail {
+
+// Online softmax of the wgmma kernel (same register layout and quad reductions
+// as OnlineSoftmax in online_softmax.cuh), with the scale folded into the
+// exponent's FMA: the running max is kept on the raw scores, signed by the
+// scale's sign (sg * s, sg = +-1, so that a negative scale needs no extra
+// multiply either), and p = 2^(s * scale_log2 - m * |scale_log2|) is one FFMA
+// and one MUFU.EX2 an element instead of FMUL, FADD and MUFU. Masked keys get
+// p = 0 by a select after the exponential (scale = 0 stays NaN-free).
+template <int N_BLOCKS>
+struct OnlineSoftmaxFma {
+  float m[2];  // running max of sg * raw score, rows g and g + 8
+  float l[2];  // this thread's partial row sums (quad-reduced in finalize)
+
+  __device__ __forceinline__ void init() {
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
+  }
+
+  // s: raw scores Q.K^T of one tile, turned into probabilities in place;
+  // columns >= cols_valid (tile-relative) are masked out. corr: the O rescale
+  // factors of rows g, g + 8.
+  template <bool MASK>
+  __device__ __forceinline__ void step(float (&s)[N_BLOCKS][4], float scale_log2, int cols_valid, int lane,
+                                       float (&corr)[2]) {
+    const int c0 = 2 * (lane & 3);
+    const bool neg = scale_log2 < 0.f;
+    const float asc = fabsf(scale_log2);
+    auto masked = [&](int nb, int i) { return MASK && nb * 8 + c0 + (i & 1) >= cols_valid; };
+    float mx[2] = {m[0], m[1]};
+    if (!neg) {
+#pragma unroll
+      for (int nb = 0; nb < N_BLOCKS; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) mx[i >> 1] = fmaxf(mx[i >> 1], masked(nb, i) ? -INFINITY : s[nb][i]);
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < N_BLOCKS; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) mx[i >> 1] = fmaxf(mx[i >> 1], masked(nb, i) ? -INFINITY : -s[nb][i]);
+    }
+    float neg_ms[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      // First tile: m = -inf, nothing to rescale (and no (-inf) * 0 when the scale is 0).
+      corr[r] = m[r] == -INFINITY ? 0.f : ptx::ex2_approx((m[r] - mx[r]) * asc);
+      m[r] = mx[r];
+      neg_ms[r] = -mx[r] * asc;
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nb = 0; nb < N_BLOCKS; ++nb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float e = ptx::ex2_approx(fmaf(s[nb][i], scale_log2, neg_ms[i >> 1]));
+        if (masked(nb, i)) e = 0.f;
+        s[nb][i] = e;
+        sum[i >> 1] += e;
+      }
+    }
+    l[0] = l[0] * corr[0] + sum[0];
+    l[1] = l[1] * corr[1] + sum[1];
+  }
+
+  __device__ __forceinline__ void finalize() {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+  }
+
+  // Natural-log log-sum-exp of the scaled scores of row r.
+  __device__ __forceinline__ float lse(int r, float scale_log2) const {
+    return (m[r] * fabsf(scale_log2) + __log2f(l[r])) * 0.69314718055994531f;
+  }
+};
+
+// P (fp32 probabilities in the accumulator layout) to bf16 A fragments, one per k step of 16 keys.
+template <int BN>
+__device__ __forceinline__ void pack_p(uint32_t (&pf)[BN / 16][4], const float (&s)[BN / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < BN / 16; ++j) {
+    pf[j][0] = ptx::pack_bf16x2(s[2 * j][0], s[2 * j][1]);
+    pf[j][1] = ptx::pack_bf16x2(s[2 * j][2], s[2 * j][3]);
+    pf[j][2] = ptx::pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
+    pf[j][3] = ptx::pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3]);
+  }
+}
+
+}  // namespace wgmma_detail
+
+template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>>
+__global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
+    sm90_bf16_attention_fwd_wgmma(const MainloopParams p, const typename Epilogue::Params ep,
+                                  const typename Scheduler::Params sp, const __grid_constant__ AttnTmaMaps tm) {
+  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N>;
+  constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, ST = Cfg::SMEM_STRIDE, STAGES = Cfg::STAGES;
+  constexpr int NCT = Cfg::CONSUMER_THREADS;
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t s_base = ptx::smem_addr(smem);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR);
+  uint64_t* q_full = bars + 0;
+  uint64_t* q_empty = bars + 1;
+  uint64_t* k_full = bars + 2;
+  uint64_t* v_full = bars + 2 + STAGES;
+  uint64_t* k_empty = bars + 2 + 2 * STAGES;
+  uint64_t* v_empty = bars + 2 + 3 * STAGES;
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    ptx::mbar_init(q_full, 1);
+    ptx::mbar_init(q_empty, Cfg::CONSUMER_WARPS);
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbar_init(k_full + s, 1);
+      ptx::mbar_init(v_full + s, 1);
+      ptx::mbar_init(k_empty + s, Cfg::CONSUMER_WARPS);
+      ptx::mbar_init(v_empty + s, Cfg::CONSUMER_WARPS);
+    }
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();  // the last CTA-wide barrier: the roles split below
+
+  const Scheduler sched(p, sp, BM);
+  const int n_kv = (p.S_kv + BN - 1) / BN;  // >= 1: S_kv >= 1
+  const int64_t num_tiles = sched.num_tiles();
+
+  if (tid < 128) {
+    // ---------------- producer warpgroup
+    ptx::setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+    if (tid == 0) {
+      ptx::tma_prefetch_descriptor(&tm.q);
+      ptx::tma_prefetch_descriptor(&tm.k);
+      ptx::tma_prefetch_descriptor(&tm.v);
+      uint32_t it = 0, tc = 0;
+      for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
+        const TileCoord c = sched.tile(t);
+        ptx::mbar_wait(q_empty, (tc & 1) ^ 1);  // both consumer warpgroups are done with the last Q
+        ptx::mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+#pragma unroll
+        for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
+          ptx::tma_load_4d(smem + Cfg::OFF_Q + cb * Cfg::Q_BLOCK_BYTES, &tm.q, q_full, cb * 64, c.m_block * BM, c.h,
+                           c.b);
+        for (int j = 0; j < n_kv; ++j, ++it) {
+          const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
+          ptx::mbar_wait(k_empty + s, ph ^ 1);
+          ptx::mbar_arrive_expect_tx(k_full + s, Cfg::KV_BYTES);
+#pragma unroll
+          for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
+            ptx::tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.k, k_full + s,
+                             cb * 64, j * BN, c.h, c.b);
+          ptx::mbar_wait(v_empty + s, ph ^ 1);
+          ptx::mbar_arrive_expect_tx(v_full + s, Cfg::KV_BYTES);
+#pragma unroll
+          for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
+            ptx::tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.v, v_full + s,
+                             cb * 64, j * BN, c.h, c.b);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumer warpgroups
+  ptx::setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+  const int ctid = tid - 128;           // 0 .. 255, the id epilogue policies see
+  const int cwg = ctid / 128;           // consumer warpgroup: query rows 64 cwg .. 64 cwg + 63
+  const int wwarp = (ctid / 32) % 4;    // warp within the warpgroup: its 16 rows
+  const int lane = tid & 31;
+  constexpr bool OVERLAP = SCHEDULE != kWgmmaBasic;
+  constexpr bool PINGPONG = SCHEDULE == kWgmmaPingpong;
+
+  // Descriptors without the stage / k-step offsets (added to the address field).
+  const uint64_t q_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::OFF_Q + cwg * 64 * 128, 16, 1024);
+  const uint64_t k_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::OFF_K, 16, 1024);
+  const uint64_t v_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::OFF_V, Cfg::KV_BLOCK_BYTES, 1024);
+  auto desc_add = [](uint64_t d, uint32_t bytes) { return d + uint64_t(bytes >> 4); };
+
+  float s[BN / 8][4];
+  float o[D / 8][4];
+  uint32_t pf[BN / 16][4];
+
+  auto issue_qk = [&](uint32_t stage) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t cb = kk / 4, in = (kk % 4) * 32;
+      ptx::wgmma_ss_bf16<BN>(s, desc_add(q_desc0, cb * Cfg::Q_BLOCK_BYTES + in),
+                             desc_add(k_desc0, stage * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES + in), kk > 0);
+    }
+  };
+  auto issue_pv = [&](uint32_t stage) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      ptx::wgmma_rs_bf16_tb<D>(o, pf[kk], desc_add(v_desc0, stage * Cfg::KV_BYTES + kk * 16 * 128), 1);
+  };
+  auto release = [&](uint64_t* bar) {  // one arrival per consumer warp
+    if (lane == 0) ptx::mbar_arrive(bar);
+  };
+  // Ping-pong turns: warpgroup w waits on barrier 2 + w, then lets the other go.
+  auto turn_begin = [&]() {
+    if constexpr (PINGPONG) ptx::named_bar_sync(Cfg::BAR_PINGPONG + cwg, NCT);
+  };
+  auto turn_end = [&](bool skip) {
+    if constexpr (PINGPONG) {
+      if (!skip) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + (cwg ^ 1), NCT);
+    }
+  };
+  if constexpr (PINGPONG) {
+    if (cwg == 1 && int64_t(blockIdx.x) < num_tiles) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, NCT);  // 0 first
+  }
+
+  typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile (consumer thread 0)
+  uint32_t it = 0, tc = 0;
+  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
+    const TileCoord c = sched.tile(t);
+    const int m0 = c.m_block * BM;
+    const bool last_tile = t + gridDim.x >= num_tiles;
+#pragma unroll
+    for (int db = 0; db < D / 8; ++db) o[db][0] = o[db][1] = o[db][2] = o[db][3] = 0.f;
+    wgmma_detail::OnlineSoftmaxFma<BN / 8> sm;
+    sm.init();
+    float corr[2];
+    ptx::mbar_wait(q_full, tc & 1);
+
+    auto softmax = [&](int j) {
+      const int cols_valid = p.S_kv - j * BN;
+      if (cols_valid < BN)
+        sm.template step<true>(s, p.scale_log2, cols_valid, lane, corr);
+      else
+        sm.template step<false>(s, p.scale_log2, BN, lane, corr);
+    };
+
+    if constexpr (!OVERLAP) {
+      for (int j = 0; j < n_kv; ++j, ++it) {
+        const uint32_t st = it % STAGES, ph = (it / STAGES) & 1;
+        ptx::mbar_wait(k_full + st, ph);
+        ptx::wgmma_fence();
+        issue_qk(st);
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait_group<0>();
+        ptx::fence_operands(s);
+        release(k_empty + st);
+        if (j == n_kv - 1) release(q_empty);
+        softmax(j);
+        rescale_rows<D / 8>(o, corr);
+        wgmma_detail::pack_p<BN>(pf, s);
+        ptx::mbar_wait(v_full + st, ph);
+        ptx::wgmma_fence();
+        issue_pv(st);
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait_group<0>();
+        ptx::fence_operands(o);
+        release(v_empty + st);
+      }
+    } else {
+      // KV tile 0: S_0 alone.
+      uint32_t pst = it % STAGES, pph = (it / STAGES) & 1;
+      ptx::mbar_wait(k_full + pst, pph);
+      turn_begin();
+      ptx::wgmma_fence();
+      issue_qk(pst);
+      ptx::wgmma_commit_group();
+      turn_end(false);
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(s);
+      release(k_empty + pst);
+      if (n_kv == 1) release(q_empty);
+      softmax(0);  // O is zero: corr unused
+      wgmma_detail::pack_p<BN>(pf, s);
+      ++it;
+      // Steady state: S_j and O += P_{j-1} V_{j-1} in flight together.
+      for (int j = 1; j < n_kv; ++j, ++it) {
+        const uint32_t st = it % STAGES, ph = (it / STAGES) & 1;
+        ptx::mbar_wait(k_full + st, ph);
+        ptx::mbar_wait(v_full + pst, pph);
+        turn_begin();
+        ptx::wgmma_fence();
+        issue_qk(st);
+        ptx::wgmma_commit_group();
+        issue_pv(pst);
+        ptx::wgmma_commit_group();
+        turn_end(false);
+        ptx::wgmma_wait_group<1>();  // S_j landed; the P V GEMM may still run
+        ptx::fence_operands(s);
+        release(k_empty + st);
+        if (j == n_kv - 1) release(q_empty);
+        softmax(j);
+        ptx::wgmma_wait_group<0>();
+        ptx::fence_operands(o);
+        ptx::fence_operands(pf);
+        release(v_empty + pst);
+        rescale_rows<D / 8>(o, corr);
+        wgmma_detail::pack_p<BN>(pf, s);
+        pst = st, pph = ph;
+      }
+      // Tail: O += P_last V_last.
+      ptx::mbar_wait(v_full + pst, pph);
+      turn_begin();
+      ptx::wgmma_fence();
+      issue_pv(pst);
+      ptx::wgmma_commit_group();
+      turn_end(cwg == 1 && last_tile);  // nobody waits for warpgroup 1's very last turn
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(o);
+      release(v_empty + pst);
+    }
+
+    // ---- epilogue: publish what the previous tile left pending, normalise,
+    // stage this warp's 16 rows, hand them to the policy.
+    if constexpr (Epilogue::kBeforeStore) {
+      Epilogue::before_store(ep, pending, ctid);
+      ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // no store of this tile is in flight while thread 0 fences
+    }
+    sm.finalize();
+    const float inv[2] = {1.f / sm.l[0], 1.f / sm.l[1]};
+    rescale_rows<D / 8>(o, inv);
+    const int wrow = cwg * 64 + wwarp * 16;  // first row of this warp in the tile
+    uint16_t* srows = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O) + wrow * ST;
+    stage_o_rows<D, ST>(srows, o, lane);
+    __syncwarp();
+    const int row0 = m0 + wrow;
+    Epilogue::template store_rows<D, ST>(ep, c, row0, p.S_q, srows, lane);
+    if ((lane & 3) == 0) {
+      const int g = lane >> 2;
+      Epilogue::store_lse(ep, c, row0 + g, p.S_q, p.H, sm.lse(0, p.scale_log2));
+      Epilogue::store_lse(ep, c, row0 + g + 8, p.S_q, p.H, sm.lse(1, p.scale_log2));
+    }
+    ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // every consumer warp's rows are stored (or issued)
+    Epilogue::tile_done(ep, c, m0, BM, p.S_q, ctid, pending);
+    ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // the next tile's staging overwrites the rows
+  }
+  Epilogue::finish(ep, pending, ctid);
+}
+
+}  // namespace xstage::attention
