@@ -10,6 +10,7 @@ Run on the GPU machine from the repository root after the build:
 Exits non-zero when any relative error exceeds 1e-2.
 """
 import argparse
+import datetime
 import json
 import subprocess
 import sys
@@ -54,7 +55,14 @@ def main():
         rows.append({"P": P, "H": H, "D": D, "S": S, "placement": placement, "store": store, "rel_err": rel,
                      "all_finite": finite})
         print(f"P={P} H={H} D={D} S={S} {placement} {store}: rel_err {rel:.2e}{'' if finite else ' (NaN/Inf!)'}")
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    try:
+        commit = open("COMMIT").read().strip()  # a device snapshot stamps it
+    except OSError:
+        pass
     out = {"tool": "bench/ulysses_vs_sdpa.py", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "commit": commit or "unknown", "command": " ".join(sys.argv),
            "reference": "torch.nn.functional.scaled_dot_product_attention, bf16, default backend", "rows": rows}
     if args.out:
         with open(args.out, "w") as f:

@@ -126,7 +126,7 @@ TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
       EXPECT_EQ(line.find(",,ok"), std::string::npos) << "no prediction: " << line;
       ++fused_ok;
     }
-  EXPECT_EQ(fused_ok, 2 * 2 * 2) << r.out;  // 2 lengths x 2 stores x 2 orders
+  EXPECT_EQ(fused_ok, 2 * 3 * 2) << r.out;  // 2 lengths x 3 stores (vector16, bulk, paced) x 2 orders
 }
 
 TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {

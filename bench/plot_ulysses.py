@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Fused Ulysses attention: merges the JSON reports of `xstage ulysses` (one per
+placement) into one results file and plots, per placement, the four variants'
+times against S and the fused kernel's residual over attention-only next to
+the Burst-Gap prediction.
+
+usage: bench/plot_ulysses.py --merged results/h200/ulysses.json --out docs/img/ulysses-h200.png \
+           results/h200/ulysses-host.json results/h200/ulysses-device.json
+"""
+import argparse
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+KEEP = ["variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a", "time_us",
+        "predicted_time_us", "iters", "check"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--merged", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("reports", nargs="+")
+    a = ap.parse_args()
+    reports = [json.load(open(p)) for p in a.reports]
+    merged = {
+        "tool": "xstage ulysses (merged by bench/plot_ulysses.py)",
+        "sources": [{k: r[k] for k in ("device", "driver", "sm_clock_mhz", "date", "commit", "command", "world",
+                                        "profile", "timing", "concurrent_tiles", "block_m")} | {"file": p}
+                    for p, r in zip(a.reports, reports)],
+        "rows": [{k: row[k] for k in KEEP} for r in reports for row in r["rows"]],
+        "summary": [dict(s, placement=r["rows"][0]["placement"]) for r in reports for s in r["summary"]],
+    }
+    with open(a.merged, "w") as f:
+        json.dump(merged, f, indent=2)
+
+    fig, axes = plt.subplots(2, len(reports), figsize=(6 * len(reports), 8), squeeze=False)
+    for col, r in enumerate(reports):
+        pl = r["rows"][0]["placement"]
+        S = [s["S"] for s in r["summary"]]
+        ax = axes[0][col]
+        for key, label, style in [("attention_only_us", "attention-only", "k-o"),
+                                  ("sequential_us", "sequential (best all-to-all)", "C3-s"),
+                                  ("fused_us", "fused (best)", "C0-o"), ("coupled_us", "coupled", "C1-^"),
+                                  ("predicted_fused_us", "fused, predicted", "C0:")]:
+            ax.plot(S, [s[key] / 1e3 for s in r["summary"]], style, ms=4, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length S (total)")
+        ax.set_ylabel("time (ms)")
+        ax.set_title(f"{r['world']}\nP=8, H=24, D=128, {r['device']}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, which="both")
+        ax = axes[1][col]
+        ax.plot(S, [100 * s["residual_fused"] for s in r["summary"]], "C0-o", label="fused: measured")
+        ax.plot(S, [100 * s["predicted_residual"] for s in r["summary"]], "C0:", label="fused: predicted")
+        ax.plot(S, [100 * s["residual_coupled"] for s in r["summary"]], "C1-^", label="coupled: measured")
+        ax.plot(S, [100 * (s["sequential_us"] / s["attention_only_us"] - 1) for s in r["summary"]], "C3-s",
+                label="sequential: measured")
+        for s in r["summary"]:
+            ax.annotate(f"{s['speedup_fused_over_sequential']:.2f}x", (s["S"], 100 * s["residual_fused"]),
+                        textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length S (total)")
+        ax.set_ylabel("overhead over attention-only (%)")
+        ax.set_title(f"{pl} buffers: overhead (labels: fused speed-up over sequential)", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
