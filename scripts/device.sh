@@ -2,7 +2,7 @@
 # One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
-#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep
+#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep uprobe ux2
 #   (default: build tests sanitize probe a2a)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -143,6 +143,15 @@ if [[ $stages == *usweep* ]]; then  # the sequence sweep of the fused-attention 
   done
 fi
 
+if [[ $stages == *ux2* ]]; then  # fused Ulysses attention on every GPU of the machine (peer, then nccl)
+  n=$(nvidia-smi -L | wc -l)
+  u_multi="--seq 4096,16384 --stores vector16,paced --orders rotated --check --check-rows 2 -n 5 --max-seconds 0.5 --timeout 10"
+  timed u-peer 70 $X ulysses --backend peer --placement device $u_multi -o "$OUT/r/ulysses-peer.json"
+  timed u-nccl 70 $X launch -n "$n" -- $PWD/$X ulysses --backend nccl $u_multi -o "$OUT/r/ulysses-nccl.json"
+  tail -5 "$OUT/r/u-peer.log" >"$OUT/r/u-peer-summary.txt"
+  tail -5 "$OUT/r/u-nccl.log" >"$OUT/r/u-nccl-summary.txt"
+fi
+
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -159,7 +168,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
-  for f in u-tests u-sdpa u-quick u-probe u-sweep-host u-sweep-device; do
+  for f in u-tests u-sdpa u-quick u-probe u-sweep-host u-sweep-device u-peer u-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
