@@ -99,7 +99,10 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       // One timed probe run decides how many iterations fit the time budget.
       const auto t0 = std::chrono::steady_clock::now();
       ua.run(run);
-      const double once_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // Every rank must run the same number of iterations (flag epochs and
+      // NCCL collectives count them), so the slowest rank's time decides.
+      const double once_s =
+          w.max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       row.iters = std::clamp(int(o.max_seconds_per_point / std::max(once_s, 1e-6)), std::min(3, o.iters), o.iters);
       row.time_us = median_us(w, o.warmup, row.iters, [&] { ua.enqueue(run); });
       rep.rows.push_back(row);
