@@ -47,6 +47,10 @@ struct FitOptions {
   int bootstrap = 40;         // resamples for the uncertainties (0: none)
   unsigned seed = 12345;
   double loss_scale = 0.05;   // relative error at which the Cauchy loss starts to flatten
+  // Also try the extensions (the near queue in T0, the cold start) and keep
+  // each only where the data support it (BIC on the Cauchy loss). false: the
+  // one-rate T0 without a cold start, as profiles before the extensions.
+  bool extensions = true;
 };
 
 struct FitPoint {  // one (K, V, G) group of samples
@@ -68,12 +72,19 @@ struct FitResult {
   bool R_identified = true;    // some samples are drain-limited
   bool Q_identified = true;    // some bursts overflowed a drained stage
   bool aggregate_identified = true;  // the issue rate saturated in K
+  bool near_queue = false;     // the fitted T0 has a near queue (the data supported it)
+  bool cold_start = false;     // the fitted profile has a cold start (the data supported it)
+  double loss = 0;             // Cauchy loss of the chosen form on the training samples
   std::vector<std::string> notes;    // what the data could not pin down
 };
 
 // Fits T0 (fixed cost, per-producer and aggregate issue rate), R and Q with a
 // Cauchy loss on log(predicted/measured) (outliers barely pull), Nelder-Mead
 // from several starts, and bootstrap resamples for one-sigma uncertainties.
+// With opt.extensions it fits four nested forms (with and without the near
+// queue, with and without the cold start; the cold start only where samples
+// say which bursts they average) and keeps the one with the lowest BIC,
+// loss + k ln(n) / 2 for k parameters and n samples (docs/model.md, section 5).
 // The profile's transport and provenance are left for the caller to fill.
 FitResult fit_profile(const std::vector<Sample>& samples, const FitOptions& opt = {});
 

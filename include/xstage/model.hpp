@@ -31,13 +31,26 @@ struct Prediction {
   double transient_bursts = 0;  // bursts issued stall-free into an empty stage before steady state (+inf if never stalls)
 };
 
+// T0_iss(K, V): the one-rate form, or with a near queue the two-rate fill of
+// each producer's near queue (profile.hpp, docs/model.md section 1).
 double t0_iss_ns(const Profile& p, double K, double V_bytes);
+// Steady state of a warm stage (the cold start of section 4 only enters the windowed mean).
 Prediction predict(const Profile& p, double K, double V_bytes, double gap_ns);
 
+// Issue time of burst n (0, 1, ...) of a run that started on a cold stage,
+// when that burst starts on an empty stage: max(T0, fixed + (V - C_n)/R) with
+// C_n = min(Q, Q_cold + n V Q_warm_per_byte) (C_n = Q without a cold start).
+double cold_burst_ns(const Profile& p, double K, double V_bytes, double n);
+
 // Mean issue time of bursts [first, last) of a run that starts with an empty
-// stage: the first transient_bursts are free (T0), the rest steady (T_iss).
-// This is what a finite measurement sees near the onset, where the stage
-// takes many bursts to fill.
+// (and, where the profile has a cold start, cold) stage. What a finite
+// measurement sees (docs/model.md, section 4):
+// - where every burst starts on an empty stage (free regime, or gaps past
+//   G_cap): burst n takes cold_burst_ns(n), T_iss once the stage is warm;
+// - in the drain regime: burst 0 takes cold_burst_ns(0); if it fits, bursts up
+//   to transient_bursts are free (T0), the rest steady (T_iss).
+// A profile without a cold start gives the first transient_bursts free and
+// the rest steady, as before.
 double windowed_issue_ns(const Profile& p, double K, double V_bytes, double gap_ns, long first, long last);
 
 // Issue time of a single burst into an empty X-Stage: max(T0, fixed + (V - Q)/R).

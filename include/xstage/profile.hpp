@@ -2,9 +2,15 @@
 // An interconnect profile: the three measured quantities of the Burst-Gap model
 // (T0_iss(K,V), R, Q) for one transport, with where they came from.
 //
-// T0_iss form (docs/model.md): a fixed cost plus the volume over the issue
-// rate, which grows with the number of producers K until it saturates:
-//     T0_iss(K, V) = fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps)
+// T0_iss form (docs/model.md, section 1): a fixed cost plus the volume over the
+// issue rate, which grows with the number of producers K until it saturates.
+// Each producer's first near_bytes go into its own near queue at the faster
+// near_per_producer_Bps (the producer's store queue), the rest at per_producer_Bps:
+//     V_near = min(V, K * near_bytes)
+//     T0_iss(K, V) = fixed_ns + V_near / min(K * near_per_producer_Bps, aggregate_Bps)
+//                             + (V - V_near) / min(K * per_producer_Bps, aggregate_Bps)
+// near_bytes = 0 (a profile without the field) is the one-rate form
+//     T0_iss(K, V) = fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps).
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +23,11 @@ struct IssueCost {
   double fixed_ns = 0.0;          // per-burst cost independent of volume
   double per_producer_Bps = 0.0;  // issue rate of one producer (bytes/s)
   double aggregate_Bps = 0.0;     // issue rate all producers together saturate at
+  // The near queue: the first near_bytes of each producer's share of a burst
+  // are issued at near_per_producer_Bps. 0: no near queue (the one-rate form).
+  double near_bytes = 0.0;
+  double near_per_producer_Bps = 0.0;
+  bool has_near() const { return near_bytes > 0; }
 };
 
 struct Provenance {
@@ -36,6 +47,7 @@ struct Range {
 
 struct Uncertainty {  // one standard deviation, same units as the parameter
   double fixed_ns = 0, per_producer_Bps = 0, aggregate_Bps = 0, R_Bps = 0, Q_bytes = 0, Q_fill_bytes = 0;
+  double near_bytes = 0, near_per_producer_Bps = 0, Q_cold_bytes = 0, Q_warm_per_byte = 0;
 };
 
 struct Profile {
@@ -51,6 +63,15 @@ struct Profile {
   // continuously (docs/model.md). 0: same as Q_bytes.
   double Q_fill_bytes = 0.0;
   double fill_capacity() const { return Q_fill_bytes > 0 ? Q_fill_bytes : Q_bytes; }
+  // The cold start (docs/model.md, section 4): after a long idle period the
+  // first burst into an empty stage absorbs only Q_cold_bytes; each byte stored
+  // since then gives Q_warm_per_byte bytes of capacity back, up to Q. 0 (a
+  // profile without the field): no cold start, every empty stage offers Q.
+  double Q_cold_bytes = 0.0;
+  double Q_warm_per_byte = 0.0;
+  bool has_cold_start() const { return Q_cold_bytes > 0; }
+  // What an empty stage offers a burst after `stored_bytes` have been stored since the cold start.
+  double empty_capacity(double stored_bytes) const;
   double latency_ns = 0.0;  // empty-stage store-to-visibility latency (completion-coupled counterfactual)
   std::optional<Range> K_range;  // what the fit saw; predictions outside get a warning
   std::optional<Range> V_range;

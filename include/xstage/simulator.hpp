@@ -3,9 +3,11 @@
 //
 // K producers each run their own list of steps: store a burst of B bytes, or
 // compute for t ns. A storing producer first pays the fixed issue cost, then
-// pushes bytes at its issue rate (all issuing producers together at most the
-// aggregate issue rate) into a stage of capacity Q that drains at R. When the
-// stage is full the issuers share the drain rate: that is the stall.
+// pushes bytes at its issue rate (the first near_bytes of the burst at the near
+// queue's rate, the rest at the producer's rate; all issuing producers together
+// at most the aggregate issue rate) into a stage of capacity Q that drains at R.
+// When the stage is full the issuers share the drain rate in proportion to
+// their rates: that is the stall.
 // Between events every rate is constant, so the simulation is exact for the
 // fluid model and advances event by event, not tick by tick.
 #include <string>
@@ -35,10 +37,14 @@ struct StageConfig {
   // while bytes are still queued only to Q_fill (<= Q; 0: Q). This is the
   // profile's fill capacity (docs/model.md, section 4).
   double Q_fill_bytes = 0;
-  IssueCost issue;
+  // The cold start: the stage starts cold; a burst that starts on an empty
+  // stage gets min(Q, Q_cold + Q_warm_per_byte x bytes stored so far) (0: Q).
+  double Q_cold_bytes = 0;
+  double Q_warm_per_byte = 0;
+  IssueCost issue;  // with the near queue (near_bytes per producer), if any
   // false: one stage shared by all producers (the default; one link, one queue).
   // true: the stage is split statically, each producer owning Q/K of capacity
-  //       draining at R/K (per-SM or per-queue limits).
+  //       draining at R/K (per-SM or per-queue limits); Q_cold too is split.
   bool per_producer_capacity = false;
   bool record_timeline = false;  // keep the occupancy at every event
 };

@@ -15,9 +15,16 @@
 namespace xstage {
 namespace {
 
-constexpr int kParams = 6;  // log(fixed+1), log(per_producer), log(aggregate), log(R), log(Q), log(Q_fill)
+// The forms the fitter tries: the one-rate T0 without a cold start, and that
+// form with the near queue, with the cold start, or with both.
+struct Form {
+  bool near = false, cold = false;
+  int params() const { return 6 + (near ? 2 : 0) + (cold ? 2 : 0); }
+};
 
-Profile profile_of(const std::vector<double>& x) {
+// Parameters, all logarithms: fixed+1, per_producer, aggregate, R, Q, Q_fill,
+// then [near_bytes, near_per_producer] with the near queue, then [Q_cold, Q_warm_per_byte] with the cold start.
+Profile profile_of(const std::vector<double>& x, Form f) {
   Profile p;
   p.t0.fixed_ns = std::max(0.0, std::exp(x[0]) - 1.0);
   p.t0.per_producer_Bps = std::exp(x[1]);
@@ -25,12 +32,30 @@ Profile profile_of(const std::vector<double>& x) {
   p.R_Bps = std::exp(x[3]);
   p.Q_bytes = std::exp(x[4]);
   p.Q_fill_bytes = std::min(std::exp(x[5]), p.Q_bytes);  // an empty stage fills to at most Q
+  size_t i = 6;
+  if (f.near) {
+    p.t0.near_bytes = std::exp(x[i++]);
+    p.t0.near_per_producer_Bps = std::exp(x[i++]);
+  }
+  if (f.cold) {
+    p.Q_cold_bytes = std::min(std::exp(x[i++]), p.Q_bytes);  // a cold stage offers at most Q
+    p.Q_warm_per_byte = std::exp(x[i++]);
+  }
   return p;
 }
 
-std::vector<double> params_of(const Profile& p) {
-  return {std::log(p.t0.fixed_ns + 1.0), std::log(p.t0.per_producer_Bps), std::log(p.t0.aggregate_Bps),
-          std::log(p.R_Bps), std::log(p.Q_bytes), std::log(p.fill_capacity())};
+std::vector<double> params_of(const Profile& p, Form f) {
+  std::vector<double> x{std::log(p.t0.fixed_ns + 1.0), std::log(p.t0.per_producer_Bps), std::log(p.t0.aggregate_Bps),
+                        std::log(p.R_Bps), std::log(p.Q_bytes), std::log(p.fill_capacity())};
+  if (f.near) {
+    x.push_back(std::log(p.t0.near_bytes));
+    x.push_back(std::log(p.t0.near_per_producer_Bps));
+  }
+  if (f.cold) {
+    x.push_back(std::log(p.Q_cold_bytes));
+    x.push_back(std::log(p.Q_warm_per_byte));
+  }
+  return x;
 }
 
 using detail::quantile;
@@ -39,10 +64,11 @@ struct Objective {
   const std::vector<Sample>* s;
   const std::vector<int>* idx;  // which samples (bootstrap), or null for all
   double scale;
+  Form form;
   double operator()(const std::vector<double>& x) const {
     for (double v : x)
       if (!std::isfinite(v) || std::fabs(v) > 80) return 1e300;
-    const Profile p = profile_of(x);
+    const Profile p = profile_of(x, form);
     double loss = 0;
     auto add = [&](const Sample& m) {
       const double pred = predicted_issue_ns(p, m);
@@ -57,7 +83,7 @@ struct Objective {
   }
 };
 
-std::vector<double> minimise(const Objective& obj, std::vector<std::vector<double>> starts, int iters) {
+detail::NelderMeadResult minimise(const Objective& obj, const std::vector<std::vector<double>>& starts, int iters) {
   detail::NelderMeadResult best;
   best.f = 1e301;
   for (auto& x0 : starts) {
@@ -65,7 +91,7 @@ std::vector<double> minimise(const Objective& obj, std::vector<std::vector<doubl
     r = detail::nelder_mead(obj, r.x, 0.15, iters, 1e-12);  // restart: escapes a collapsed simplex
     if (r.f < best.f) best = r;
   }
-  return best.x;
+  return best;
 }
 
 }  // namespace
@@ -104,7 +130,7 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
     times.push_back(m.issue_ns);
   }
   const double R0 = quantile(drain_rate, 0.9);
-  std::vector<std::vector<double>> starts;
+  std::vector<Profile> base_starts;
   bool windowed = false;
   for (const Sample& m : s) windowed |= m.bursts > 0;
   for (double qs : {0.5e-6, 5e-6, 50e-6, 500e-6})
@@ -118,14 +144,77 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
         p.R_Bps = R0;
         p.Q_bytes = R0 * qs;
         p.Q_fill_bytes = p.Q_bytes * fill;
-        starts.push_back(params_of(p));
+        base_starts.push_back(p);
       }
-  const Objective all{&s, nullptr, opt.loss_scale};
-  std::vector<double> x = minimise(all, starts, 3000);
-  Profile p = profile_of(x);
+  // Starting values of the extensions: a near queue of a few KiB per producer
+  // at a few times the producer's rate; a cold capacity of a quarter or all of
+  // a typical burst, regaining a tenth or all of what is stored.
+  std::vector<double> volumes;
+  for (const Sample& m : s) volumes.push_back(m.V_bytes);
+  const double v_typical = quantile(volumes, 0.5);
+  auto with_extensions = [&](Profile p, Form f, int near_i, int cold_i) {
+    if (f.near) {
+      p.t0.near_bytes = near_i == 0 ? 4096.0 : 16384.0;
+      p.t0.near_per_producer_Bps = 3 * p.t0.per_producer_Bps;
+    }
+    if (f.cold) {
+      p.Q_cold_bytes = std::min(p.Q_bytes, (cold_i & 1 ? 1.0 : 0.25) * v_typical);
+      p.Q_warm_per_byte = cold_i & 2 ? 1.0 : 0.1;
+    }
+    return p;
+  };
+  std::vector<Form> forms{{false, false}};
+  if (opt.extensions) {
+    forms.push_back({true, false});
+    if (windowed) {  // the cold start only shows in runs that say which bursts they average
+      forms.push_back({false, true});
+      forms.push_back({true, true});
+    }
+  }
+  // Fit every form; a form with an extension also starts from the best fit of
+  // each form it extends, so that its loss is never worse than theirs.
+  std::vector<detail::NelderMeadResult> fitted(forms.size());
+  for (size_t fi = 0; fi < forms.size(); ++fi) {
+    const Form f = forms[fi];
+    std::vector<std::vector<double>> starts;
+    for (const Profile& b : base_starts)
+      for (int ni = 0; ni < (f.near ? 2 : 1); ++ni)
+        for (int ci = 0; ci < (f.cold ? 4 : 1); ++ci) starts.push_back(params_of(with_extensions(b, f, ni, ci), f));
+    for (size_t gi = 0; gi < fi; ++gi) {
+      const Form g = forms[gi];
+      if ((g.near && !f.near) || (g.cold && !f.cold)) continue;  // g is not nested in f
+      const Profile pg = profile_of(fitted[gi].x, g);
+      for (int ni = 0; ni < (f.near && !g.near ? 2 : 1); ++ni)
+        for (int ci = 0; ci < (f.cold && !g.cold ? 4 : 1); ++ci) {
+          Profile q = pg;
+          if (f.near && !g.near) q = with_extensions(q, {true, false}, ni, 0);
+          if (f.cold && !g.cold) q = with_extensions(q, {false, true}, 0, ci);
+          starts.push_back(params_of(q, f));
+        }
+    }
+    fitted[fi] = minimise(Objective{&s, nullptr, opt.loss_scale, f}, starts, 3000);
+  }
+  // BIC: the Cauchy loss is the negative log-likelihood of a Cauchy error up
+  // to a constant, so an extra parameter must lower it by more than ln(n)/2.
+  size_t chosen = 0;
+  auto bic = [&](size_t i) { return fitted[i].f + 0.5 * forms[i].params() * std::log(double(s.size())); };
+  for (size_t i = 1; i < forms.size(); ++i)
+    if (bic(i) < bic(chosen)) chosen = i;
+  const Form form = forms[chosen];
+  std::vector<double> x = fitted[chosen].x;
+  Profile p = profile_of(x, form);
 
   FitResult res;
   res.samples = static_cast<int>(s.size());
+  res.near_queue = form.near;
+  res.cold_start = form.cold;
+  res.loss = fitted[chosen].f;
+  if (opt.extensions && !form.near)
+    res.notes.push_back("the near queue is not supported by the data (BIC): one-rate T0");
+  if (opt.extensions && !windowed)
+    res.notes.push_back("no sample says which bursts it averages (columns bursts, steady_from): no cold start fitted");
+  else if (opt.extensions && !form.cold)
+    res.notes.push_back("the cold start is not supported by the data (BIC): every empty stage offers Q");
 
   // Outliers: log residual beyond 5 robust sigmas (and beyond 10%).
   std::vector<double> logres;
@@ -155,8 +244,16 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
     if (m.bursts > 0 && std::isfinite(pr.transient_bursts) && pr.transient_bursts > m.steady_from &&
         pr.transient_bursts < m.bursts)
       any_fill = true;
+    // What Q must be at least: a stage that did not empty during the gap held R (G + fixed); a burst into
+    // an empty (warm) stage that did not stall absorbed V - R (T0 - fixed).
     if (drain && m.gap_ns < pr.gap_cap_ns) q_lower = std::max(q_lower, (m.gap_ns + p.t0.fixed_ns) * 1e-9 * p.R_Bps);
-    if (m.K * p.t0.per_producer_Bps > p.t0.aggregate_Bps * 1.02) any_saturated = true; else any_unsaturated = true;
+    if (pr.regime == Regime::free)
+      q_lower = std::max(q_lower, m.V_bytes - p.R_Bps * (pr.t0_ns - p.t0.fixed_ns) * 1e-9);
+    // The producers' rate saturates, or the near queue's (where the near queue takes a share of the burst).
+    const bool saturated = m.K * p.t0.per_producer_Bps > p.t0.aggregate_Bps * 1.02;
+    const bool near_saturated = form.near && m.K * p.t0.near_per_producer_Bps > p.t0.aggregate_Bps * 1.02;
+    any_saturated |= saturated || near_saturated;
+    any_unsaturated |= !saturated;
   }
   res.R_identified = any_drain;
   res.Q_identified = any_capacity;
@@ -170,12 +267,14 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
         format_bytes(p.Q_bytes)));
   }
   p.Q_fill_bytes = std::min(p.Q_fill_bytes, p.Q_bytes);
+  p.Q_cold_bytes = std::min(p.Q_cold_bytes, p.Q_bytes);
   if (!any_fill) {
     p.Q_fill_bytes = 0;  // the same as Q
     res.notes.push_back("the fill capacity is not identified (no run ends its transient inside its window): Q_fill = Q");
   }
   if (!any_saturated) {
-    p.t0.aggregate_Bps = std::max(p.t0.per_producer_Bps, max_K * p.t0.per_producer_Bps);
+    const double top_rate = std::max(p.t0.per_producer_Bps, form.near ? p.t0.near_per_producer_Bps : 0.0);
+    p.t0.aggregate_Bps = std::max(top_rate, max_K * top_rate);
     res.notes.push_back("the aggregate issue rate was not reached: set to K_max x the per-producer rate");
   }
   if (!any_unsaturated)
@@ -197,18 +296,23 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
     for (int b = 0; b < opt.bootstrap; ++b) {
       std::vector<int> idx(s.size());
       for (int& i : idx) i = pick(rng);
-      const Objective obj{&s, &idx, opt.loss_scale};
+      const Objective obj{&s, &idx, opt.loss_scale, form};
       auto r = detail::nelder_mead(obj, x, 0.1, 1500, 1e-10);
       draws.push_back(r.x);
     }
     Uncertainty u;
-    double* fields[] = {&u.fixed_ns, &u.per_producer_Bps, &u.aggregate_Bps, &u.R_Bps, &u.Q_bytes, &u.Q_fill_bytes};
-    for (int k = 0; k < kParams; ++k) {
+    double* fields[] = {&u.fixed_ns,   &u.per_producer_Bps,      &u.aggregate_Bps, &u.R_Bps,
+                        &u.Q_bytes,    &u.Q_fill_bytes,          &u.near_bytes,    &u.near_per_producer_Bps,
+                        &u.Q_cold_bytes, &u.Q_warm_per_byte};
+    for (int k = 0; k < 10; ++k) {
+      if ((k == 6 || k == 7) && !form.near) continue;
+      if ((k == 8 || k == 9) && !form.cold) continue;
       std::vector<double> v;
       for (auto& d : draws) {
-        const Profile q = profile_of(d);
-        const double vals[] = {q.t0.fixed_ns, q.t0.per_producer_Bps, q.t0.aggregate_Bps, q.R_Bps, q.Q_bytes,
-                               q.fill_capacity()};
+        const Profile q = profile_of(d, form);
+        const double vals[] = {q.t0.fixed_ns,   q.t0.per_producer_Bps,      q.t0.aggregate_Bps, q.R_Bps,
+                               q.Q_bytes,       q.fill_capacity(),          q.t0.near_bytes,    q.t0.near_per_producer_Bps,
+                               q.Q_cold_bytes,  q.Q_warm_per_byte};
         v.push_back(vals[k]);
       }
       // Robust spread (half the 16-84 percentile range) so one wild resample does not dominate.
@@ -228,6 +332,15 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
   p.V_range = Range{vmin, vmax};
   p.status = "measured";
   p.name = "fitted";
+  // The extensions kept, in words (the one-line T0 summaries show the one-rate part only).
+  if (form.near)
+    res.notes.push_back(fmt::format("T0 has a near queue: each producer's first {} at {} (then {})",
+                                    format_bytes(p.t0.near_bytes), format_rate(p.t0.near_per_producer_Bps),
+                                    format_rate(p.t0.per_producer_Bps)));
+  if (form.cold)
+    res.notes.push_back(fmt::format("cold start: an empty stage after a long idle absorbs {}, regaining {:.3f} B of "
+                                    "capacity per B stored, up to Q",
+                                    format_bytes(p.Q_cold_bytes), p.Q_warm_per_byte));
   res.profile = p;
 
   res.points = compare(p, s, ModelKind::burst_gap);

@@ -1,5 +1,6 @@
 #include "xstage/profile.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -28,6 +29,19 @@ void Profile::validate() const {
     throw Error(fmt::format("profile '{}': Q_fill_bytes must be in [0, Q_bytes = {}], got {}", name, Q_bytes,
                             Q_fill_bytes));
   if (!(latency_ns >= 0)) throw Error(fmt::format("profile '{}': latency_ns must be >= 0", name));
+  if (!(t0.near_bytes >= 0) || !std::isfinite(t0.near_bytes))
+    throw Error(fmt::format("profile '{}': t0.near_bytes must be >= 0, got {}", name, t0.near_bytes));
+  if (t0.has_near()) positive(t0.near_per_producer_Bps, "t0.near_per_producer_Bps (with t0.near_bytes > 0)");
+  if (!(Q_cold_bytes >= 0) || !std::isfinite(Q_cold_bytes) || Q_cold_bytes > Q_bytes * (1 + 1e-12))
+    throw Error(fmt::format("profile '{}': Q_cold_bytes must be in [0, Q_bytes = {}], got {}", name, Q_bytes,
+                            Q_cold_bytes));
+  if (!(Q_warm_per_byte >= 0) || !std::isfinite(Q_warm_per_byte))
+    throw Error(fmt::format("profile '{}': Q_warm_per_byte must be >= 0, got {}", name, Q_warm_per_byte));
+}
+
+double Profile::empty_capacity(double stored_bytes) const {
+  if (!has_cold_start()) return Q_bytes;
+  return std::min(Q_bytes, Q_cold_bytes + Q_warm_per_byte * std::max(0.0, stored_bytes));
 }
 
 namespace {
@@ -60,13 +74,22 @@ std::string string_at(const json& j, const char* key, const std::string& fallbac
 }  // namespace
 
 json to_json(const Profile& p) {
+  // The extensions (near queue, cold start) are written only where present, so
+  // a profile without them is written exactly as before.
+  json t0{{"form", p.t0.has_near() ? "fixed_ns + V_near / min(K * near_per_producer_Bps, aggregate_Bps) + (V - V_near) "
+                                     "/ min(K * per_producer_Bps, aggregate_Bps), V_near = min(V, K * near_bytes)"
+                                   : "fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps)"},
+          {"fixed_ns", p.t0.fixed_ns},
+          {"per_producer_Bps", p.t0.per_producer_Bps},
+          {"aggregate_Bps", p.t0.aggregate_Bps}};
+  if (p.t0.has_near()) {
+    t0["near_bytes"] = p.t0.near_bytes;
+    t0["near_per_producer_Bps"] = p.t0.near_per_producer_Bps;
+  }
   json j{{"name", p.name},
          {"transport", p.transport},
          {"status", p.status},
-         {"t0", {{"form", "fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps)"},
-                 {"fixed_ns", p.t0.fixed_ns},
-                 {"per_producer_Bps", p.t0.per_producer_Bps},
-                 {"aggregate_Bps", p.t0.aggregate_Bps}}},
+         {"t0", t0},
          {"R_Bps", p.R_Bps},
          {"Q_bytes", p.Q_bytes},
          {"Q_fill_bytes", p.fill_capacity()},
@@ -79,6 +102,10 @@ json to_json(const Profile& p) {
                          {"commit", p.provenance.commit},
                          {"command", p.provenance.command},
                          {"notes", p.provenance.notes}}}};
+  if (p.has_cold_start()) {
+    j["Q_cold_bytes"] = p.Q_cold_bytes;
+    j["Q_warm_per_byte"] = p.Q_warm_per_byte;
+  }
   if (p.sigma) {
     j["sigma"] = {{"fixed_ns", p.sigma->fixed_ns},
                   {"per_producer_Bps", p.sigma->per_producer_Bps},
@@ -86,6 +113,14 @@ json to_json(const Profile& p) {
                   {"R_Bps", p.sigma->R_Bps},
                   {"Q_bytes", p.sigma->Q_bytes},
                   {"Q_fill_bytes", p.sigma->Q_fill_bytes}};
+    if (p.t0.has_near()) {
+      j["sigma"]["near_bytes"] = p.sigma->near_bytes;
+      j["sigma"]["near_per_producer_Bps"] = p.sigma->near_per_producer_Bps;
+    }
+    if (p.has_cold_start()) {
+      j["sigma"]["Q_cold_bytes"] = p.sigma->Q_cold_bytes;
+      j["sigma"]["Q_warm_per_byte"] = p.sigma->Q_warm_per_byte;
+    }
   }
   return j;
 }
@@ -102,10 +137,17 @@ Profile profile_from_json(const json& j, const std::string& where) {
   p.t0.fixed_ns = number_at(t0, "fixed_ns", where + ": t0");
   p.t0.per_producer_Bps = number_at(t0, "per_producer_Bps", where + ": t0");
   p.t0.aggregate_Bps = number_at(t0, "aggregate_Bps", where + ": t0");
+  // Optional (absent: the one-rate form, as profiles written before the near queue).
+  p.t0.near_bytes = t0.contains("near_bytes") ? number_at(t0, "near_bytes", where + ": t0") : 0.0;
+  p.t0.near_per_producer_Bps =
+      t0.contains("near_per_producer_Bps") ? number_at(t0, "near_per_producer_Bps", where + ": t0") : 0.0;
   p.R_Bps = number_at(j, "R_Bps", where);
   p.Q_bytes = number_at(j, "Q_bytes", where);
   p.Q_fill_bytes = j.contains("Q_fill_bytes") ? number_at(j, "Q_fill_bytes", where) : 0.0;
   p.latency_ns = j.contains("latency_ns") ? number_at(j, "latency_ns", where) : 0.0;
+  // Optional (absent: no cold start).
+  p.Q_cold_bytes = j.contains("Q_cold_bytes") ? number_at(j, "Q_cold_bytes", where) : 0.0;
+  p.Q_warm_per_byte = j.contains("Q_warm_per_byte") ? number_at(j, "Q_warm_per_byte", where) : 0.0;
   p.K_range = range_from(j, "K_range", where);
   p.V_range = range_from(j, "V_range", where);
   if (j.contains("sigma") && j["sigma"].is_object()) {
@@ -119,6 +161,10 @@ Profile profile_from_json(const json& j, const std::string& where) {
     u.R_Bps = opt("R_Bps");
     u.Q_bytes = opt("Q_bytes");
     u.Q_fill_bytes = opt("Q_fill_bytes");
+    u.near_bytes = opt("near_bytes");
+    u.near_per_producer_Bps = opt("near_per_producer_Bps");
+    u.Q_cold_bytes = opt("Q_cold_bytes");
+    u.Q_warm_per_byte = opt("Q_warm_per_byte");
     p.sigma = u;
   }
   if (j.contains("provenance") && j["provenance"].is_object()) {

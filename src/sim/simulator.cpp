@@ -18,6 +18,8 @@ StageConfig stage_from_profile(const Profile& p) {
   c.R_Bps = p.R_Bps;
   c.Q_bytes = p.Q_bytes;
   c.Q_fill_bytes = p.fill_capacity();
+  c.Q_cold_bytes = p.Q_cold_bytes;
+  c.Q_warm_per_byte = p.Q_warm_per_byte;
   c.issue = p.t0;
   return c;
 }
@@ -33,6 +35,7 @@ struct ProducerState {
   long bursts = 0;
   double burst_start = 0;
   double burst_bytes = 0;
+  double far_bytes = 0;   // what it issues at the producer's rate after its near queue
   double stall_mark = 0;  // stall integral when the burst started issuing
 };
 
@@ -45,7 +48,9 @@ class StageSim {
  public:
   StageSim(const StageConfig& c, const std::vector<Program>& progs, int stage_id, SimResult& out)
       : R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), Qfill_(c.Q_fill_bytes > 0 ? std::min(c.Q_fill_bytes, c.Q_bytes) : c.Q_bytes),
-        cap_(Q_), rp_(c.issue.per_producer_Bps * 1e-9),
+        Qcold_(std::min(c.Q_cold_bytes, c.Q_bytes)), warm_(c.Q_warm_per_byte),
+        cap_(Q_), rp_(c.issue.per_producer_Bps * 1e-9), near_(c.issue.near_bytes),
+        rn_(c.issue.near_bytes > 0 ? c.issue.near_per_producer_Bps * 1e-9 : 0.0),
         ragg_(c.issue.aggregate_Bps * 1e-9), fixed_(c.issue.fixed_ns), record_(c.record_timeline),
         stage_id_(stage_id), progs_(progs), st_(progs.size()), out_(out) {}
 
@@ -55,14 +60,18 @@ class StageSim {
     for (size_t i = 0; i < progs_.size(); ++i) advance_program(static_cast<int>(i));
     sample();
     while (true) {
-      const int n = static_cast<int>(issuers_.size());
-      const double in_nom = n > 0 ? std::min(n * rp_, ragg_) : 0.0;
+      // Nominal rates: each issuer in its near queue at rn, the others at rp; all together at most ragg.
+      const double n_near = static_cast<double>(near_q_.size()), n_far = static_cast<double>(issuers_.size());
+      const double nominal = n_near * rn_ + n_far * rp_;
+      double scale = nominal > 0 ? std::min(1.0, ragg_ / nominal) : 0.0;  // of every issuer's rate
+      const double in_nom = scale * nominal;
       const double epsq = 1e-9 * Q_ + 1e-9;
       const bool full = q_ >= cap_ - epsq;
       const bool empty = q_ <= epsq;
       double in = in_nom, slope = in_nom - R_, throttle_loss = 0.0;
       if (full && in_nom > R_) {
         in = R_;
+        scale = R_ / nominal;  // the issuers share the drain in proportion to their rates
         slope = 0;
         q_ = std::max(q_, cap_);
         throttle_loss = 1.0 - R_ / in_nom;
@@ -70,18 +79,21 @@ class StageSim {
         slope = 0;
         q_ = 0;
       }
-      const double per = n > 0 ? in / n : 0.0;
+      const double per_far = scale * rp_, per_near = scale * rn_;
 
       double dt = kInf;
       if (!timed_.empty()) dt = std::min(dt, timed_.top().first - t_);
-      if (n > 0) dt = std::min(dt, (issuers_.top().first - S_) / per);
+      if (n_far > 0) dt = std::min(dt, (issuers_.top().first - S_) / per_far);
+      if (n_near > 0) dt = std::min(dt, (near_q_.top().first - Sn_) / per_near);
       if (slope > 0) dt = std::min(dt, (cap_ - q_) / slope);
       if (slope < 0) dt = std::min(dt, q_ / -slope);
       if (!std::isfinite(dt)) break;  // nothing left to happen
       dt = std::max(dt, 0.0);
 
       t_ += dt;
-      S_ += per * dt;
+      S_ += per_far * dt;
+      Sn_ += per_near * dt;
+      stored_ += in * dt;
       q_ = std::clamp(q_ + slope * dt, 0.0, std::max(q_, cap_));
       stall_integral_ += throttle_loss * dt;
       out_.max_occupancy = std::max(out_.max_occupancy, q_);
@@ -91,6 +103,12 @@ class StageSim {
         const int i = timed_.top().second;
         timed_.pop();
         on_timed(i);
+      }
+      const double eps_n = 1e-9 * std::max(1.0, Sn_) + 1e-6;
+      while (!near_q_.empty() && near_q_.top().first <= Sn_ + eps_n) {
+        const int i = near_q_.top().second;
+        near_q_.pop();
+        leave_near_queue(i);
       }
       const double eps_s = 1e-9 * std::max(1.0, S_) + 1e-6;
       while (!issuers_.empty() && issuers_.top().first <= S_ + eps_s) {
@@ -150,12 +168,27 @@ class StageSim {
   }
 
   void start_issuing(int i) {
-    // The capacity this burst may use: all of Q on an empty stage, Q_fill otherwise.
-    cap_ = q_ <= 1e-9 * Q_ + 1e-9 ? Q_ : Qfill_;
+    // The capacity this burst may use: on an empty stage all of Q (after a cold
+    // start: what the stage has regained, min(Q, Q_cold + warm x stored)), Q_fill otherwise.
+    const bool empty = q_ <= 1e-9 * Q_ + 1e-9;
+    cap_ = !empty ? Qfill_ : Qcold_ > 0 ? std::min(Q_, Qcold_ + warm_ * stored_) : Q_;
     ProducerState& s = st_[i];
     s.phase = Phase::issuing;
     s.stall_mark = stall_integral_;
-    issuers_.push({S_ + s.burst_bytes, i});
+    const double near = rn_ > 0 ? std::min(s.burst_bytes, near_) : 0.0;
+    s.far_bytes = s.burst_bytes - near;
+    if (near > 0)
+      near_q_.push({Sn_ + near, i});
+    else
+      issuers_.push({S_ + s.far_bytes, i});
+  }
+
+  // Producer i has issued its near queue's share: the rest at the producer's rate.
+  void leave_near_queue(int i) {
+    if (st_[i].far_bytes > 0)
+      issuers_.push({S_ + st_[i].far_bytes, i});
+    else
+      finish_burst(i);
   }
 
   void on_timed(int i) {
@@ -180,9 +213,9 @@ class StageSim {
     advance_program(i);
   }
 
-  const double R_, Q_, Qfill_;
-  double cap_;  // the capacity in force: Q or Q_fill
-  const double rp_, ragg_, fixed_;
+  const double R_, Q_, Qfill_, Qcold_, warm_;
+  double cap_;  // the capacity in force: Q (or what a cold stage has regained) or Q_fill
+  const double rp_, near_, rn_, ragg_, fixed_;
   const bool record_;
   const int stage_id_;
   const std::vector<Program>& progs_;
@@ -191,7 +224,8 @@ class StageSim {
   SimResult& out_;
   MinHeap timed_;    // compute and fixed-cost ends
   MinHeap issuers_;  // issuing producers keyed by the per-issuer progress at which they finish
-  double t_ = 0, q_ = 0, S_ = 0, stall_integral_ = 0, finish_ = 0, last_store_end_ = 0;
+  MinHeap near_q_;   // producers issuing their near queue's share, keyed by the near progress at which it is done
+  double t_ = 0, q_ = 0, S_ = 0, Sn_ = 0, stored_ = 0, stall_integral_ = 0, finish_ = 0, last_store_end_ = 0;
 };
 
 }  // namespace
@@ -205,6 +239,10 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers) 
   positive(c.issue.per_producer_Bps, "the per-producer issue rate");
   positive(c.issue.aggregate_Bps, "the aggregate issue rate");
   if (!(c.issue.fixed_ns >= 0)) throw Error("simulate: the fixed issue cost must be >= 0");
+  if (!(c.issue.near_bytes >= 0)) throw Error("simulate: the near queue's bytes must be >= 0");
+  if (c.issue.near_bytes > 0) positive(c.issue.near_per_producer_Bps, "the near queue's issue rate");
+  if (!(c.Q_cold_bytes >= 0) || !(c.Q_warm_per_byte >= 0))
+    throw Error("simulate: the cold capacity and the regain per byte must be >= 0");
   if (producers.empty()) throw Error("simulate: no producers");
   for (size_t i = 0; i < producers.size(); ++i) {
     if (producers[i].repeat < 0) throw Error(fmt::format("simulate: producer {}: negative repeat", i));
@@ -224,6 +262,7 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers) 
   StageConfig part = c;
   part.R_Bps /= K;
   part.Q_bytes /= K;
+  part.Q_cold_bytes /= K;  // each producer's stage regains its own share: (Q_cold + warm x n V) / K after n bursts
   part.issue.aggregate_Bps /= K;
   for (size_t i = 0; i < producers.size(); ++i) {
     std::vector<Program> one{producers[i]};
