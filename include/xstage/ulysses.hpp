@@ -107,7 +107,10 @@ class UlyssesAttention {
   // poisons the outputs, runs `run`, and compares every local rank's
   // sequence-sharded output bit for bit with the local results permuted on
   // the CPU (sequential, fused and coupled compute every tile identically).
-  // Returns "" or the first mismatch (rank, b, row, head, column, expected, got).
+  // For fused and coupled, also that exactly the flags of the tiles whose
+  // rows a rank owns hold this run's epoch. Collective under nccl (every
+  // process returns a failure when one finds it). Returns "" or the first
+  // mismatch (rank, b, row, head, column, expected, got; or the flag).
   std::string check_against_local(const UlyssesRun& run);
 
   // Relative error ||O - ref|| / ||ref|| of `rows` sampled output rows of the
@@ -128,6 +131,8 @@ class UlyssesAttention {
   int block_m() const;
 
  private:
+  std::string check_flags(int rank) const;
+  std::string agree_on_failure(const std::string& bad) const;  // collective
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

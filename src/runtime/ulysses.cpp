@@ -117,9 +117,9 @@ void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {
     throw Error(fmt::format("ulysses: B, H and S: expected >= 1, got B = {}, H = {}, S = {}", B, H, max_S));
   if (H % w.size() != 0)
     throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks (H % P must be 0)", H, w.size()));
-  if (B * (max_S + 127) / 128 * H > (int64_t(1) << 31) - 1)
-    throw Error(fmt::format("ulysses: B * H * ceil(S / 128) = {} tiles: expected at most 2^31 - 1",
-                            B * (max_S + 127) / 128 * H));
+  const int64_t tiles = B * ((max_S + 127) / 128) * H;
+  if (tiles > (int64_t(1) << 31) - 1)
+    throw Error(fmt::format("ulysses: B * H * ceil(S / 128) = {} tiles: expected at most 2^31 - 1", tiles));
 }
 }  // namespace
 
@@ -278,6 +278,9 @@ void UlyssesAttention::set_sequence(int64_t S) {
       XSTAGE_CUDA(cudaMemcpy(g.order[o == TileOrder::linear ? 0 : 1], table.data(), table.size() * sizeof(int),
                              cudaMemcpyHostToDevice));
     }
+    // From pageable memory cudaMemcpy may return before the copy lands, and
+    // the world's streams do not wait for the legacy stream.
+    XSTAGE_CUDA(cudaDeviceSynchronize());
   }
   m.a2a_bufs = A2aBuffers{};
   m.a2a_bufs.input.assign(size_t(m.P), nullptr);
@@ -360,6 +363,7 @@ void UlyssesAttention::run(const UlyssesRun& r) {
 
 void UlyssesAttention::poison_outputs() {
   Impl& m = *impl_;
+  (void)layout();  // throws before set_sequence
   const std::vector<uint8_t> poison(std::max(m.out_capacity, m.shard_elems() * 2), 0xFF);
   for (int r : m.w.local_ranks()) {
     XSTAGE_CUDA(cudaSetDevice(m.w.device_of(r)));
@@ -437,20 +441,23 @@ std::string UlyssesAttention::check_against_local(const UlyssesRun& run) {
     seq.a2a = run.variant == UlyssesVariant::sequential ? run.a2a : available_versions(m.w.backend()).front();
     poison_outputs();
     this->run(seq);
+    std::string bad;
     for (int d : local) {
       want[d] = download_output(d);
-      const std::string bad = compare(d, want[d], permuted_value);
-      if (!bad.empty()) return fmt::format("sequential ({}) vs the local results: {}", to_string(seq.a2a), bad);
+      if (bad.empty()) bad = compare(d, want[d], permuted_value);
     }
-    if (run.variant == UlyssesVariant::sequential) return "";
+    if (!bad.empty()) bad = fmt::format("sequential ({}) vs the local results: {}", to_string(seq.a2a), bad);
+    bad = agree_on_failure(bad);  // every process stops together, or none does
+    if (!bad.empty() || run.variant == UlyssesVariant::sequential) return bad;
   }
 
-  // 3. The variant, against the reference.
+  // 3. The variant, against the reference; then its flags.
   poison_outputs();
   this->run(run);
+  std::string bad;
   for (int d : local) {
+    if (!bad.empty()) break;
     const auto got = download_output(d);
-    std::string bad;
     if (via_sequential) {
       const auto& ref = want[d];
       bad = compare(d, got, [&](int, int64_t b, int64_t i, int64_t hg, int64_t col) -> std::optional<uint16_t> {
@@ -459,9 +466,37 @@ std::string UlyssesAttention::check_against_local(const UlyssesRun& run) {
     } else {
       bad = compare(d, got, permuted_value);
     }
-    if (!bad.empty()) return fmt::format("{}: {}", to_string(run.variant), bad);
+    if (bad.empty() && is_fused(run.variant)) bad = check_flags(d);
   }
+  if (!bad.empty()) bad = fmt::format("{}: {}", to_string(run.variant), bad);
+  return agree_on_failure(bad);
+}
+
+std::string UlyssesAttention::check_flags(int d) const {
+  const Impl& m = *impl_;
+  const UlyssesLayout& l = layout();
+  const int M = m.m_blocks();
+  std::vector<uint64_t> flags(size_t(m.P * m.B * m.Hl * M));
+  XSTAGE_CUDA(cudaSetDevice(m.w.device_of(d)));
+  XSTAGE_CUDA(cudaMemcpy(flags.data(), m.flags->ptrs[size_t(d)], flags.size() * sizeof(uint64_t), cudaMemcpyDefault));
+  const attention::RankRange mine = attention::ulysses_receiver_m_blocks(d, m.bm, l.shape().S, l.chunk_rows());
+  for (int src = 0; src < m.P; ++src)
+    for (int b = 0; b < int(m.B); ++b)
+      for (int h = 0; h < int(m.Hl); ++h)
+        for (int mb = 0; mb < M; ++mb) {
+          const uint64_t v = flags[size_t(attention::ulysses_flag_index(src, b, h, mb, int(m.B), int(m.Hl), M))];
+          const bool expected = mb >= mine.first && mb <= mine.last;
+          if (expected != (v == m.epoch))
+            return fmt::format("rank {}: the flag of (source {}, b {}, head {}, m-block {}) holds {}; this run's "
+                               "epoch is {}, and that tile's rows {} this rank",
+                               d, src, b, h, mb, v, m.epoch, expected ? "go to" : "do not go to");
+        }
   return "";
+}
+
+std::string UlyssesAttention::agree_on_failure(const std::string& bad) const {
+  if (impl_->w.max_over_ranks(bad.empty() ? 0.0 : 1.0) == 0) return "";
+  return bad.empty() ? "another rank's check failed (its message says where)" : bad;
 }
 
 double UlyssesAttention::sampled_rel_error(uint64_t seed, int rows, uint64_t sample_seed) const {

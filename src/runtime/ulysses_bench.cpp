@@ -177,10 +177,11 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       ks.concurrent_tiles = ua.concurrent_tiles_per_gpu();
       ks.attention_only_us = sum.attention_only_us;
       // Emulated: every destination is the placement's memory (one stage).
-      // One rank per GPU: only the other ranks' rows cross the link.
+      // One rank per GPU: only the rows other ranks own cross the link.
+      const int r = w.local_ranks().front();
       ks.payload_bytes = w.backend() == Backend::emulated
                              ? double(l.total_bytes())
-                             : double(l.head_shard_bytes()) * double(w.size() - 1) / double(w.size());
+                             : double(l.head_shard_bytes()) * double(S - l.seq_rows(r)) / double(S);
       const UlyssesPrediction pr = predict_ulysses(*profile, ks);
       sum.predicted_fused_us = pr.fused_us;
       sum.predicted_sequential_us = pr.sequential_us;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cli_runner.hpp"
+#include "device/attention/ulysses_params.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 #include "xstage/profile.hpp"
@@ -58,6 +59,35 @@ TEST(UlyssesTileOrder, UnevenShardsAndEmptyRanksStillGiveAPermutation) {
       EXPECT_TRUE(is_permutation_of_iota(o)) << "S " << S << " src " << src;
     }
   }
+}
+
+// The writer's flags (one per destination a tile touches) and the receiver's
+// waits (every m-block overlapping its rows) must be the same set, or a
+// receiver waits forever or reads rows before they land.
+TEST(UlyssesFlags, WritersAndReceiversAgreeOnEveryTile) {
+  using namespace xstage::attention;
+  for (int P : {1, 2, 3, 8})
+    for (int64_t S : {1, 5, 127, 128, 129, 333, 1000, 1024, 4097})
+      for (int block_m : {64, 128}) {
+        const int64_t chunk = (S + P - 1) / P;
+        const int M = int((S + block_m - 1) / block_m);
+        for (int mb = 0; mb < M; ++mb) {
+          const RankRange w = ulysses_tile_destinations(int64_t(mb) * block_m, block_m, S, chunk);
+          for (int d = 0; d < P; ++d) {
+            const RankRange r = ulysses_receiver_m_blocks(d, block_m, S, chunk);
+            const bool writes = d >= w.first && d <= w.last;
+            const bool waits = mb >= r.first && mb <= r.last;
+            EXPECT_EQ(writes, waits) << "P " << P << " S " << S << " block_m " << block_m << " m-block " << mb
+                                     << " rank " << d;
+          }
+        }
+      }
+}
+
+TEST(UlyssesFlags, RanksWithoutRowsWaitForNothing) {
+  // S = 5 over P = 4: chunk 2, rank 3 owns no rows.
+  const auto r = xstage::attention::ulysses_receiver_m_blocks(3, 128, 5, 2);
+  EXPECT_LT(r.last, r.first);
 }
 
 Profile stage(double R, double Q) {

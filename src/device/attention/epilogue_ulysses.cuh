@@ -116,6 +116,8 @@ struct UlyssesStoreEpilogue {
         ptx::bulk_store_s2g(ulysses_detail::row_address(p, c, row, D), srows + lane * SMEM_STRIDE, D * 2);
       ptx::bulk_commit_group();
       ptx::bulk_wait_group_all();  // writes performed: the flag after the barrier may follow
+      // ... and ordered for the generic proxy, in which thread 0's release is made.
+      ptx::fence_proxy_async_global();
     }
   }
 
@@ -144,11 +146,11 @@ struct UlyssesStoreEpilogue {
   __device__ __forceinline__ static void tile_done(const Params& p, const TileCoord& c, int m0, int block_m,
                                                    int S_q, int tid, Pending& pend) {
     if (tid != 0) return;
-    const int last_row = (m0 + block_m < S_q ? m0 + block_m : S_q) - 1;
     const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
     pend.idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
-    pend.d_first = int(m0 / p.chunk);
-    pend.d_last = int(last_row / p.chunk);
+    const RankRange dst = ulysses_tile_destinations(m0, block_m, S_q, p.chunk);
+    pend.d_first = dst.first;
+    pend.d_last = dst.last;
     if constexpr (kCompletion == Completion::lagged || kCompletion == Completion::at_exit)
       return;  // published by before_store or finish
     if constexpr (kCompletion == Completion::coupled) {
@@ -174,11 +176,10 @@ struct UlyssesStoreEpilogue {
       ptx::fence_acq_rel_sys();
       for (int64_t t = blockIdx.x; t < sched.num_tiles(); t += gridDim.x) {
         const TileCoord c = sched.tile(t);
-        const int m0 = c.m_block * block_m;
-        const int last_row = (m0 + block_m < S_q ? m0 + block_m : S_q) - 1;
+        const RankRange dst = ulysses_tile_destinations(int64_t(c.m_block) * block_m, block_m, S_q, p.chunk);
         const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
         const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
-        for (int d = int(m0 / p.chunk); d <= int(last_row / p.chunk); ++d)
+        for (int d = dst.first; d <= dst.last; ++d)
           ulysses_detail::st_relaxed_sys_u64(p.flags[d] + idx, p.epoch);
       }
     } else {

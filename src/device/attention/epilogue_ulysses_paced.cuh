@@ -90,10 +90,10 @@ struct UlyssesPacedEpilogue {
 
   __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
     if (!pend.valid) return;
-    const int last_row = pend.m0 + pend.rows - 1;
+    const RankRange dst = ulysses_tile_destinations(pend.m0, pend.rows, p.S, p.chunk);
     const int src = p.rank_base + pend.c.b / p.batch, b = pend.c.b % p.batch;
     const int64_t idx = ulysses_flag_index(src, b, pend.c.h, pend.c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
-    for (int d = int(pend.m0 / p.chunk); d <= int(last_row / p.chunk); ++d)
+    for (int d = dst.first; d <= dst.last; ++d)
       ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
     pend.valid = false;
   }

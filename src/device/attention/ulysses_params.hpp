@@ -43,6 +43,25 @@ XSTAGE_HD inline int64_t ulysses_flag_index(int src, int b, int h, int m_block, 
   return ((int64_t(src) * batch + b) * heads_per_rank + h) * m_blocks + m_block;
 }
 
+// The ranks a tile's rows go to: rows [m0, min(m0 + block_m, S)) belong to
+// ranks first..last (several when a shard is shorter than a tile).
+struct RankRange {
+  int first, last;
+};
+XSTAGE_HD inline RankRange ulysses_tile_destinations(int64_t m0, int block_m, int64_t S, int64_t chunk) {
+  const int64_t last_row = (m0 + block_m < S ? m0 + block_m : S) - 1;
+  return {int(m0 / chunk), int(last_row / chunk)};
+}
+
+// The m-blocks whose flags rank d waits for: those overlapping its rows
+// [d chunk, min(S, (d + 1) chunk)); first > last for a rank with no rows.
+XSTAGE_HD inline RankRange ulysses_receiver_m_blocks(int d, int block_m, int64_t S, int64_t chunk) {
+  const int64_t begin = int64_t(d) * chunk;
+  const int64_t end = begin + chunk < S ? begin + chunk : S;
+  if (end <= begin) return {0, -1};
+  return {int(begin / block_m), int((end - 1) / block_m)};
+}
+
 // Tile order given as a table: order[src * m_blocks + i] is the m-block a
 // source rank computes i-th (within each (b, h)). The linear order is the
 // identity; the rank-rotated order interleaves destinations.

@@ -14,11 +14,10 @@ namespace xstage::attention {
 __global__ void sm90_u64_ulysses_wait_flags(const UlyssesStoreParams p, int rank_first, int block_m,
                                             uint64_t timeout_ns) {
   const int d = rank_first + int(blockIdx.y);
-  const int64_t begin = int64_t(d) * p.chunk;
-  const int64_t end = begin + p.chunk < p.S ? begin + p.chunk : p.S;
-  if (end <= begin) return;  // an empty shard (S < P * chunk) receives nothing
-  const int mb_lo = int(begin / block_m), mb_hi = int((end - 1) / block_m);
-  const int64_t span = mb_hi - mb_lo + 1;
+  const RankRange mb = ulysses_receiver_m_blocks(d, block_m, p.S, p.chunk);
+  if (mb.last < mb.first) return;  // an empty shard (S < P * chunk) receives nothing
+  const int mb_lo = mb.first;
+  const int64_t span = mb.last - mb.first + 1;
   const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
   const uint64_t* flags = p.flags[d];
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < streams * span;

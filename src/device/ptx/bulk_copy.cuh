@@ -30,6 +30,13 @@ __device__ __forceinline__ void bulk_wait_group_read_all() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
+// Orders this thread's completed async-proxy (bulk copy) writes to global
+// memory before its later generic-proxy accesses (a release made after a
+// barrier, for instance).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
 // Waits until the committed bulk groups are complete (writes performed).
 __device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
