@@ -169,9 +169,15 @@ class StageSim {
 
   void start_issuing(int i) {
     // The capacity this burst may use: on an empty stage all of Q (after a cold
-    // start: what the stage has regained, min(Q, Q_cold + warm x stored)), Q_fill otherwise.
+    // start: what the stage has regained, min(Q, Q_cold + warm x stored)). On a
+    // busy stage Q_fill, or the level the last burst of this busy period ended
+    // at if that is higher: a stage that held that much a gap ago holds it
+    // again. (With Q_fill alone, a Q_fill below R G would empty the stage in
+    // every gap, and the drain regime would lose the model's V/R - G.)
     const bool empty = q_ <= 1e-9 * Q_ + 1e-9;
-    cap_ = !empty ? Qfill_ : Qcold_ > 0 ? std::min(Q_, Qcold_ + warm_ * stored_) : Q_;
+    if (empty) busy_level_ = 0;  // a new busy period
+    cap_ = !empty ? std::min(Q_, std::max(Qfill_, busy_level_))
+                  : Qcold_ > 0 ? std::min(Q_, Qcold_ + warm_ * stored_) : Q_;
     ProducerState& s = st_[i];
     s.phase = Phase::issuing;
     s.stall_mark = stall_integral_;
@@ -199,6 +205,7 @@ class StageSim {
   }
 
   void finish_burst(int i) {
+    busy_level_ = q_;  // the level this burst ended at
     ProducerState& s = st_[i];
     BurstSpan b;
     b.producer = ids_[i];
@@ -215,6 +222,7 @@ class StageSim {
 
   const double R_, Q_, Qfill_, Qcold_, warm_;
   double cap_;  // the capacity in force: Q (or what a cold stage has regained) or Q_fill
+  double busy_level_ = 0;  // the level the last finished burst of this busy period ended at
   const double rp_, near_, rn_, ragg_, fixed_;
   const bool record_;
   const int stage_id_;

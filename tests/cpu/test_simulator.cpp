@@ -139,6 +139,37 @@ TEST(Simulator, RejectsBadSchedules) {
   EXPECT_THROW(simulate(stage_from_profile(p), bad), Error);
 }
 
+TEST(Simulator, SmallFillCapacityKeepsTheDrainLaw) {
+  // A fill capacity far below R G (the host fit's 11 KiB against R G of
+  // hundreds of KB) shapes only the transient: in steady state the drain
+  // regime still gives V/R - G, as the model and the probe say.
+  std::mt19937_64 rng(20261201);
+  auto logu = [&](double lo, double hi) {
+    return std::exp(std::uniform_real_distribution<double>(std::log(lo), std::log(hi))(rng));
+  };
+  int drain = 0;
+  for (int tested = 0; tested < 200;) {
+    Profile p = make_profile(std::uniform_real_distribution<double>(0, 2000)(rng), logu(1e9, 50e9),
+                             logu(50e9, 800e9), logu(20e9, 500e9), logu(1e6, 64e6));
+    p.Q_fill_bytes = logu(4e3, p.Q_bytes);
+    const int K = static_cast<int>(logu(1, 132));
+    const double V = logu(64e3, 32e6);
+    const Prediction at0 = predict(p, K, V, 0);
+    if (!std::isfinite(at0.onset_gap_ns)) continue;
+    const double G = std::uniform_real_distribution<double>(0, 1.0)(rng) * std::min(at0.onset_gap_ns, at0.gap_cap_ns);
+    const Prediction pr = predict(p, K, V, G);
+    const long bursts = 200;
+    if (std::isfinite(pr.transient_bursts) && pr.transient_bursts > bursts / 4) continue;
+    const SimResult r = simulate(stage_from_profile(p), periodic_programs(K, V, G, bursts));
+    ASSERT_NEAR(steady_issue_ns(r, bursts / 2), pr.t_iss_ns, 0.02 * pr.t_iss_ns)
+        << "K=" << K << " V=" << V << " G=" << G << " R=" << p.R_Bps << " Q=" << p.Q_bytes
+        << " Q_fill=" << p.Q_fill_bytes << " regime=" << to_string(pr.regime);
+    ++tested;
+    drain += pr.regime == Regime::drain;
+  }
+  EXPECT_GT(drain, 40);
+}
+
 TEST(Simulator, WindowedMeanFollowsTheTransient) {
   // Near the onset the stage takes many bursts to fill: the mean over a window
   // of a finite run is between T0 and the steady state, as windowed_issue_ns says.
