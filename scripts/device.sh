@@ -2,7 +2,7 @@
 # One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
-#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep uprobe ux2
+#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2
 #   (default: build tests sanitize probe a2a)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -127,10 +127,10 @@ if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, sanitizers
   tail -8 "$OUT/r/u-quick.log" >"$OUT/r/u-quick-summary.txt"
 fi
 
-if [[ $stages == *uprobe* ]]; then  # quick look at the fused kernel's store paths and flag timings
-  timed u-probe 200 $X ulysses --seq 4096,16384 --placement host --flags lagged,eager,at-exit \
-    --stores vector16,vector16-wt,bulk --orders rotated --variants attention-only,fused -n 5 -o "$OUT/r/ulysses-probe.json"
-  tail -4 "$OUT/r/u-probe.log" >"$OUT/r/u-probe-summary.txt"
+if [[ $stages == *ustores* ]]; then  # quick look at the fused kernel's store paths and flag timings
+  timed u-stores 200 $X ulysses --seq 4096,16384 --placement host --flags lagged,eager,at-exit \
+    --stores vector16,vector16-wt,bulk --orders rotated --variants attention-only,fused -n 5 -o "$OUT/r/ulysses-stores.json"
+  tail -4 "$OUT/r/u-stores.log" >"$OUT/r/u-stores-summary.txt"
 fi
 
 if [[ $stages == *usweep* ]]; then  # the sequence sweep of the fused-attention issue, both placements
@@ -168,7 +168,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
-  for f in u-tests u-sdpa u-quick u-probe u-sweep-host u-sweep-device u-peer u-nccl; do
+  for f in u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-peer u-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
