@@ -145,6 +145,7 @@ fi
 
 if [[ $stages == *ux2* ]]; then  # fused Ulysses attention on every GPU of the machine (peer, then nccl)
   n=$(nvidia-smi -L | wc -l)
+  timed u-x2-tests 240 ctest --test-dir $B -R "UlyssesPeer|UlyssesNccl|PeerBackend|NcclBackend" --output-on-failure
   u_multi="--seq 4096,16384 --stores vector16,paced --orders rotated --check --check-rows 2 -n 5 --max-seconds 0.5 --timeout 10"
   timed u-peer 70 $X ulysses --backend peer --placement device $u_multi -o "$OUT/r/ulysses-peer.json"
   timed u-nccl 70 $X launch -n "$n" -- $PWD/$X ulysses --backend nccl $u_multi -o "$OUT/r/ulysses-nccl.json"

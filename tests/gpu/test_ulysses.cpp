@@ -156,3 +156,52 @@ TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {
 }
 
 }  // namespace
+
+// ---- more than one GPU (issue 7): skipped with fewer than two.
+namespace {
+int gpus_for_test() { return std::min(cuda_device_count(), 8); }
+
+int count_checked_rows(const std::string& out, const std::string& prefix, int* total) {
+  std::istringstream lines(out);
+  int ok = 0;
+  *total = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    ++*total;
+    ok += line.size() >= 3 && line.substr(line.size() - 3) == ",ok";
+  }
+  return ok;
+}
+}  // namespace
+
+TEST(UlyssesPeer, EveryVariantEqualsTheLocalResultsPermuted) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
+  const int P = gpus_for_test();
+  for (Placement pl : {Placement::device, Placement::host}) {
+    auto world = World::create({Backend::peer, P, pl, 0});
+    for (int64_t S : {int64_t(333), int64_t(128) * P + 5}) {
+      UlyssesAttention ua(*world, 2, 2 * P, 128, S);
+      ua.set_sequence(S);
+      ua.fill_inputs(uint64_t(S));
+      for (const auto& run : every_run())
+        EXPECT_EQ(ua.check_against_local(run), "") << to_string(pl) << " S=" << S << " " << describe(run);
+    }
+  }
+}
+
+TEST(UlyssesNccl, LaunchedProcessesCheckEveryVariant) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+#ifndef XSTAGE_HAVE_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#endif
+  const int P = gpus_for_test();
+  const CliRun r = run_cli("launch -n " + std::to_string(P) + " -- " + XSTAGE_CLI_PATH +
+                           " ulysses --backend nccl --heads " + std::to_string(2 * P) +
+                           " --head-dim 64 --seq 333,1000 --check --check-rows 2 -n 2 --timeout 20 --csv");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  int fused = 0, sequential = 0;
+  EXPECT_EQ(count_checked_rows(r.out, "fused,", &fused), fused) << r.out;
+  EXPECT_EQ(fused, 2 * 3 * 2) << r.out;  // 2 lengths x 3 stores x 2 orders, printed by rank 0 only
+  EXPECT_EQ(count_checked_rows(r.out, "sequential,", &sequential), sequential) << r.out;
+  EXPECT_EQ(sequential, 2 * 3) << r.out;  // 2 lengths x (copy-engine, store-kernel, nccl)
+}
