@@ -9,6 +9,7 @@
 // tensor map, cudaErrorNotSupported when it has no cuTensorMapEncodeTiled).
 #include <cuda_runtime.h>
 
+#include "device/attention/launch_grid.cuh"
 #include "device/attention/sm90_attention_fwd_wgmma.cuh"
 #include "device/ptx/tma.cuh"
 
@@ -46,17 +47,10 @@ int launch_attention_wgmma_kernel(const MainloopParams& p, const typename Epilog
   int rc = make_attention_tma_maps<D, BLOCK_N>(p, &tm);
   if (rc != 0) return rc;
   auto* fn = sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N>;
-  cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES));
-  if (e != cudaSuccess) return int(e);
-  int device = 0, sms = 0;
-  e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return int(e);
-  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return int(e);
-  const Scheduler sched(p, sp, Cfg::BLOCK_M);
-  const int64_t grid = Scheduler::grid_size(sched.num_tiles(), sms, Cfg::MIN_BLOCKS);
-  if (grid < 1 || grid > 0x7fffffff) return int(cudaErrorInvalidConfiguration);
-  fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, ep, sp, tm);
+  unsigned grid = 0;
+  rc = attention_grid<Scheduler>(fn, Cfg::SMEM_BYTES, p, sp, Cfg::BLOCK_M, Cfg::MIN_BLOCKS, &grid);
+  if (rc != 0) return rc;
+  fn<<<dim3(grid), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, ep, sp, tm);
   return int(cudaGetLastError());
 }
 
