@@ -2,8 +2,10 @@
 # One call on the lent H200: build, GPU tests, sanitizers, benchmarks.
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
-#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2
+#   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
 #   (default: build tests sanitize probe a2a)
+# Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
+# --prebuilt), and GPU tests straight from the GoogleTest binary.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/xstage-out}
@@ -14,6 +16,7 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 commit=$(cat COMMIT 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 nccl_root=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
 B=build-dev
+if [[ $stages != *build* && -x prebuilt/xstage ]]; then B=prebuilt; fi
 summary=()
 note() { summary+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
 timed() {  # name, timeout seconds, command...
@@ -39,12 +42,27 @@ if [[ $stages == *build* ]]; then
     XSTAGE_CMAKE_ARGS="-DXSTAGE_NCCL_ROOT=$PWD/$B/nccl -DXSTAGE_GIT_COMMIT=$commit" scripts/build.sh
   export LD_LIBRARY_PATH=$nccl_root/lib:${LD_LIBRARY_PATH:-}
 fi
-export LD_LIBRARY_PATH=$nccl_root/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$nccl_root/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 X=$B/xstage
+export XSTAGE_CLI=$PWD/$X  # the command the tests call
+gpu_tests() {  # name, timeout seconds, test-name pattern (a regex of words joined by |; "" for all)
+  local name=$1 limit=$2 pat=$3
+  if [ -f "$B/CTestTestfile.cmake" ]; then
+    timed "$name" "$limit" ctest --test-dir $B -L gpu ${pat:+-R "$pat"} --output-on-failure -j4
+  else
+    local filter="*"
+    [ -n "$pat" ] && filter="*${pat//|/*:*}*"
+    timed "$name" "$limit" $B/xstage_gpu_tests --gtest_filter="$filter"
+  fi
+}
 
 if [[ $stages == *tests* ]]; then
-  timed tests 300 ctest --test-dir $B --output-on-failure -j4
-  grep -E "tests passed|tests failed|Skipped|Failed" "$OUT/r/tests.log" | tail -25 >"$OUT/r/tests-summary.txt"
+  if [ -f "$B/CTestTestfile.cmake" ]; then
+    timed tests 300 ctest --test-dir $B --output-on-failure -j4
+  else
+    gpu_tests tests 300 ""
+  fi
+  grep -E "tests passed|tests failed|Skipped|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/tests.log" | tail -25 >"$OUT/r/tests-summary.txt"
 fi
 
 if [[ $stages == *sanitize* ]]; then
@@ -98,7 +116,7 @@ if [[ $stages == *multi* ]]; then  # several GPUs: peer and nccl backends
 fi
 
 if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and the side-by-side with torch SDPA
-  timed attn-tests 240 ctest --test-dir $B -L gpu -R Attention --output-on-failure
+  gpu_tests attn-tests 240 Attention
   for tool in memcheck racecheck synccheck; do
     timed "san-$tool-attn" 120 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
       $X attn --B 2 --S 77 --S-kv 130 --H 3 --D 64 --check
@@ -110,8 +128,8 @@ if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and th
 fi
 
 if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, sanitizers, torch SDPA on the full problem
-  timed u-tests 300 ctest --test-dir $B -L gpu -R "Attention|Ulysses" --output-on-failure
-  grep -E "tests passed|tests failed|Failed" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
+  gpu_tests u-tests 300 "Attention|Ulysses"
+  grep -E "tests passed|tests failed|Failed|PASSED|FAILED" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
   u_small="ulysses --ranks 4 --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --stores vector16,bulk,paced"
   for tool in memcheck racecheck synccheck; do
     timed "san-$tool-ulysses" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
@@ -145,12 +163,28 @@ fi
 
 if [[ $stages == *ux2* ]]; then  # fused Ulysses attention on every GPU of the machine (peer, then nccl)
   n=$(nvidia-smi -L | wc -l)
-  timed u-x2-tests 240 ctest --test-dir $B -R "UlyssesPeer|UlyssesNccl|PeerBackend|NcclBackend" --output-on-failure
+  gpu_tests u-x2-tests 240 "UlyssesPeer|UlyssesNccl|PeerBackend|NcclBackend"
+  grep -E "tests passed|tests failed|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/u-x2-tests.log" | tail -8 >"$OUT/r/u-x2-tests-summary.txt"
   u_multi="--seq 4096,16384 --stores vector16,paced --orders rotated --check --check-rows 2 -n 5 --max-seconds 0.5 --timeout 10"
   timed u-peer 70 $X ulysses --backend peer --placement device $u_multi -o "$OUT/r/ulysses-peer.json"
   timed u-nccl 70 $X launch -n "$n" -- $PWD/$X ulysses --backend nccl $u_multi -o "$OUT/r/ulysses-nccl.json"
+  timed san-memcheck-ulysses-peer 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+    $X ulysses --backend peer --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 \
+    --stores vector16,bulk,paced --timeout 30
   tail -5 "$OUT/r/u-peer.log" >"$OUT/r/u-peer-summary.txt"
   tail -5 "$OUT/r/u-nccl.log" >"$OUT/r/u-nccl-summary.txt"
+fi
+
+if [[ $stages == *nvsweep* ]]; then  # issue 7: fused Ulysses over NVLink, P = every GPU, the sequence sweep
+  n=$(nvidia-smi -L | wc -l)
+  timed u-sdpa-peer 200 python3 bench/ulysses_vs_sdpa.py --xstage $X --backend peer --out "$OUT/r/ulysses-vs-sdpa-peer.json"
+  tail -6 "$OUT/r/u-sdpa-peer.log" >"$OUT/r/u-sdpa-peer-summary.txt"
+  nv_sweep="--sweep --placement device --profile results/h200x2/profile-peer.json --variants attention-only,sequential,fused,coupled
+    --stores vector16,bulk,paced --orders linear,rotated --check --check-rows 2 --timeout 20 --max-seconds 0.6"
+  timed u-sweep-peer 240 $X ulysses --backend peer $nv_sweep -o "$OUT/r/ulysses-peer.json"
+  tail -9 "$OUT/r/u-sweep-peer.log" >"$OUT/r/u-sweep-peer-summary.txt"
+  timed u-sweep-nccl 240 $X launch -n "$n" -- $PWD/$X ulysses --backend nccl $nv_sweep -o "$OUT/r/ulysses-nccl.json"
+  tail -9 "$OUT/r/u-sweep-nccl.log" >"$OUT/r/u-sweep-nccl-summary.txt"
 fi
 
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
@@ -169,7 +203,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
-  for f in u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-peer u-nccl; do
+  for f in u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

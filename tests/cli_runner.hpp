@@ -4,7 +4,15 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+
+// The xstage command under test: $XSTAGE_CLI when set (binaries built on one
+// machine and run on another), else the one this build made.
+inline std::string xstage_cli_path() {
+  const char* env = std::getenv("XSTAGE_CLI");
+  return env && *env ? std::string(env) : std::string(XSTAGE_CLI_PATH);
+}
 
 struct CliRun {
   int rc = -1;
@@ -12,7 +20,7 @@ struct CliRun {
 };
 
 inline CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(XSTAGE_CLI_PATH) + " " + args + " 2>&1";
+  const std::string cmd = xstage_cli_path() + " " + args + " 2>&1";
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;

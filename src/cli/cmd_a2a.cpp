@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "xstage/build_info.hpp"
 #include "xstage/a2a.hpp"
 #include "xstage/error.hpp"
 #include "xstage/units.hpp"
@@ -74,7 +75,7 @@ void write_csv_file(const std::string& path, const A2aBenchReport& rep, const A2
   f << "# device: " << rep.device.name << "\n";
   f << "# driver: " << rep.device.driver << "\n";
   f << "# date: " << utc_now_iso() << "\n";
-  f << "# commit: " << XSTAGE_GIT_COMMIT << "\n";
+  f << "# commit: " << build_commit() << "\n";
   f << "# command: " << command_line() << "\n";
   f << "# world: " << rep.world << "\n";
   f << fmt::format("# shape: B = {}, H = {}, D = {}, element = {} bytes (bf16); S = bytes / (B*H*D*element)\n",
@@ -100,7 +101,7 @@ void run_a2a(const A2aArgs& a) {
                         {"bytes", r.bytes}, {"time_us", r.time_us}, {"algbw_GBps", r.algbw_GBps},
                         {"busbw_GBps", r.busbw_GBps}, {"check", r.check}});
       nlohmann::json j{{"device", rep.device.name}, {"driver", rep.device.driver}, {"world", rep.world},
-                       {"commit", XSTAGE_GIT_COMMIT}, {"rows", rows}};
+                       {"commit", build_commit()}, {"rows", rows}};
       std::cout << j.dump(2) << "\n";
       return;
     }

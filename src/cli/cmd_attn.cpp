@@ -16,6 +16,7 @@
 
 #include "commands.hpp"
 #include "util/npy.hpp"
+#include "xstage/build_info.hpp"
 #include "xstage/attention.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
@@ -263,7 +264,7 @@ void run_attn(AttnArgs& a) {
                      {"kernel", attention_kernel_name(a.D, args.kernel)},
                      {"device", dev.name},
                      {"driver", dev.driver},
-                     {"commit", XSTAGE_GIT_COMMIT},
+                     {"commit", build_commit()},
                      {"command", command_line()},
                      {"inputs", files ? "npy" : fmt::format("random seed {}", a.seed)},
                      {"flop", flop},

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 #include "xstage/fit.hpp"
 #include "xstage/units.hpp"
@@ -39,9 +40,9 @@ void run_fit(const FitArgs& a) {
   p.provenance.device = meta(set, "device");
   p.provenance.driver = meta(set, "driver");
   p.provenance.date = meta(set, "date", utc_now_iso());
-  p.provenance.commit = meta(set, "commit", XSTAGE_GIT_COMMIT);
+  p.provenance.commit = meta(set, "commit", build_commit());
   p.provenance.command = meta(set, "command");
-  p.provenance.notes = fmt::format("fitted by xstage {} on {} from {} ({}); fit command: {}", XSTAGE_GIT_COMMIT,
+  p.provenance.notes = fmt::format("fitted by xstage {} on {} from {} ({}); fit command: {}", build_commit(),
                                    utc_now_iso(), a.samples, r.samples, command_line());
   save_profile(p, a.output);
 

@@ -15,6 +15,7 @@
 #include "commands.hpp"
 #include "probe_sweep.hpp"
 #include "report.hpp"
+#include "xstage/build_info.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 #include "xstage/probe.hpp"
@@ -129,7 +130,7 @@ TransportOutcome analyse_csv(const std::string& csv, const std::string& csv_path
   p.provenance = {device, meta("driver"), meta("date"), meta("commit"), meta("command"),
                   fmt::format("measured by the command above (SM clock {} MHz measured; copy engine {:.1f} GB/s on the "
                               "same path); fitted on {} training rows of {} by xstage {}: {}",
-                              meta("sm_clock_mhz_measured"), ce / 1e9, fit.samples, csv_path, XSTAGE_GIT_COMMIT,
+                              meta("sm_clock_mhz_measured"), ce / 1e9, fit.samples, csv_path, build_commit(),
                               command_line())};
   save_profile(p, fmt::format("{}/profile-{}.json", out_dir, transport));
   outcome.profile = p;
@@ -186,7 +187,7 @@ TransportOutcome analyse_csv(const std::string& csv, const std::string& csv_path
                         {"samples_csv", csv_path},
                         {"measured", {{"device", device}, {"date", meta("date")}, {"commit", meta("commit")},
                                       {"command", meta("command")}}},
-                        {"fitted", {{"commit", XSTAGE_GIT_COMMIT}, {"command", command_line()}}},
+                        {"fitted", {{"commit", build_commit()}, {"command", command_line()}}},
                         {"heldout", pts},
                         {"onsets", onsets}};
   write_text(fmt::format("{}/validation-{}.json", out_dir, transport), outcome.validation.dump(2) + "\n");
@@ -195,7 +196,7 @@ TransportOutcome analyse_csv(const std::string& csv, const std::string& csv_path
 
 // probe-validation.json: per transport R, Q, T0, copy engine and the models' errors (no per-point rows).
 void write_summary(const std::vector<TransportOutcome>& outcomes, const std::string& out_dir) {
-  json all = {{"fitted_by_commit", XSTAGE_GIT_COMMIT}, {"command", command_line()}, {"transports", json::array()}};
+  json all = {{"fitted_by_commit", build_commit()}, {"command", command_line()}, {"transports", json::array()}};
   for (const auto& o : outcomes) {
     if (o.validation.is_null()) continue;
     json slim = o.validation;
@@ -240,7 +241,7 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   csv += fmt::format("# transport: {}\n# device: {}\n# driver: {}\n# sm_clock_mhz_measured: {:.0f}\n", to_string(t),
                      dev.name, dev.driver, clock_mhz);
   csv += fmt::format("# date: {}\n# commit: {}\n# command: {}\n# copy_engine_Bps: {:.6g}\n# dst_size: {}\n",
-                     utc_now_iso(), XSTAGE_GIT_COMMIT, command_line(), ce, a.dst_size);
+                     utc_now_iso(), build_commit(), command_line(), ce, a.dst_size);
   csv += "transport,store,gap_kind,completion,warps,K,V_bytes,gap_ns,bursts,steady_from,set,stat,issue_ns,"
          "issue_p10_ns,issue_p90_ns,first_issue_ns,complete_ns,flag_ns,run_ns,sustained_Bps,mismatches,checked_words,"
          "cycles_per_ns\n";

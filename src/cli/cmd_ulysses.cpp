@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 #include "xstage/ulysses_bench.hpp"
 #include "xstage/units.hpp"
@@ -17,7 +18,7 @@ namespace xstage::cli {
 namespace {
 
 struct UlyssesArgs {
-  std::string backend = "emulated", placement = "host", profile, out_file, dump_dir;
+  std::string backend = "emulated", placement, profile, out_file, dump_dir;
   int ranks = -1, iters = 10, warmup = 1, check_rows = 8;
   int64_t batch = 1, heads = 24, head_dim = 128;
   std::vector<int64_t> seqs;
@@ -34,7 +35,11 @@ std::vector<int64_t> default_sweep() { return {4096, 8192, 16384, 32768, 65536, 
 UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   UlyssesBenchOptions o;
   o.world.backend = parse_backend(a.backend);
-  o.world.placement = parse_placement(a.placement);
+  // Default: host memory (the PCIe path) for emulated ranks on one GPU; the
+  // other GPUs' memory for peer and nccl (NCCL's windows exist only there).
+  o.world.placement = a.placement.empty()
+                          ? (o.world.backend == Backend::emulated ? Placement::host : Placement::device)
+                          : parse_placement(a.placement);
   if (a.ranks != -1 && a.ranks < 1) throw Error(fmt::format("--ranks: expected a whole number >= 1, got {}", a.ranks));
   o.world.ranks = a.ranks;
   o.batch = a.batch, o.heads = a.heads, o.head_dim = a.head_dim;
@@ -84,7 +89,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"driver", rep.device.driver},
           {"sm_clock_mhz", rep.device.sm_clock_mhz},
           {"date", utc_now_iso()},
-          {"commit", XSTAGE_GIT_COMMIT},
+          {"commit", build_commit()},
           {"command", command_line()},
           {"world", rep.world},
           {"profile", rep.profile},
@@ -164,8 +169,8 @@ void add_ulysses_command(CLI::App& app) {
   sub->add_option("--head-dim", a->head_dim, "Head dimension D (64 or 128)")->capture_default_str();
   sub->add_option("--backend", a->backend, "emulated (P ranks on one GPU), peer, nccl")->capture_default_str();
   sub->add_option("--ranks", a->ranks, "Ranks P (default: emulated 8, peer every GPU, nccl WORLD_SIZE)");
-  sub->add_option("--placement", a->placement, "Output buffers in host (PCIe) or device memory")
-      ->capture_default_str();
+  sub->add_option("--placement", a->placement,
+                  "Output buffers in host (PCIe) or device memory (default: host when emulated, else device)");
   sub->add_option("--variants", a->variants, "Subset of attention-only,sequential,fused,coupled")->delimiter(',');
   sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced (default vector16,bulk,paced)")->delimiter(',');
   sub->add_option("--orders", a->orders, "Fused tile orders: linear,rotated (default both)")->delimiter(',');

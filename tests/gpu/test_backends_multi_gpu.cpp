@@ -53,7 +53,7 @@ TEST(NcclBackend, LaunchedProcessesRunEveryVersionChecked) {
 #endif
   const int P = ranks_for_test();
   // B = 2 and 3P heads: S comes out uneven over P at these sizes (85 rows for P = 8 at 1 MiB).
-  const CliRun r = run_cli("launch -n " + std::to_string(P) + " -- " + XSTAGE_CLI_PATH + " a2a --backend nccl --heads " +
+  const CliRun r = run_cli("launch -n " + std::to_string(P) + " -- " + xstage_cli_path() + " a2a --backend nccl --heads " +
                            std::to_string(3 * P) + " --batch 2 -b 1M -e 4M -n 3 -w 1 --check --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
   std::istringstream lines(r.out);

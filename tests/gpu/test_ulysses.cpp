@@ -195,7 +195,7 @@ TEST(UlyssesNccl, LaunchedProcessesCheckEveryVariant) {
   GTEST_SKIP() << "built without NCCL";
 #endif
   const int P = gpus_for_test();
-  const CliRun r = run_cli("launch -n " + std::to_string(P) + " -- " + XSTAGE_CLI_PATH +
+  const CliRun r = run_cli("launch -n " + std::to_string(P) + " -- " + xstage_cli_path() +
                            " ulysses --backend nccl --heads " + std::to_string(2 * P) +
                            " --head-dim 64 --seq 333,1000 --check --check-rows 2 -n 2 --timeout 20 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
