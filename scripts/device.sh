@@ -3,6 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
+#           usdpa kprof
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -187,6 +188,23 @@ if [[ $stages == *nvsweep* ]]; then  # issue 7: fused Ulysses over NVLink, P = e
   tail -9 "$OUT/r/u-sweep-nccl.log" >"$OUT/r/u-sweep-nccl-summary.txt"
 fi
 
+if [[ $stages == *usdpa* ]]; then  # fused Ulysses against torch SDPA: emulated ranks, and peer on 2+ GPUs
+  timed u-sdpa 300 python3 bench/ulysses_vs_sdpa.py --xstage $X --out "$OUT/r/ulysses-vs-sdpa.json"
+  tail -8 "$OUT/r/u-sdpa.log" >"$OUT/r/u-sdpa-summary.txt"
+  if (($(nvidia-smi -L | wc -l) > 1)); then
+    timed u-sdpa-peer 200 python3 bench/ulysses_vs_sdpa.py --xstage $X --backend peer --out "$OUT/r/ulysses-vs-sdpa-peer.json"
+    tail -6 "$OUT/r/u-sdpa-peer.log" >"$OUT/r/u-sdpa-peer-summary.txt"
+  fi
+fi
+
+if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel against the fused one, same shape
+  timed kprof 300 ncu -k regex:sm90_bf16_attention_fwd -c 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --metrics sm__inst_executed.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum \
+    $X ulysses --placement device --seq 16384 --variants attention-only,fused --stores bulk --orders linear \
+    -n 1 -w 0 --profile none
+fi
+
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -203,6 +221,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
+  [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
   for f in u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done

@@ -188,8 +188,9 @@ void add_ulysses_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--profile", a->profile, "Profile for the prediction (name or file; 'none': no prediction; "
                                            "default: the path's embedded profile)");
-  sub->add_option("--dump", a->dump_dir, "Write q, k, v and the assembled fused output of the first S as .npy "
-                                         "into DIR (bench/ulysses_vs_sdpa.py checks them with torch)");
+  sub->add_option("--dump", a->dump_dir, "Write q, k, v and the assembled fused output of the first S (first "
+                                         "store path, order and flag timing given) as .npy into DIR "
+                                         "(bench/ulysses_vs_sdpa.py checks them with torch)");
   sub->add_option("-o,--output", a->out_file, "Also write the JSON report to FILE");
   add_output_flags(sub, a->out);
   sub->callback([a] { run_ulysses(*a); });

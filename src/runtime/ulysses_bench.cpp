@@ -155,7 +155,10 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       }
     }
     if (!o.dump_dir.empty() && S == o.seqs.front()) {
-      UlyssesRun run{UlyssesVariant::fused};  // the default store path and order
+      // The first store path, order and flag timing asked for: the dump
+      // checks the configuration the command was given.
+      UlyssesRun run{UlyssesVariant::fused};
+      run.store = stores.front(), run.order = orders.front(), run.flags = flag_timings.front();
       run.timeout_s = o.timeout_s;
       ua.poison_outputs();
       ua.run(run);
