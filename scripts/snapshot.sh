@@ -6,8 +6,8 @@
 # --prebuilt also builds the command and the GPU tests here (build-device/, the
 # same nvcc 13.0 and sm_90a code as the device machine) and puts them in
 # .device/snapshot/prebuilt/, so a device run can skip its build stage. It
-# refuses when the working tree differs from the index: the binaries must be
-# built from exactly the snapshot's sources.
+# refuses when the compiled sources in the working tree differ from the index:
+# the binaries must be built from exactly the snapshot's sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prebuilt=0
@@ -16,7 +16,9 @@ rev=$(git write-tree)
 commit=$(git rev-parse --short=12 HEAD)
 if [ "$rev" != "$(git rev-parse HEAD^{tree})" ]; then commit="$commit-dirty"; fi
 if ((prebuilt)); then
-  if ! git diff --quiet || [ -n "$(git ls-files --others --exclude-standard -- src include tests bench CMakeLists.txt)" ]; then
+  compiled=(src include tests CMakeLists.txt 'bench/*.cpp')  # what the binaries are built from
+  if ! git diff --quiet -- "${compiled[@]}" ||
+    [ -n "$(git ls-files --others --exclude-standard -- "${compiled[@]}")" ]; then
     echo "snapshot.sh --prebuilt: the working tree differs from the index (stage or stash it first)" >&2
     exit 1
   fi
