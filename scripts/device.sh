@@ -198,11 +198,13 @@ if [[ $stages == *usdpa* ]]; then  # fused Ulysses against torch SDPA: emulated 
 fi
 
 if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel against the fused one, same shape
-  timed kprof 300 ncu -k regex:sm90_bf16_attention_fwd -c 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-    --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats \
-    --section SchedulerStats --metrics sm__inst_executed.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum \
-    $X ulysses --placement device --seq 16384 --variants attention-only,fused --stores bulk --orders linear \
-    -n 1 -w 0 --profile none
+  ncu_args="--kernel-name-base demangled -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis
+    --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats
+    --section SchedulerStats --metrics sm__inst_executed.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum"
+  u_prof="ulysses --placement device --seq 16384 --stores bulk --orders linear -n 1 -w 0 --profile none"
+  timed kprof-local 200 ncu -k regex:LocalStoreEpilogue $ncu_args $X $u_prof --variants attention-only
+  timed kprof-fused 200 ncu -k regex:UlyssesStoreEpilogue $ncu_args $X $u_prof --variants fused
+  cat "$OUT/r/kprof-local.log" "$OUT/r/kprof-fused.log" >"$OUT/r/kprof.log"
 fi
 
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
