@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Fused Ulysses attention: merges the JSON reports of `xstage ulysses` (one per
-placement) into one results file and plots, per placement, the four variants'
-times against S and the fused kernel's residual over attention-only next to
-the Burst-Gap prediction.
+placement or backend) into one results file and plots, per report, the four
+variants' times against S and the fused kernel's residual over attention-only
+next to the Burst-Gap prediction. Where a report holds NCCL's all-to-all, the
+sequential variant with it is drawn too.
 
 usage: bench/plot_ulysses.py --merged results/h200/ulysses.json --out docs/img/ulysses-h200.png \
            results/h200/ulysses-host.json results/h200/ulysses-device.json
+       bench/plot_ulysses.py --merged results/h200x2/ulysses.json --out docs/img/ulysses-h200x2.png \
+           results/h200x2/ulysses-peer.json results/h200x2/ulysses-nccl.json
 """
 import argparse
 import json
@@ -17,6 +20,12 @@ import matplotlib.pyplot as plt
 
 KEEP = ["variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a", "time_us",
         "predicted_time_us", "iters", "check"]
+
+
+def nccl_sequential(report, S):
+    """{"sequential_nccl_us": ...} for a report that ran NCCL's all-to-all, else {}."""
+    t = [x["time_us"] for x in report["rows"] if x["S"] == S and x["variant"] == "sequential" and x["a2a"] == "nccl"]
+    return {"sequential_nccl_us": min(t)} if t else {}
 
 
 def main():
@@ -32,26 +41,31 @@ def main():
                                         "profile", "timing", "concurrent_tiles", "block_m")} | {"file": p}
                     for p, r in zip(a.reports, reports)],
         "rows": [{k: row[k] for k in KEEP} for r in reports for row in r["rows"]],
-        "summary": [dict(s, placement=r["rows"][0]["placement"]) for r in reports for s in r["summary"]],
+        "summary": [dict(s, placement=r["rows"][0]["placement"], backend=r["rows"][0]["backend"],
+                         **nccl_sequential(r, s["S"])) for r in reports for s in r["summary"]],
     }
     with open(a.merged, "w") as f:
         json.dump(merged, f, indent=2)
 
     fig, axes = plt.subplots(2, len(reports), figsize=(6 * len(reports), 8), squeeze=False)
     for col, r in enumerate(reports):
-        pl = r["rows"][0]["placement"]
+        row0 = r["rows"][0]
+        pl = row0["placement"]
         S = [s["S"] for s in r["summary"]]
+        nccl = [nccl_sequential(r, x).get("sequential_nccl_us") for x in S]
         ax = axes[0][col]
         for key, label, style in [("attention_only_us", "attention-only", "k-o"),
                                   ("sequential_us", "sequential (best all-to-all)", "C3-s"),
                                   ("fused_us", "fused (best)", "C0-o"), ("coupled_us", "coupled", "C1-^"),
                                   ("predicted_fused_us", "fused, predicted", "C0:")]:
             ax.plot(S, [s[key] / 1e3 for s in r["summary"]], style, ms=4, label=label)
+        if all(nccl):
+            ax.plot(S, [t / 1e3 for t in nccl], "C2-v", ms=4, label="sequential (NCCL all-to-all)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length S (total)")
         ax.set_ylabel("time (ms)")
-        ax.set_title(f"{r['world']}\nP=8, H=24, D=128, {r['device']}", fontsize=9)
+        ax.set_title(f"{r['world']}\nP={row0['P']}, H={row0['H']}, D={row0['D']}, {r['device']}", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both")
         ax = axes[1][col]
@@ -60,13 +74,16 @@ def main():
         ax.plot(S, [100 * s["residual_coupled"] for s in r["summary"]], "C1-^", label="coupled: measured")
         ax.plot(S, [100 * (s["sequential_us"] / s["attention_only_us"] - 1) for s in r["summary"]], "C3-s",
                 label="sequential: measured")
+        if all(nccl):
+            ax.plot(S, [100 * (t / x["attention_only_us"] - 1) for t, x in zip(nccl, r["summary"])], "C2-v",
+                    label="sequential with NCCL: measured")
         for s in r["summary"]:
             ax.annotate(f"{s['speedup_fused_over_sequential']:.2f}x", (s["S"], 100 * s["residual_fused"]),
                         textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length S (total)")
         ax.set_ylabel("overhead over attention-only (%)")
-        ax.set_title(f"{pl} buffers: overhead (labels: fused speed-up over sequential)", fontsize=9)
+        ax.set_title(f"{row0['backend']}, {pl} buffers: overhead (labels: fused speed-up over sequential)", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
