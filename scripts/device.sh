@@ -147,7 +147,7 @@ if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, sanitizers
 fi
 
 if [[ $stages == *ustores* ]]; then  # quick look at the fused kernel's store paths and flag timings
-  timed u-stores 200 $X ulysses --seq 4096,16384 --placement host --flags lagged,eager,at-exit \
+  timed u-stores 200 $X ulysses --kernel mma --seq 4096,16384 --placement host --flags lagged,eager,at-exit \
     --stores vector16,vector16-wt,bulk --orders rotated --variants attention-only,fused -n 5 -o "$OUT/r/ulysses-stores.json"
   tail -4 "$OUT/r/u-stores.log" >"$OUT/r/u-stores-summary.txt"
 fi

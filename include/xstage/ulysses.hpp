@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "xstage/a2a.hpp"
+#include "xstage/attention.hpp"
 #include "xstage/ulysses_layout.hpp"
 #include "xstage/world.hpp"
 
@@ -74,8 +75,12 @@ struct UlyssesRun {
 class UlyssesAttention {
  public:
   // B, H (total heads), D fixed; S up to max_S. Throws xstage::Error for a
-  // bad shape (H % P, D not in {64, 128}, sizes < 1).
-  UlyssesAttention(World& world, int64_t B, int64_t H, int64_t D, int64_t max_S);
+  // bad shape (H % P, D not in {64, 128}, sizes < 1). kernel: the attention
+  // kernel every variant runs, wgmma (AttentionKernel::wgmma_pingpong with
+  // 128-key tiles, also at D = 64) or AttentionKernel::mma_sync (the first
+  // kernel; it alone has the vector16-wt and vector16-cs store paths).
+  UlyssesAttention(World& world, int64_t B, int64_t H, int64_t D, int64_t max_S,
+                   AttentionKernel kernel = AttentionKernel::wgmma_pingpong);
   ~UlyssesAttention();
   UlyssesAttention(const UlyssesAttention&) = delete;
   UlyssesAttention& operator=(const UlyssesAttention&) = delete;
@@ -129,6 +134,7 @@ class UlyssesAttention {
   int64_t tiles_per_gpu() const;
   int concurrent_tiles_per_gpu() const;
   int block_m() const;
+  AttentionKernel kernel() const;
 
  private:
   std::string check_flags(int rank) const;

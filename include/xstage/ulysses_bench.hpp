@@ -30,6 +30,7 @@ struct UlyssesBenchOptions {
   double timeout_s = 60;
   std::string dump_dir;  // "": none; else the first S's inputs and fused output as .npy (UlyssesAttention::dump_npy)
   std::string profile;  // for the prediction; "" = the embedded profile of the path, "none" = no prediction
+  AttentionKernel kernel = AttentionKernel::wgmma_pingpong;  // or mma_sync (UlyssesAttention)
 };
 
 struct UlyssesBenchRow {
@@ -56,7 +57,7 @@ struct UlyssesBenchSummary {  // one per S: the best of each variant
 
 struct UlyssesBenchReport {
   bool leader = true;
-  std::string world, profile;
+  std::string world, profile, kernel;
   DeviceInfo device;
   int tiles_concurrent = 0, block_m = 0;
   std::vector<UlyssesBenchRow> rows;

@@ -18,7 +18,7 @@ namespace xstage::cli {
 namespace {
 
 struct UlyssesArgs {
-  std::string backend = "emulated", placement, profile, out_file, dump_dir;
+  std::string backend = "emulated", placement, profile, out_file, dump_dir, kernel = "wgmma";
   int ranks = -1, iters = 10, warmup = 1, check_rows = 8;
   int64_t batch = 1, heads = 24, head_dim = 128;
   std::vector<int64_t> seqs;
@@ -54,6 +54,7 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   o.check = a.check, o.check_rows = a.check_rows, o.seed = a.seed, o.timeout_s = a.timeout_s;
   o.profile = a.profile;
   o.dump_dir = a.dump_dir;
+  o.kernel = parse_attention_kernel(a.kernel);
   validate_ulysses_options(o);
   return o;
 }
@@ -92,6 +93,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"commit", build_commit()},
           {"command", command_line()},
           {"world", rep.world},
+          {"kernel", rep.kernel},
           {"profile", rep.profile},
           {"block_m", rep.block_m},
           {"concurrent_tiles", rep.tiles_concurrent},
@@ -133,8 +135,8 @@ void run_ulysses(const UlyssesArgs& a) {
     }
     case Format::table: break;
   }
-  std::cout << fmt::format("{} ({}): {}; prediction from profile {}\n", rep.device.name, rep.device.driver, rep.world,
-                           rep.profile);
+  std::cout << fmt::format("{} ({}): {}; {} attention kernel; prediction from profile {}\n", rep.device.name,
+                           rep.device.driver, rep.world, rep.kernel, rep.profile);
   Table t({"S", "variant", "store", "order", "flags", "a2a", "time", "predicted", "iters", "check"});
   for (const auto& r : rep.rows)
     t.add({std::to_string(r.S), r.variant, r.store, r.order, r.flags, r.a2a, format_ns(r.time_us * 1e3),
@@ -171,6 +173,10 @@ void add_ulysses_command(CLI::App& app) {
   sub->add_option("--ranks", a->ranks, "Ranks P (default: emulated 8, peer every GPU, nccl WORLD_SIZE)");
   sub->add_option("--placement", a->placement,
                   "Output buffers in host (PCIe) or device memory (default: host when emulated, else device)");
+  sub->add_option("--kernel", a->kernel,
+                  "Attention kernel of every variant: wgmma (TMA + wgmma, ping-pong, 128-key tiles) or mma "
+                  "(the first, mma.sync kernel)")
+      ->capture_default_str();
   sub->add_option("--variants", a->variants, "Subset of attention-only,sequential,fused,coupled")->delimiter(',');
   sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced (default vector16,bulk,paced)")->delimiter(',');
   sub->add_option("--orders", a->orders, "Fused tile orders: linear,rotated (default both)")->delimiter(',');

@@ -136,6 +136,8 @@ struct UlyssesAttention::Impl {
   World& w;
   int64_t B, H, D, max_S, Hl;
   int P, bm;
+  AttentionKernel kernel;
+  int kernel_id;  // attention::KernelId of `kernel`
   std::vector<Group> groups;
   const SymmetricBuffer* out = nullptr;
   const SymmetricBuffer* flags = nullptr;
@@ -145,9 +147,10 @@ struct UlyssesAttention::Impl {
   std::map<A2aVersion, std::unique_ptr<A2aOp>> ops;
   uint64_t epoch = 0;
 
-  Impl(World& world, int64_t B_, int64_t H_, int64_t D_, int64_t S_)
-      : w(world), B(B_), H(H_), D(D_), max_S(S_), Hl(H_ / world.size()), P(world.size()) {
-    bm = attention::attention_fwd_kernel_shape_of(int(D), attention::kKernelMmaSync).block_m;
+  Impl(World& world, int64_t B_, int64_t H_, int64_t D_, int64_t S_, AttentionKernel k)
+      : w(world), B(B_), H(H_), D(D_), max_S(S_), Hl(H_ / world.size()), P(world.size()), kernel(k) {
+    kernel_id = kernel == AttentionKernel::mma_sync ? attention::kKernelMmaSync : attention::kKernelWgmmaPingpong;
+    bm = attention::attention_fwd_kernel_shape_of(int(D), kernel_id).block_m;
     const size_t shard_elems = size_t(B * max_S * Hl * D);
     const int64_t max_m = (max_S + bm - 1) / bm;
     auto make_group = [&](int rank_base, int n) {
@@ -214,9 +217,8 @@ struct UlyssesAttention::Impl {
     a.B = int(B * g.n), a.H = int(Hl), a.S_q = a.S_kv = int(S), a.D = int(D);
     a.q = g.q, a.k = g.k, a.v = g.v, a.o = g.o;
     a.q_stride = a.k_stride = a.v_stride = a.o_stride = contiguous_bshd(int(S), int(Hl), int(D));
-    // The kernel the fused variants run (the mma.sync one: its epilogue hooks
-    // carry the remote stores), so that attention-only is their floor.
-    a.kernel = AttentionKernel::mma_sync;
+    // The kernel the fused variants run, so that attention-only is their floor.
+    a.kernel = kernel;
     attention_forward(a, g.stream);
   }
 
@@ -238,9 +240,13 @@ struct UlyssesAttention::Impl {
       throw Error(fmt::format("ulysses: the paced store path publishes its flags lagged; {} with {} flags is not "
                               "a combination it runs",
                               to_string(run.variant), to_string(run.flags)));
-    check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, g.stream),
-               fmt::format("fused Ulysses attention launch (ranks {}..{}, S = {}, D = {})", g.rank_base,
-                           g.rank_base + g.n - 1, p.S_q, D)
+    if (kernel != AttentionKernel::mma_sync &&
+        (path == attention::StorePath::vector16_wt || path == attention::StorePath::vector16_cs))
+      throw Error(fmt::format("ulysses: store path {} runs on the mma attention kernel only (--kernel mma)",
+                              to_string(run.store)));
+    check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, kernel_id, g.stream),
+               fmt::format("fused Ulysses attention launch ({} kernel, ranks {}..{}, S = {}, D = {})",
+                           to_string(kernel), g.rank_base, g.rank_base + g.n - 1, p.S_q, D)
                    .c_str(),
                __FILE__, __LINE__);
     const auto timeout_ns = static_cast<unsigned long long>(run.timeout_s * 1e9);
@@ -249,9 +255,12 @@ struct UlyssesAttention::Impl {
   }
 };
 
-UlyssesAttention::UlyssesAttention(World& world, int64_t B, int64_t H, int64_t D, int64_t max_S) {
+UlyssesAttention::UlyssesAttention(World& world, int64_t B, int64_t H, int64_t D, int64_t max_S,
+                                   AttentionKernel kernel) {
   check_shape(world, B, H, D, max_S);
-  impl_ = std::make_unique<Impl>(world, B, H, D, max_S);
+  if (kernel != AttentionKernel::mma_sync && kernel != AttentionKernel::wgmma_pingpong)
+    throw Error(fmt::format("ulysses: attention kernel {}: expected mma or wgmma (wgmma-pingpong)", to_string(kernel)));
+  impl_ = std::make_unique<Impl>(world, B, H, D, max_S, kernel);
 }
 
 UlyssesAttention::~UlyssesAttention() = default;
@@ -583,9 +592,11 @@ int64_t UlyssesAttention::tiles_per_gpu() const {
 
 int UlyssesAttention::concurrent_tiles_per_gpu() const {
   const Impl& m = *impl_;
-  return device_info(m.groups.front().device).sm_count * attention::attention_fwd_ctas_per_sm(int(m.D));
+  return device_info(m.groups.front().device).sm_count * attention::attention_fwd_ctas_per_sm_of(int(m.D), m.kernel_id);
 }
 
 int UlyssesAttention::block_m() const { return impl_->bm; }
+
+AttentionKernel UlyssesAttention::kernel() const { return impl_->kernel; }
 
 }  // namespace xstage

@@ -41,6 +41,12 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
     if (v == A2aVersion::nccl && o.world.backend != Backend::nccl)
       throw Error("--a2a nccl: NCCL's all-to-all needs --backend nccl");
   if (o.check_rows < 0) throw Error(fmt::format("--check-rows: expected >= 0, got {}", o.check_rows));
+  if (o.kernel != AttentionKernel::mma_sync && o.kernel != AttentionKernel::wgmma_pingpong)
+    throw Error(fmt::format("--kernel {}: the fused attention runs on mma or wgmma", to_string(o.kernel)));
+  if (o.kernel != AttentionKernel::mma_sync)
+    for (EpilogueStore st : o.stores)
+      if (st == EpilogueStore::vector16_wt || st == EpilogueStore::vector16_cs)
+        throw Error(fmt::format("--stores {}: runs on the mma kernel only (add --kernel mma)", to_string(st)));
   if (o.profile.empty()) o.profile = default_ulysses_profile(o.world.backend, o.world.placement);
   if (o.profile != "none") (void)load_profile(o.profile);  // fails early, naming the file
 }
@@ -72,7 +78,8 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   rep.device = device_info(w.device_of(w.local_ranks().front()));
 
   const int64_t max_S = *std::max_element(o.seqs.begin(), o.seqs.end());
-  UlyssesAttention ua(w, o.batch, o.heads, o.head_dim, max_S);
+  UlyssesAttention ua(w, o.batch, o.heads, o.head_dim, max_S, o.kernel);
+  rep.kernel = to_string(o.kernel);
   rep.tiles_concurrent = ua.concurrent_tiles_per_gpu();
   rep.block_m = ua.block_m();
 

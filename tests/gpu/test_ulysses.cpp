@@ -26,21 +26,25 @@ struct Case {
   int P;
   Placement placement;
   int D;
+  AttentionKernel kernel;
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& i) {
-  return "P" + std::to_string(i.param.P) + "_" + to_string(i.param.placement) + "_D" + std::to_string(i.param.D);
+  return "P" + std::to_string(i.param.P) + "_" + to_string(i.param.placement) + "_D" + std::to_string(i.param.D) +
+         (i.param.kernel == AttentionKernel::mma_sync ? "_mma" : "_wgmma");
 }
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
-  for (int P : {2, 4, 8})
-    for (Placement pl : {Placement::device, Placement::host})
-      for (int D : {64, 128}) out.push_back({P, pl, D});
+  for (AttentionKernel k : {AttentionKernel::wgmma_pingpong, AttentionKernel::mma_sync})
+    for (int P : {2, 4, 8})
+      for (Placement pl : {Placement::device, Placement::host})
+        for (int D : {64, 128}) out.push_back({P, pl, D, k});
   return out;
 }
 
-std::vector<UlyssesRun> every_run() {
+// Every variant the kernel runs (the wgmma kernel has no vector16-wt / -cs).
+std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
   std::vector<UlyssesRun> runs;
   for (A2aVersion a : {A2aVersion::copy_engine, A2aVersion::store_kernel}) {
     UlyssesRun r{UlyssesVariant::sequential};
@@ -54,6 +58,9 @@ std::vector<UlyssesRun> every_run() {
         for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
           if (v == UlyssesVariant::coupled && f != FlagTiming::lagged) continue;
           if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || f != FlagTiming::lagged)) continue;  // coupled has its own timing
+          if (kernel != AttentionKernel::mma_sync &&
+              (s == EpilogueStore::vector16_wt || s == EpilogueStore::vector16_cs))
+            continue;
           UlyssesRun r{v};
           r.store = s, r.order = o, r.flags = f, r.timeout_s = 20;
           runs.push_back(r);
@@ -81,11 +88,11 @@ TEST_P(UlyssesEmulated, EveryVariantEqualsTheLocalResultsPermuted) {
                                      {1, 128 * c.P + 5, int64_t(c.P)}};
   for (const auto& s : shapes) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " S=" + std::to_string(s.S) + " H=" + std::to_string(s.H));
-    UlyssesAttention ua(*world, s.B, s.H, c.D, s.S);
+    UlyssesAttention ua(*world, s.B, s.H, c.D, s.S, c.kernel);
     ua.set_sequence(s.S);
     const uint64_t seed = uint64_t(100 * c.P + c.D + s.S);
     ua.fill_inputs(seed);
-    for (const auto& run : every_run()) EXPECT_EQ(ua.check_against_local(run), "") << describe(run);
+    for (const auto& run : every_run(c.kernel)) EXPECT_EQ(ua.check_against_local(run), "") << describe(run);
     UlyssesRun fused{UlyssesVariant::fused};
     ua.poison_outputs();
     ua.run(fused);
@@ -107,6 +114,24 @@ TEST(UlyssesEmulatedReuse, ManyRunsAndShorterSequencesOnTheSameBuffers) {
     EXPECT_EQ(ua.check_against_local(r), "") << "S " << S;
   }
   EXPECT_THROW(ua.set_sequence(2001), Error);
+}
+
+TEST(UlyssesEmulatedKernels, WgmmaRefusesTheMmaOnlyStorePathsAndOtherKernels) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  auto world = World::create({Backend::emulated, 2, Placement::device, 0});
+  EXPECT_THROW(UlyssesAttention(*world, 1, 2, 64, 100, AttentionKernel::wgmma_n192), Error);
+  UlyssesAttention ua(*world, 1, 2, 64, 100);
+  EXPECT_EQ(ua.kernel(), AttentionKernel::wgmma_pingpong);
+  ua.set_sequence(100);
+  ua.fill_inputs(3);
+  UlyssesRun r{UlyssesVariant::fused};
+  r.store = EpilogueStore::vector16_wt;
+  try {
+    ua.run(r);
+    ADD_FAILURE() << "vector16-wt ran on the wgmma kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mma attention kernel only"), std::string::npos) << e.what();
+  }
 }
 
 TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
@@ -177,16 +202,18 @@ int count_checked_rows(const std::string& out, const std::string& prefix, int* t
 TEST(UlyssesPeer, EveryVariantEqualsTheLocalResultsPermuted) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
   const int P = gpus_for_test();
-  for (Placement pl : {Placement::device, Placement::host}) {
-    auto world = World::create({Backend::peer, P, pl, 0});
-    for (int64_t S : {int64_t(333), int64_t(128) * P + 5}) {
-      UlyssesAttention ua(*world, 2, 2 * P, 128, S);
-      ua.set_sequence(S);
-      ua.fill_inputs(uint64_t(S));
-      for (const auto& run : every_run())
-        EXPECT_EQ(ua.check_against_local(run), "") << to_string(pl) << " S=" << S << " " << describe(run);
+  for (AttentionKernel k : {AttentionKernel::wgmma_pingpong, AttentionKernel::mma_sync})
+    for (Placement pl : {Placement::device, Placement::host}) {
+      auto world = World::create({Backend::peer, P, pl, 0});
+      for (int64_t S : {int64_t(333), int64_t(128) * P + 5}) {
+        UlyssesAttention ua(*world, 2, 2 * P, 128, S, k);
+        ua.set_sequence(S);
+        ua.fill_inputs(uint64_t(S));
+        for (const auto& run : every_run(k))
+          EXPECT_EQ(ua.check_against_local(run), "")
+              << to_string(k) << " " << to_string(pl) << " S=" << S << " " << describe(run);
+      }
     }
-  }
 }
 
 TEST(UlyssesNccl, LaunchedProcessesCheckEveryVariant) {

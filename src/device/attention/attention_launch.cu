@@ -69,4 +69,12 @@ int attention_fwd_ctas_per_sm(int D) {
   return 0;
 }
 
+int attention_fwd_ctas_per_sm_of(int D, int kernel) {
+  if (kernel == kKernelMmaSync) return attention_fwd_ctas_per_sm(D);
+  if (kernel != kKernelWgmmaPingpong) return 0;
+  if (D == 64) return attention_wgmma_pingpong_ctas_per_sm_d64();
+  if (D == 128) return attention_wgmma_pingpong_ctas_per_sm_d128();
+  return 0;
+}
+
 }  // namespace xstage::attention

@@ -37,14 +37,19 @@ struct KernelShape {
 KernelShape attention_fwd_kernel_shape(int D);
 KernelShape attention_fwd_kernel_shape_of(int D, int kernel);
 
-// CTAs of the mma.sync head-dim-D kernel (the one the fused Ulysses attention
-// launches) resident on one SM (occupancy API; 0 for an unsupported D or a CUDA error).
+// CTAs of the mma.sync head-dim-D kernel resident on one SM (occupancy API; 0
+// for an unsupported D or a CUDA error).
 int attention_fwd_ctas_per_sm(int D);
+// The same for kKernelMmaSync or kKernelWgmmaPingpong (128-key tiles): the two
+// kernels the fused Ulysses attention launches (0 for any other).
+int attention_fwd_ctas_per_sm_of(int D, int kernel);
 
 // ---- the wgmma kernel with the local store (attention_wgmma_d64.cu, attention_wgmma_d128.cu)
 int launch_attention_wgmma_local_d64(const MainloopParams& p, const LocalStoreParams& ep, int kernel,
                                      cudaStream_t stream);
 int launch_attention_wgmma_local_d128(const MainloopParams& p, const LocalStoreParams& ep, int kernel,
                                       cudaStream_t stream);
+int attention_wgmma_pingpong_ctas_per_sm_d64();
+int attention_wgmma_pingpong_ctas_per_sm_d128();
 
 }  // namespace xstage::attention

@@ -45,12 +45,13 @@ struct UlyssesPacedEpilogue {
     if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, int((int64_t(j + 1) * pend.rows + n - 1) / n), tid);
   }
 
-  // Whatever is left of the pending tile, then a barrier: every thread is done
-  // reading the staging buffer and every row is stored before the flags.
+  // Whatever is left of the pending tile. The kernel then synchronises its
+  // epilogue threads (the whole CTA, or the consumer warpgroups of the wgmma
+  // kernel, whose producer has exited): every thread is done reading the
+  // staging buffer and every row is stored before the flags.
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void flush(const Params& p, Pending& pend, const uint16_t* so, int tid) {
     if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, pend.rows, tid);
-    __syncthreads();
   }
 
   // After flush: the pending tile's flags.

@@ -104,7 +104,10 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
     // Epilogue: publish what the previous tile left pending, normalise, stage
     // this warp's rows in its own Q rows (only this warp ever read them), hand
     // them to the policy.
-    if constexpr (Epilogue::kOwnStaging) Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
+    if constexpr (Epilogue::kOwnStaging) {
+      Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
+      __syncthreads();  // the staging rows are read and every row stored, before flags and restaging
+    }
     if constexpr (Epilogue::kBeforeStore) {
       Epilogue::before_store(ep, pending, tid);
       __syncthreads();  // no store of this tile is in flight while thread 0 fences
@@ -126,7 +129,10 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
     Epilogue::tile_done(ep, c, m0, BM, p.S_q, tid, pending);
     __syncthreads();  // the next tile's Q load overwrites the staged rows
   }
-  if constexpr (Epilogue::kOwnStaging) Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
+  if constexpr (Epilogue::kOwnStaging) {
+    Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
+    __syncthreads();
+  }
   Epilogue::finish(ep, pending, sched, BM, p.S_q, tid);
 }
 

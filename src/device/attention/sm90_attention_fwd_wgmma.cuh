@@ -20,12 +20,16 @@
 //     read there), keys >= S_kv are left out of the row max and get p = 0 on
 //     the last KV tile, and the epilogue policy skips rows >= S_q.
 // Epilogue contract (as the first kernel, with the 256 consumer threads in
-// the role of the CTA and their index 0..255 as `tid`): after the mainloop
-// before_store (when kBeforeStore) and a consumer barrier; each consumer warp
-// stages its 16 rows as bf16 in shared memory (its own region, not Q's) and
-// calls Epilogue::store_rows and store_lse; after a named barrier over the
-// consumers they all call Epilogue::tile_done, then another barrier before the
-// staging rows are reused; finish once the CTA has no tiles left.
+// the role of the CTA and their index 0..255 as `tid`): in every KV step
+// Epilogue::mainloop_step (an epilogue with kOwnStaging sends the previous
+// tile's staged rows there); after the mainloop flush and a consumer barrier
+// (kOwnStaging), before_store and a consumer barrier (kBeforeStore); each
+// consumer warp stages its 16 rows as bf16 in shared memory (a region of their
+// own, not Q's, that nothing else writes: kOwnStaging needs no extra space
+// here) and calls Epilogue::store_rows and store_lse; after a named barrier
+// over the consumers they all call Epilogue::tile_done, then another barrier
+// before the staging rows are reused; flush (kOwnStaging), a barrier and
+// finish once the CTA has no tiles left.
 #include <cmath>
 #include <cstdint>
 
@@ -263,7 +267,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
     if (cwg == 1 && int64_t(blockIdx.x) < num_tiles) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, NCT);  // 0 first
   }
 
-  typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile (consumer thread 0)
+  typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile
+  uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
   uint32_t it = 0, tc = 0;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
     const TileCoord c = sched.tile(t);
@@ -284,6 +289,12 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
         sm.template step<false>(s, p.scale_log2, BN, lane, corr);
     };
 
+    // The epilogue's share of KV step j (paced sends of the previous tile),
+    // placed while this warpgroup's GEMMs run on the tensor cores.
+    auto epilogue_step = [&](int j) {
+      Epilogue::template mainloop_step<D, ST, NCT>(ep, pending, so, j, n_kv, ctid);
+    };
+
     if constexpr (!OVERLAP) {
       for (int j = 0; j < n_kv; ++j, ++it) {
         const uint32_t st = it % STAGES, ph = (it / STAGES) & 1;
@@ -291,6 +302,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
         ptx::wgmma_fence();
         issue_qk(st);
         ptx::wgmma_commit_group();
+        epilogue_step(j);
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(s);
         release(k_empty + st);
@@ -315,6 +327,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
       issue_qk(pst);
       ptx::wgmma_commit_group();
       turn_end(false);
+      epilogue_step(0);
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(s);
       release(k_empty + pst);
@@ -334,6 +347,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
         issue_pv(pst);
         ptx::wgmma_commit_group();
         turn_end(false);
+        epilogue_step(j);
         ptx::wgmma_wait_group<1>();  // S_j landed; the P V GEMM may still run
         ptx::fence_operands(s);
         release(k_empty + st);
@@ -359,8 +373,12 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
       release(v_empty + pst);
     }
 
-    // ---- epilogue: publish what the previous tile left pending, normalise,
-    // stage this warp's 16 rows, hand them to the policy.
+    // ---- epilogue: send and publish what the previous tile left pending,
+    // normalise, stage this warp's 16 rows, hand them to the policy.
+    if constexpr (Epilogue::kOwnStaging) {
+      Epilogue::template flush<D, ST, NCT>(ep, pending, so, ctid);
+      ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // staging rows read, every row stored
+    }
     if constexpr (Epilogue::kBeforeStore) {
       Epilogue::before_store(ep, pending, ctid);
       ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // no store of this tile is in flight while thread 0 fences
@@ -369,7 +387,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
     const float inv[2] = {1.f / sm.l[0], 1.f / sm.l[1]};
     rescale_rows<D / 8>(o, inv);
     const int wrow = cwg * 64 + wwarp * 16;  // first row of this warp in the tile
-    uint16_t* srows = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O) + wrow * ST;
+    uint16_t* srows = so + wrow * ST;
     stage_o_rows<D, ST>(srows, o, lane);
     __syncwarp();
     const int row0 = m0 + wrow;
@@ -383,7 +401,11 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
     Epilogue::tile_done(ep, c, m0, BM, p.S_q, ctid, pending);
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // the next tile's staging overwrites the rows
   }
-  Epilogue::finish(ep, pending, ctid);
+  if constexpr (Epilogue::kOwnStaging) {
+    Epilogue::template flush<D, ST, NCT>(ep, pending, so, ctid);
+    ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);
+  }
+  Epilogue::finish(ep, pending, sched, BM, p.S_q, ctid);
 }
 
 }  // namespace xstage::attention

@@ -1,55 +1,31 @@
-#include "device/attention/epilogue_ulysses.cuh"
-#include "device/attention/epilogue_ulysses_paced.cuh"
-#include "device/attention/launch_attention.cuh"
-#include "device/attention/tile_scheduler_ordered.cuh"
+// The fused Ulysses attention on the mma.sync kernel, the dispatch between the
+// two kernels, and the receiver wait.
+#include "device/attention/attention_launch.hpp"
 #include "device/attention/ulysses_launch.hpp"
+#include "device/attention/ulysses_launch_paths.cuh"
 #include "device/attention/ulysses_wait.cuh"
 
 namespace xstage::attention {
 
-namespace {
-template <int D, StorePath kPath>
-int launch_path(const MainloopParams& p, const UlyssesStoreParams& ep, const OrderedSchedulerParams& sp,
-                Completion completion, cudaStream_t stream) {
-  using Sched = OrderedTileScheduler;
-  switch (completion) {
-    case Completion::lagged:
-      return launch_attention_kernel<D, UlyssesStoreEpilogue<kPath, Completion::lagged>, Sched>(p, ep, sp, stream);
-    case Completion::eager:
-      return launch_attention_kernel<D, UlyssesStoreEpilogue<kPath, Completion::eager>, Sched>(p, ep, sp, stream);
-    case Completion::coupled:
-      return launch_attention_kernel<D, UlyssesStoreEpilogue<kPath, Completion::coupled>, Sched>(p, ep, sp, stream);
-    case Completion::at_exit:
-      return launch_attention_kernel<D, UlyssesStoreEpilogue<kPath, Completion::at_exit>, Sched>(p, ep, sp, stream);
-  }
-  return int(cudaErrorInvalidValue);
-}
-
-template <int D>
-int launch_d(const MainloopParams& p, const UlyssesStoreParams& ep, const OrderedSchedulerParams& sp,
-             StorePath path, Completion completion, cudaStream_t stream) {
-  switch (path) {
-    case StorePath::vector16: return launch_path<D, StorePath::vector16>(p, ep, sp, completion, stream);
-    case StorePath::vector16_wt: return launch_path<D, StorePath::vector16_wt>(p, ep, sp, completion, stream);
-    case StorePath::vector16_cs: return launch_path<D, StorePath::vector16_cs>(p, ep, sp, completion, stream);
-    case StorePath::bulk: return launch_path<D, StorePath::bulk>(p, ep, sp, completion, stream);
-    case StorePath::paced:
-      // Its own completion (lagged, once every slice is sent); `completion` must say lagged.
-      if (completion != Completion::lagged) return int(cudaErrorInvalidValue);
-      return launch_attention_kernel<D, UlyssesPacedEpilogue, OrderedTileScheduler>(p, ep, sp, stream);
-  }
-  return int(cudaErrorInvalidValue);
-}
-}  // namespace
-
 int launch_ulysses_attention(const MainloopParams& p, const UlyssesStoreParams& ep,
-                             const OrderedSchedulerParams& sp, StorePath path, Completion completion,
+                             const OrderedSchedulerParams& sp, StorePath path, Completion completion, int kernel,
                              cudaStream_t stream) {
-  switch (p.D) {
-    case 64: return launch_d<64>(p, ep, sp, path, completion, stream);
-    case 128: return launch_d<128>(p, ep, sp, path, completion, stream);
-    default: return int(cudaErrorInvalidValue);
+  using ulysses_launch_detail::launch_d;
+  if (kernel == kKernelMmaSync) {
+    switch (p.D) {
+      case 64: return launch_d<64, false>(p, ep, sp, path, completion, stream);
+      case 128: return launch_d<128, false>(p, ep, sp, path, completion, stream);
+      default: return int(cudaErrorInvalidValue);
+    }
   }
+  if (kernel == kKernelWgmmaPingpong) {
+    switch (p.D) {
+      case 64: return launch_ulysses_attention_wgmma_d64(p, ep, sp, path, completion, stream);
+      case 128: return launch_ulysses_attention_wgmma_d128(p, ep, sp, path, completion, stream);
+      default: return int(cudaErrorInvalidValue);
+    }
+  }
+  return int(cudaErrorInvalidValue);
 }
 
 int launch_ulysses_wait(const UlyssesStoreParams& ep, int rank_first, int n_ranks, int block_m,

@@ -11,10 +11,20 @@ namespace xstage::attention {
 
 // Attention over the launch's ranks with the all-to-all in the epilogue.
 // completion: when each tile's flags are published (coupled: after its
-// stores are remotely visible).
+// stores are remotely visible). kernel: kKernelMmaSync or kKernelWgmmaPingpong
+// (attention_launch.hpp; both have BLOCK_M = 128); the wgmma kernel runs the
+// store paths vector16, bulk and paced (else cudaErrorNotSupported).
 int launch_ulysses_attention(const MainloopParams& p, const UlyssesStoreParams& ep,
-                             const OrderedSchedulerParams& sp, StorePath path, Completion completion,
+                             const OrderedSchedulerParams& sp, StorePath path, Completion completion, int kernel,
                              cudaStream_t stream);
+
+// The wgmma instantiations, one file per head dim (ulysses_launch_wgmma_d*.cu).
+int launch_ulysses_attention_wgmma_d64(const MainloopParams& p, const UlyssesStoreParams& ep,
+                                       const OrderedSchedulerParams& sp, StorePath path, Completion completion,
+                                       cudaStream_t stream);
+int launch_ulysses_attention_wgmma_d128(const MainloopParams& p, const UlyssesStoreParams& ep,
+                                        const OrderedSchedulerParams& sp, StorePath path, Completion completion,
+                                        cudaStream_t stream);
 
 // Waits (on the GPU, in stream order) for the flags of ranks
 // [rank_first, rank_first + n_ranks) to reach ep.epoch; traps with a message

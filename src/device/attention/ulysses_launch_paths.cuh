@@ -1,0 +1,68 @@
+#pragma once
+// The fused Ulysses attention's instantiations, for either attention kernel:
+// store path x completion -> one launch. Included by one .cu file per kernel
+// and head dim (ulysses_launch*.cu), so that no file compiles them all.
+#include "device/attention/epilogue_ulysses.cuh"
+#include "device/attention/epilogue_ulysses_paced.cuh"
+#include "device/attention/launch_attention.cuh"
+#include "device/attention/launch_attention_wgmma.cuh"
+#include "device/attention/tile_scheduler_ordered.cuh"
+#include "device/attention/ulysses_params.hpp"
+
+namespace xstage::attention::ulysses_launch_detail {
+
+// kWgmma: sm90_bf16_attention_fwd_wgmma (ping-pong, 128-key tiles, for every
+// head dim: the attention-only floor of the Ulysses runs uses the same one),
+// else sm90_bf16_attention_fwd (mma.sync).
+template <int D, bool kWgmma, class Epilogue>
+int launch_epilogue(const MainloopParams& p, const UlyssesStoreParams& ep, const OrderedSchedulerParams& sp,
+                    cudaStream_t stream) {
+  if constexpr (kWgmma)
+    return launch_attention_wgmma_kernel<D, Epilogue, OrderedTileScheduler, kWgmmaPingpong, 128>(p, ep, sp, stream);
+  else
+    return launch_attention_kernel<D, Epilogue, OrderedTileScheduler>(p, ep, sp, stream);
+}
+
+template <int D, bool kWgmma, StorePath kPath>
+int launch_path(const MainloopParams& p, const UlyssesStoreParams& ep, const OrderedSchedulerParams& sp,
+                Completion completion, cudaStream_t stream) {
+  switch (completion) {
+    case Completion::lagged:
+      return launch_epilogue<D, kWgmma, UlyssesStoreEpilogue<kPath, Completion::lagged>>(p, ep, sp, stream);
+    case Completion::eager:
+      return launch_epilogue<D, kWgmma, UlyssesStoreEpilogue<kPath, Completion::eager>>(p, ep, sp, stream);
+    case Completion::coupled:
+      return launch_epilogue<D, kWgmma, UlyssesStoreEpilogue<kPath, Completion::coupled>>(p, ep, sp, stream);
+    case Completion::at_exit:
+      return launch_epilogue<D, kWgmma, UlyssesStoreEpilogue<kPath, Completion::at_exit>>(p, ep, sp, stream);
+  }
+  return int(cudaErrorInvalidValue);
+}
+
+// The write-through and streaming variants of the 16-byte stores were an
+// experiment on the first kernel (docs/perf-log.md, f2); the wgmma kernel is
+// not instantiated with them (cudaErrorNotSupported).
+template <int D, bool kWgmma>
+int launch_d(const MainloopParams& p, const UlyssesStoreParams& ep, const OrderedSchedulerParams& sp,
+             StorePath path, Completion completion, cudaStream_t stream) {
+  switch (path) {
+    case StorePath::vector16: return launch_path<D, kWgmma, StorePath::vector16>(p, ep, sp, completion, stream);
+    case StorePath::vector16_wt:
+    case StorePath::vector16_cs:
+      if constexpr (kWgmma) {
+        return int(cudaErrorNotSupported);
+      } else {
+        return path == StorePath::vector16_wt
+                   ? launch_path<D, kWgmma, StorePath::vector16_wt>(p, ep, sp, completion, stream)
+                   : launch_path<D, kWgmma, StorePath::vector16_cs>(p, ep, sp, completion, stream);
+      }
+    case StorePath::bulk: return launch_path<D, kWgmma, StorePath::bulk>(p, ep, sp, completion, stream);
+    case StorePath::paced:
+      // Its own completion (lagged, once every slice is sent); `completion` must say lagged.
+      if (completion != Completion::lagged) return int(cudaErrorInvalidValue);
+      return launch_epilogue<D, kWgmma, UlyssesPacedEpilogue>(p, ep, sp, stream);
+  }
+  return int(cudaErrorInvalidValue);
+}
+
+}  // namespace xstage::attention::ulysses_launch_detail
