@@ -73,6 +73,24 @@ __device__ __forceinline__ uint16_t* row_address(const UlyssesStoreParams& p, co
   return base + ((int64_t(b) * t.S_d + t.local) * H_total + hg) * D;
 }
 
+// Consecutive rows from row0 (of one tile or one warp): the first `run` of
+// them go to row0's destination at base + r * pitch; the others (a run that
+// straddles a shard boundary) need row_address. One 64-bit division for the
+// run instead of one for every 16-byte chunk.
+struct RowRun {
+  uint16_t* base;
+  int64_t pitch;  // elements between consecutive rows of a destination shard
+  int run;
+  __device__ __forceinline__ bool covers(int r) const { return r < run; }
+};
+
+__device__ __forceinline__ RowRun row_run(const UlyssesStoreParams& p, const TileCoord& c, int64_t row0, int rows,
+                                          int D) {
+  const RowTarget t = row_target(p, row0);
+  const int64_t left = t.S_d - t.local;
+  return {row_address(p, c, row0, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
+}
+
 // A system-scope load: served by the memory that owns the address, not a cache.
 __device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const void* p) {
   uint32_t v;
@@ -94,8 +112,10 @@ struct UlyssesStoreEpilogue {
   __device__ __forceinline__ static void store_rows(const Params& p, const TileCoord& c, int row0, int S_q,
                                                     const uint16_t* srows, int lane) {
     if constexpr (kPath != StorePath::bulk) {
+      const ulysses_detail::RowRun rr = ulysses_detail::row_run(p, c, row0, 16, D);
       for_each_staged_chunk<D, SMEM_STRIDE>(srows, row0, S_q, lane, [&](int row, int col, uint4 v) {
-        uint16_t* dst = ulysses_detail::row_address(p, c, row, D) + col;
+        const int r = row - row0;
+        uint16_t* dst = (rr.covers(r) ? rr.base + r * rr.pitch : ulysses_detail::row_address(p, c, row, D)) + col;
         if constexpr (kPath == StorePath::vector16_wt)
           ptx::st_global_wt_v4_b32(dst, v);
         else if constexpr (kPath == StorePath::vector16_cs)

@@ -29,6 +29,13 @@ struct UlyssesPacedEpilogue {
     int rows = 0;  // rows of the tile (BLOCK_M, fewer at the end of the sequence)
     int sent = 0;  // rows sent so far
     bool valid = false;
+    // Where the rows go, worked out once a tile (a 64-bit division per 16-byte
+    // chunk, or per KV step, costs the wgmma kernel's consumers more than the
+    // stores themselves; docs/perf-log.md, f6).
+    ulysses_detail::RowRun dst{nullptr, 0, 0};
+    // Rows due by KV step j: ceil((j + 1) rows / n), kept as floor + remainder
+    // (no division per step).
+    int due_floor = 0, due_rem = 0, step_q = 0, step_r = 0;
   };
   static constexpr bool kBeforeStore = true;
   static constexpr bool kOwnStaging = true;
@@ -42,7 +49,16 @@ struct UlyssesPacedEpilogue {
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void mainloop_step(const Params& p, Pending& pend, const uint16_t* so, int j,
                                                        int n, int tid) {
-    if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, int((int64_t(j + 1) * pend.rows + n - 1) / n), tid);
+    if (!pend.valid || pend.sent == pend.rows) return;
+    if (j == 0) {  // once a tile: the per-step increment of rows*(j+1)/n
+      pend.step_q = pend.rows / n, pend.step_r = pend.rows % n;
+      pend.due_floor = 0, pend.due_rem = 0;
+    }
+    pend.due_floor += pend.step_q;
+    pend.due_rem += pend.step_r;
+    if (pend.due_rem >= n) pend.due_rem -= n, ++pend.due_floor;
+    const int due = pend.due_floor + (pend.due_rem > 0 ? 1 : 0);
+    send<D, SMEM_STRIDE, THREADS>(p, pend, so, due < pend.rows ? due : pend.rows, tid);
   }
 
   // Whatever is left of the pending tile. The kernel then synchronises its
@@ -66,6 +82,7 @@ struct UlyssesPacedEpilogue {
     pend.rows = int(m0 + block_m < p.S ? block_m : p.S - m0);
     pend.sent = 0;
     pend.valid = true;
+    pend.dst = ulysses_detail::row_run(p, c, m0, pend.rows, p.head_dim);
   }
 
   // After the last flush: the CTA's last tile.
@@ -84,7 +101,9 @@ struct UlyssesPacedEpilogue {
     for (int k = tid; k < chunks; k += THREADS) {
       const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
       const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
-      ptx::st_global_v4_b32(ulysses_detail::row_address(p, pend.c, int64_t(pend.m0) + r, D) + col, v);
+      uint16_t* row = pend.dst.covers(r) ? pend.dst.base + int64_t(r) * pend.dst.pitch
+                                         : ulysses_detail::row_address(p, pend.c, int64_t(pend.m0) + r, D);
+      ptx::st_global_v4_b32(row + col, v);
     }
     if (hi > lo) pend.sent = hi;
   }
