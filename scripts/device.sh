@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof
+#           usdpa kprof usan
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -128,9 +128,7 @@ if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and th
   tail -15 "$OUT/r/attn-bench.log" >"$OUT/r/attn-summary.txt"
 fi
 
-if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, sanitizers, torch SDPA on the full problem
-  gpu_tests u-tests 300 "Attention|Ulysses"
-  grep -E "tests passed|tests failed|Failed|PASSED|FAILED" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
+if [[ $stages == *ucheck* || $stages == *usan* ]]; then  # fused Ulysses attention: sanitizers, both kernels
   u_small="ulysses --ranks 4 --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --stores vector16,bulk,paced"
   for tool in memcheck racecheck synccheck; do
     timed "san-$tool-ulysses" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
@@ -138,6 +136,14 @@ if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, sanitizers
   done
   timed san-memcheck-ulysses128 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
     $X $u_small --head-dim 128 --placement device
+  timed san-memcheck-ulysses-mma 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+    $X $u_small --head-dim 128 --placement host --kernel mma
+  grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*ulysses*.log >"$OUT/r/u-san-summary.txt"
+fi
+
+if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, torch SDPA on the full problem, store paths
+  gpu_tests u-tests 300 "Attention|Ulysses"
+  grep -E "tests passed|tests failed|Failed|PASSED|FAILED" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
   timed u-sdpa 300 python3 bench/ulysses_vs_sdpa.py --xstage $X --out "$OUT/r/ulysses-vs-sdpa.json"
   tail -8 "$OUT/r/u-sdpa.log" >"$OUT/r/u-sdpa-summary.txt"
   timed u-quick 200 $X ulysses --seq 4096,16384 --placement host --flags lagged,eager,at-exit --check --check-rows 2 \
@@ -224,7 +230,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

@@ -86,6 +86,9 @@ struct RowRun {
 
 __device__ __forceinline__ RowRun row_run(const UlyssesStoreParams& p, const TileCoord& c, int64_t row0, int rows,
                                           int D) {
+  // A warp's rows may start past S (the sequence's last tile): no row of it
+  // is stored, and row0 / chunk would index past the P destinations.
+  if (row0 >= p.S) return {nullptr, 0, 0};
   const RowTarget t = row_target(p, row0);
   const int64_t left = t.S_d - t.local;
   return {row_address(p, c, row0, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
