@@ -38,7 +38,8 @@ def main():
     merged = {
         "tool": "xstage ulysses (merged by bench/plot_ulysses.py)",
         "sources": [{k: r[k] for k in ("device", "driver", "sm_clock_mhz", "date", "commit", "command", "world",
-                                        "profile", "timing", "concurrent_tiles", "block_m")} | {"file": p}
+                                        "profile", "timing", "concurrent_tiles", "block_m")}
+                    | {"kernel": r.get("kernel", "mma.sync"), "file": p}
                     for p, r in zip(a.reports, reports)],
         "rows": [{k: row[k] for k in KEEP} for r in reports for row in r["rows"]],
         "summary": [dict(s, placement=r["rows"][0]["placement"], backend=r["rows"][0]["backend"],
@@ -65,7 +66,9 @@ def main():
         ax.set_yscale("log")
         ax.set_xlabel("sequence length S (total)")
         ax.set_ylabel("time (ms)")
-        ax.set_title(f"{r['world']}\nP={row0['P']}, H={row0['H']}, D={row0['D']}, {r['device']}", fontsize=9)
+        kernel = r.get("kernel", "mma.sync")  # reports before the wgmma port name no kernel
+        ax.set_title(f"{r['world']}\nP={row0['P']}, H={row0['H']}, D={row0['D']}, {kernel} kernel, {r['device']}",
+                     fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both")
         ax = axes[1][col]
