@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan
+#           usdpa kprof usan d64
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -213,6 +213,23 @@ if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel 
   cat "$OUT/r/kprof-local.log" "$OUT/r/kprof-fused.log" >"$OUT/r/kprof.log"
 fi
 
+if [[ $stages == *d64* ]]; then  # head dim 64: the three-consumer-warpgroup kernels, tests, sanitizers, cuDNN
+  gpu_tests d64-tests 240 "AttentionFwd"
+  grep -E "tests passed|tests failed|Failed|PASSED|FAILED" "$OUT/r/d64-tests.log" | tail -6 >"$OUT/r/d64-tests-summary.txt"
+  for k in wgmma-m192 wgmma-m192-overlap; do
+    for tool in memcheck racecheck synccheck; do
+      timed "san-$tool-$k" 120 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+        $X attn --B 2 --S 77 --S-kv 130 --H 3 --D 64 --check --kernel $k
+    done
+    timed "san-memcheck-$k-persistent" 120 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+      $X attn --B 2 --S 333 --S-kv 200 --H 40 --D 64 --check --kernel $k
+  done
+  grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*m192*.log >"$OUT/r/d64-san-summary.txt"
+  timed d64-bench 240 python3 bench/attention_vs_sdpa.py --xstage $X --kernels auto,wgmma-m192,wgmma-m192-overlap \
+    --shapes s16k-d64 --out "$OUT/r/attention-d64.json"
+  grep -v "^check" "$OUT/r/d64-bench.log" | tail -12 >"$OUT/r/d64-bench-summary.txt"
+fi
+
 if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -230,7 +247,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

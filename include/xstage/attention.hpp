@@ -31,9 +31,12 @@ enum class AttentionKernel : int {
   wgmma_overlap = 3,    //   softmax of S_j while O += P_{j-1} V_{j-1} runs
   wgmma_pingpong = 4,   //   and the two consumer warpgroups take turns on the tensor cores
   wgmma_n192 = 5,       //   ping-pong with 192-key tiles (D = 64 only)
+  wgmma_m192 = 6,       //   three consumer warpgroups, 192 query rows a tile, ping-pong (D = 64 only)
+  wgmma_m192_overlap = 7,  //   the same without ping-pong (D = 64 only)
 };
 
-// "auto", "mma", "wgmma-basic", "wgmma-overlap", "wgmma-pingpong", "wgmma-n192"
+// "auto", "mma", "wgmma-basic", "wgmma-overlap", "wgmma-pingpong", "wgmma-n192",
+// "wgmma-m192", "wgmma-m192-overlap"
 // ("wgmma": wgmma-pingpong); throws xstage::Error for anything else.
 AttentionKernel parse_attention_kernel(const std::string& name);
 std::string to_string(AttentionKernel k);

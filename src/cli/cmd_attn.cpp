@@ -337,7 +337,7 @@ void add_attn_command(CLI::App& app) {
   sub->add_option("--o", a->o_path, "Write O as float32 .npy ([B, S, H, D])");
   sub->add_option("--kernel", a->kernel,
                   "auto, mma (FlashAttention-2 on mma.sync), wgmma (= wgmma-pingpong), wgmma-basic, wgmma-overlap, "
-                  "wgmma-n192 (D = 64)")
+                  "wgmma-n192, wgmma-m192, wgmma-m192-overlap (D = 64)")
       ->capture_default_str();
   add_output_flags(sub, a->out);
   sub->callback([a] { run_attn(*a); });

@@ -96,8 +96,10 @@ AttentionKernel parse_attention_kernel(const std::string& name) {
   if (name == "wgmma-overlap") return AttentionKernel::wgmma_overlap;
   if (name == "wgmma-pingpong" || name == "wgmma") return AttentionKernel::wgmma_pingpong;
   if (name == "wgmma-n192") return AttentionKernel::wgmma_n192;
+  if (name == "wgmma-m192") return AttentionKernel::wgmma_m192;
+  if (name == "wgmma-m192-overlap") return AttentionKernel::wgmma_m192_overlap;
   throw Error(fmt::format("attention kernel: expected auto, mma, wgmma, wgmma-basic, wgmma-overlap, "
-                          "wgmma-pingpong or wgmma-n192, got '{}'",
+                          "wgmma-pingpong, wgmma-n192, wgmma-m192 or wgmma-m192-overlap, got '{}'",
                           name));
 }
 
@@ -109,6 +111,8 @@ std::string to_string(AttentionKernel k) {
     case AttentionKernel::wgmma_overlap: return "wgmma-overlap";
     case AttentionKernel::wgmma_pingpong: return "wgmma-pingpong";
     case AttentionKernel::wgmma_n192: return "wgmma-n192";
+    case AttentionKernel::wgmma_m192: return "wgmma-m192";
+    case AttentionKernel::wgmma_m192_overlap: return "wgmma-m192-overlap";
   }
   return "unknown";
 }

@@ -153,9 +153,13 @@ std::vector<Case> cases() {
   std::vector<Case> v;
   for (AttentionKernel k : {AttentionKernel::automatic, AttentionKernel::mma_sync, AttentionKernel::wgmma_basic,
                             AttentionKernel::wgmma_overlap, AttentionKernel::wgmma_pingpong,
-                            AttentionKernel::wgmma_n192}) {
+                            AttentionKernel::wgmma_n192, AttentionKernel::wgmma_m192,
+                            AttentionKernel::wgmma_m192_overlap}) {
     for (int D : {64, 128}) {
-      if (k == AttentionKernel::wgmma_n192 && D != 64) continue;
+      if ((k == AttentionKernel::wgmma_n192 || k == AttentionKernel::wgmma_m192 ||
+           k == AttentionKernel::wgmma_m192_overlap) &&
+          D != 64)
+        continue;
       for (int S : {1, 7, 129, 333})
         for (int S_kv : {1, 65, 300}) v.push_back({1, 1, S, S_kv, D, false, NAN, k});
       v.push_back({2, 3, 129, 300, D, false, NAN, k});
@@ -164,6 +168,7 @@ std::vector<Case> cases() {
       v.push_back({1, 2, 200, 700, D, false, 0.3f, k});  // explicit scale, several KV tiles
       v.push_back({1, 1, 64, 64, D, true, NAN, k});       // exact tile multiples (mma.sync)
       v.push_back({1, 2, 256, 384, D, true, NAN, k});     // exact tile multiples (wgmma: 128 x 128, 128 x 192)
+      v.push_back({1, 2, 384, 256, D, false, NAN, k});    // exact tile multiples (wgmma: 192 x 128)
       v.push_back({1, 2, 130, 500, D, false, -0.2f, k});  // negative scale (max of -s), several KV tiles
       v.push_back({1, 2, 70, 300, D, false, 0.f, k});     // scale 0: uniform weights, masked last tile
       v.push_back({2, 40, 333, 200, D, false, NAN, k});   // 240 tiles: more than one per CTA (persistent grid)
@@ -181,7 +186,8 @@ TEST(AttentionFwdLarge, SeveralCtasAndLongKv) {
     run_case({1, 4, 1000, 2047, 128, false, NAN, k});
     run_case({2, 2, 777, 1500, 64, true, NAN, k});
   }
-  run_case({2, 2, 777, 1500, 64, true, NAN, AttentionKernel::wgmma_n192});
+  for (AttentionKernel k : {AttentionKernel::wgmma_n192, AttentionKernel::wgmma_m192, AttentionKernel::wgmma_m192_overlap})
+    run_case({2, 2, 777, 1500, 64, true, NAN, k});
 }
 
 TEST(AttentionFwdLarge, KernelNames) {
@@ -189,7 +195,8 @@ TEST(AttentionFwdLarge, KernelNames) {
   EXPECT_EQ(parse_attention_kernel("mma"), AttentionKernel::mma_sync);
   EXPECT_THROW(parse_attention_kernel("fast"), Error);
   for (AttentionKernel k : {AttentionKernel::mma_sync, AttentionKernel::wgmma_basic, AttentionKernel::wgmma_overlap,
-                            AttentionKernel::wgmma_pingpong, AttentionKernel::wgmma_n192})
+                            AttentionKernel::wgmma_pingpong, AttentionKernel::wgmma_n192, AttentionKernel::wgmma_m192,
+                            AttentionKernel::wgmma_m192_overlap})
     EXPECT_EQ(parse_attention_kernel(to_string(k)), k);
   // The defaults (no GPU needed): ping-pong wgmma, 192-key tiles at D=64.
   EXPECT_EQ(attention_default_kernel(128), AttentionKernel::wgmma_pingpong);
@@ -198,6 +205,8 @@ TEST(AttentionFwdLarge, KernelNames) {
   EXPECT_NE(attention_kernel_name(128).find("wgmma"), std::string::npos) << attention_kernel_name(128);
   EXPECT_NE(attention_kernel_name(128, AttentionKernel::mma_sync).find("mma.sync"), std::string::npos);
   EXPECT_NE(attention_kernel_name(128, AttentionKernel::wgmma_n192).find("none"), std::string::npos);
+  EXPECT_NE(attention_kernel_name(64, AttentionKernel::wgmma_m192).find("BLOCK_M=192"), std::string::npos);
+  EXPECT_NE(attention_kernel_name(128, AttentionKernel::wgmma_m192).find("none"), std::string::npos);
 }
 
 TEST(AttentionFwdLarge, RejectsBadArguments) {

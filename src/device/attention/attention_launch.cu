@@ -20,7 +20,7 @@ int launch_attention_fwd_local_kernel(const MainloopParams& p, const LocalStoreP
     }
   }
   if (kernel == kKernelWgmmaBasic || kernel == kKernelWgmmaOverlap || kernel == kKernelWgmmaPingpong ||
-      kernel == kKernelWgmmaPingpongN192) {
+      kernel == kKernelWgmmaPingpongN192 || kernel == kKernelWgmmaM192 || kernel == kKernelWgmmaM192Overlap) {
     switch (p.D) {
       case 64: return launch_attention_wgmma_local_d64(p, ep, kernel, stream);
       case 128: return launch_attention_wgmma_local_d128(p, ep, kernel, stream);
@@ -45,6 +45,8 @@ KernelShape attention_fwd_kernel_shape_of(int D, int kernel) {
   if (kernel == kKernelWgmmaBasic || kernel == kKernelWgmmaOverlap || kernel == kKernelWgmmaPingpong)
     return D == 64 ? shape(Sm90WgmmaAttnConfig<64>{}) : shape(Sm90WgmmaAttnConfig<128>{});
   if (kernel == kKernelWgmmaPingpongN192 && D == 64) return shape(Sm90WgmmaAttnConfig<64, 192>{});
+  if ((kernel == kKernelWgmmaM192 || kernel == kKernelWgmmaM192Overlap) && D == 64)
+    return shape(Sm90WgmmaAttnConfig<64, 128, 3>{});
   return {};
 }
 

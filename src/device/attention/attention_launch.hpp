@@ -17,6 +17,8 @@ enum KernelId : int {
   kKernelWgmmaOverlap = 3,    // ... softmax of S_j under the P_{j-1} V_{j-1} GEMM
   kKernelWgmmaPingpong = 4,   // ... and the two consumer warpgroups take turns
   kKernelWgmmaPingpongN192 = 5,  // ping-pong with 192-key tiles (D = 64 only)
+  kKernelWgmmaM192 = 6,          // three consumer warpgroups (192 query rows), ping-pong (D = 64 only)
+  kKernelWgmmaM192Overlap = 7,   // three consumer warpgroups, intra-warpgroup overlap only (D = 64 only)
 };
 
 // The kernel that kKernelAuto picks for head dim D.

@@ -18,6 +18,12 @@ int launch_attention_wgmma_local_d64(const MainloopParams& p, const LocalStorePa
     case kKernelWgmmaPingpongN192:
       return launch_attention_wgmma_kernel<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong, 192>(p, ep, {},
                                                                                                           stream);
+    case kKernelWgmmaM192:
+      return launch_attention_wgmma_kernel<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong, 128, 3>(
+          p, ep, {}, stream);
+    case kKernelWgmmaM192Overlap:
+      return launch_attention_wgmma_kernel<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaOverlap, 128, 3>(
+          p, ep, {}, stream);
     default: return int(cudaErrorInvalidValue);
   }
 }

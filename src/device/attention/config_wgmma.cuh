@@ -1,9 +1,11 @@
 #pragma once
 // Tile shapes and shared-memory map of the warp-specialised wgmma attention
 // forward kernel (sm90_attention_fwd_wgmma.cuh). One CTA = one tile = BLOCK_M
-// query rows of one (batch, head), 3 warpgroups:
+// query rows of one (batch, head), 1 + CONSUMER_WGS warpgroups:
 //   warpgroup 0: producer (one thread issues every TMA load; the others idle),
-//   warpgroups 1, 2: consumers, 64 query rows each (the wgmma M).
+//   warpgroups 1..CONSUMER_WGS: consumers, 64 query rows each (the wgmma M);
+//   2 by default, 3 (BLOCK_M = 192) for head dim 64, where a warpgroup's GEMMs
+//   are short next to its softmax and a third one keeps the tensor cores fed.
 // Tiles in shared memory are stored as D/64 column blocks of [rows][64] bf16
 // (128-byte rows, 128-byte swizzle), each block 1024-byte aligned: the layout
 // the TMA unit writes and wgmma reads without any conversion.
@@ -26,24 +28,27 @@ enum WgmmaSchedule : int { kWgmmaBasic = 0, kWgmmaOverlap = 1, kWgmmaPingpong = 
 template <int D>
 inline constexpr int kWgmmaDefaultBlockN = 128;
 
-template <int D_, int BLOCK_N_ = kWgmmaDefaultBlockN<D_>>
+template <int D_, int BLOCK_N_ = kWgmmaDefaultBlockN<D_>, int CONSUMER_WGS_ = 2>
 struct Sm90WgmmaAttnConfig {
   static_assert(D_ == 64 || D_ == 128, "sm90_bf16_attention_fwd_wgmma: head dim must be 64 or 128");
+  static_assert(CONSUMER_WGS_ == 2 || CONSUMER_WGS_ == 3, "sm90_bf16_attention_fwd_wgmma: 2 or 3 consumer warpgroups");
   static constexpr int D = D_;
-  static constexpr int CONSUMER_WGS = 2;
+  static constexpr int CONSUMER_WGS = CONSUMER_WGS_;
   static constexpr int CONSUMER_THREADS = CONSUMER_WGS * 128;
   static constexpr int CONSUMER_WARPS = CONSUMER_THREADS / 32;
-  static constexpr int THREADS = 128 + CONSUMER_THREADS;  // 384
-  static constexpr int BLOCK_M = 64 * CONSUMER_WGS;         // 128 query rows per CTA
+  static constexpr int THREADS = 128 + CONSUMER_THREADS;  // 384 or 512
+  static constexpr int BLOCK_M = 64 * CONSUMER_WGS;         // 128 or 192 query rows per CTA
   static constexpr int BLOCK_N = BLOCK_N_;                  // keys per mainloop step (the QK^T wgmma N)
   static constexpr int COL_BLOCKS = D / 64;                 // 128-byte column blocks of a row
   static constexpr int SMEM_STRIDE = D + 8;                 // elements per staged O row (16-byte aligned rows)
   static constexpr int MIN_BLOCKS = 1;
-  // Register split (setmaxnreg): 168 a thread at launch (65536 / 384, rounded
-  // down to 8); the producer gives (168 - 24) * 128 back, the consumers take
-  // exactly that: (240 - 168) * 256.
+  // Register split (setmaxnreg): LAUNCH_REGS a thread at launch (65536 /
+  // THREADS, rounded down to 8: 168 or 128); the producer gives
+  // (LAUNCH_REGS - 24) * 128 back and the consumers take at most that:
+  // 240 each for two consumer warpgroups, 160 for three.
+  static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
   static constexpr int PRODUCER_REGS = 24;
-  static constexpr int CONSUMER_REGS = 240;
+  static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
 
   static constexpr uint32_t Q_BYTES = uint32_t(BLOCK_M) * D * 2;
   static constexpr uint32_t KV_BYTES = uint32_t(BLOCK_N) * D * 2;  // one K or one V tile
@@ -67,7 +72,8 @@ struct Sm90WgmmaAttnConfig {
   static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
   static constexpr size_t SMEM_BYTES = size_t(OFF_BAR) + NUM_BARRIERS * 8 + 1024;  // + alignment slack
 
-  // Named barriers: 0 is __syncthreads; 1 the consumers' epilogue; 2, 3 the ping-pong turns.
+  // Named barriers: 0 is __syncthreads; 1 the consumers' epilogue; 2 + w the
+  // ping-pong turn of consumer warpgroup w (turns go round 0, 1, .., 0).
   static constexpr int BAR_EPILOGUE = 1;
   static constexpr int BAR_PINGPONG = 2;
 
@@ -77,8 +83,9 @@ struct Sm90WgmmaAttnConfig {
                 "BLOCK_N: ptx/wgmma.cuh instantiates N = 64, 128, 176, 192");
   static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert((SMEM_STRIDE * 2) % 16 == 0, "staged O rows must stay 16-byte aligned");
-  static_assert(CONSUMER_THREADS * (CONSUMER_REGS - 168) <= 128 * (168 - PRODUCER_REGS),
+  static_assert(CONSUMER_THREADS * (CONSUMER_REGS - LAUNCH_REGS) <= 128 * (LAUNCH_REGS - PRODUCER_REGS),
                 "the consumers cannot take more registers than the producer gives back");
+  static_assert(CONSUMER_REGS % 8 == 0 && CONSUMER_REGS <= 256, "setmaxnreg takes multiples of 8 up to 256");
   static_assert(SMEM_BYTES <= 227 * 1024, "tile does not fit in the 227 KiB of shared memory of an sm_90 CTA");
 };
 

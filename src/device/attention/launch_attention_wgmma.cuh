@@ -1,5 +1,5 @@
 #pragma once
-// One launch of sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N>:
+// One launch of sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N, CWGS>:
 // builds the TMA tensor maps of Q, K and V ([B, S, H, D] with the element
 // strides of MainloopParams, seen by the TMA unit as 4-D (D, S, H, B) boxes of
 // 64 x rows), sets the shared-memory limit and launches on `stream`. Same
@@ -25,9 +25,9 @@ inline int encode_bshd(CUtensorMap* map, const void* base, int D, int S, int H, 
 }
 }  // namespace wgmma_detail
 
-template <int D, int BLOCK_N = kWgmmaDefaultBlockN<D>>
+template <int D, int BLOCK_N = kWgmmaDefaultBlockN<D>, int CWGS = 2>
 int make_attention_tma_maps(const MainloopParams& p, AttnTmaMaps* tm) {
-  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N>;
+  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>;
   int e = wgmma_detail::encode_bshd(&tm->q, p.q, D, p.S_q, p.H, p.B, p.q_stride_s, p.q_stride_h, p.q_stride_b,
                                     Cfg::BLOCK_M);
   if (e == 0)
@@ -39,14 +39,15 @@ int make_attention_tma_maps(const MainloopParams& p, AttnTmaMaps* tm) {
   return e;
 }
 
-template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>>
+template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>,
+          int CWGS = 2>
 int launch_attention_wgmma_kernel(const MainloopParams& p, const typename Epilogue::Params& ep,
                                   const typename Scheduler::Params& sp, cudaStream_t stream) {
-  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N>;
+  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>;
   AttnTmaMaps tm;
-  int rc = make_attention_tma_maps<D, BLOCK_N>(p, &tm);
+  int rc = make_attention_tma_maps<D, BLOCK_N, CWGS>(p, &tm);
   if (rc != 0) return rc;
-  auto* fn = sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N>;
+  auto* fn = sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N, CWGS>;
   unsigned grid = 0;
   rc = attention_grid<Scheduler>(fn, Cfg::SMEM_BYTES, p, sp, Cfg::BLOCK_M, Cfg::MIN_BLOCKS, &grid);
   if (rc != 0) return rc;

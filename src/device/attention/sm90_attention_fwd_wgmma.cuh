@@ -146,11 +146,12 @@ __device__ __forceinline__ void pack_p(uint32_t (&pf)[BN / 16][4], const float (
 
 }  // namespace wgmma_detail
 
-template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>>
-__global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
+template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>,
+          int CWGS = 2>
+__global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS, 1)
     sm90_bf16_attention_fwd_wgmma(const MainloopParams p, const typename Epilogue::Params ep,
                                   const typename Scheduler::Params sp, const __grid_constant__ AttnTmaMaps tm) {
-  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N>;
+  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>;
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, ST = Cfg::SMEM_STRIDE, STAGES = Cfg::STAGES;
   constexpr int NCT = Cfg::CONSUMER_THREADS;
 
@@ -254,17 +255,21 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
   auto release = [&](uint64_t* bar) {  // one arrival per consumer warp
     if (lane == 0) ptx::mbar_arrive(bar);
   };
-  // Ping-pong turns: warpgroup w waits on barrier 2 + w, then lets the other go.
+  // Ping-pong turns: warpgroup w waits on barrier 2 + w (its 128 threads and
+  // the 128 of the warpgroup before it), then lets the next one go; turns go
+  // round 0, 1, .., CWGS - 1, 0, ...
+  constexpr int TURN_THREADS = 256;
+  const int next_wg = cwg + 1 == CWGS ? 0 : cwg + 1;
   auto turn_begin = [&]() {
-    if constexpr (PINGPONG) ptx::named_bar_sync(Cfg::BAR_PINGPONG + cwg, NCT);
+    if constexpr (PINGPONG) ptx::named_bar_sync(Cfg::BAR_PINGPONG + cwg, TURN_THREADS);
   };
   auto turn_end = [&](bool skip) {
     if constexpr (PINGPONG) {
-      if (!skip) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + (cwg ^ 1), NCT);
+      if (!skip) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + next_wg, TURN_THREADS);
     }
   };
-  if constexpr (PINGPONG) {
-    if (cwg == 1 && int64_t(blockIdx.x) < num_tiles) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, NCT);  // 0 first
+  if constexpr (PINGPONG) {  // the last warpgroup lets warpgroup 0 go first
+    if (cwg == CWGS - 1 && int64_t(blockIdx.x) < num_tiles) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, TURN_THREADS);
   }
 
   typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile
@@ -367,7 +372,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N>::THREADS, 1)
       ptx::wgmma_fence();
       issue_pv(pst);
       ptx::wgmma_commit_group();
-      turn_end(cwg == 1 && last_tile);  // nobody waits for warpgroup 1's very last turn
+      turn_end(cwg == CWGS - 1 && last_tile);  // nobody waits for the last warpgroup's very last turn
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
       release(v_empty + pst);
