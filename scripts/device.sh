@@ -124,7 +124,7 @@ if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and th
     timed "san-$tool-attn128" 120 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
       $X attn --B 1 --S 130 --S-kv 65 --H 2 --D 128 --check
   done
-  timed attn-bench 300 python3 bench/attention_vs_sdpa.py --xstage $X --out "$OUT/r/attention.json"
+  timed attn-bench 300 python3 bench/attention_vs_sdpa.py --xstage $X --kernels auto,mma --out "$OUT/r/attention.json"
   tail -15 "$OUT/r/attn-bench.log" >"$OUT/r/attn-summary.txt"
 fi
 

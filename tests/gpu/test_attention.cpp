@@ -198,10 +198,11 @@ TEST(AttentionFwdLarge, KernelNames) {
                             AttentionKernel::wgmma_pingpong, AttentionKernel::wgmma_n192, AttentionKernel::wgmma_m192,
                             AttentionKernel::wgmma_m192_overlap})
     EXPECT_EQ(parse_attention_kernel(to_string(k)), k);
-  // The defaults (no GPU needed): ping-pong wgmma, 192-key tiles at D=64.
+  // The defaults (no GPU needed): ping-pong wgmma at D=128, three consumer
+  // warpgroups (192 query rows) at D=64.
   EXPECT_EQ(attention_default_kernel(128), AttentionKernel::wgmma_pingpong);
-  EXPECT_EQ(attention_default_kernel(64), AttentionKernel::wgmma_n192);
-  EXPECT_NE(attention_kernel_name(64).find("BLOCK_N=192"), std::string::npos) << attention_kernel_name(64);
+  EXPECT_EQ(attention_default_kernel(64), AttentionKernel::wgmma_m192_overlap);
+  EXPECT_NE(attention_kernel_name(64).find("BLOCK_M=192"), std::string::npos) << attention_kernel_name(64);
   EXPECT_NE(attention_kernel_name(128).find("wgmma"), std::string::npos) << attention_kernel_name(128);
   EXPECT_NE(attention_kernel_name(128, AttentionKernel::mma_sync).find("mma.sync"), std::string::npos);
   EXPECT_NE(attention_kernel_name(128, AttentionKernel::wgmma_n192).find("none"), std::string::npos);

@@ -7,7 +7,9 @@ namespace xstage::attention {
 // The wgmma kernel with the ping-pong schedule since 2026-11-30 (128-key tiles
 // at D=128, 192-key tiles at D=64): correct on every test shape, 1.6-2.8x the
 // mma.sync kernel (docs/perf-log.md, "Attention forward, wgmma kernel").
-int attention_fwd_default_kernel(int D) { return D == 64 ? kKernelWgmmaPingpongN192 : kKernelWgmmaPingpong; }
+// D = 64: three consumer warpgroups without ping-pong, the fastest measured
+// (docs/perf-log.md, v4); D = 128: two with ping-pong.
+int attention_fwd_default_kernel(int D) { return D == 64 ? kKernelWgmmaM192Overlap : kKernelWgmmaPingpong; }
 
 int launch_attention_fwd_local_kernel(const MainloopParams& p, const LocalStoreParams& ep, int kernel,
                                       cudaStream_t stream) {
