@@ -70,17 +70,21 @@ def run_xstage(xstage, args, timeout):
 
 
 def git_commit():
-    """The commit of this tree: git, or the COMMIT file of an exported snapshot (scripts/snapshot.sh)."""
-    try:
-        c = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
-        if c:
-            return c
-    except Exception:
-        pass
+    """The commit of this tree: the COMMIT file of an exported snapshot (scripts/snapshot.sh), else git.
+
+    The file comes first: a snapshot sits inside another checkout on the device
+    machine, whose git HEAD is not the snapshot's commit."""
     try:
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "COMMIT")) as f:
-            return f.read().strip()
+            c = f.read().strip()
+            if c:
+                return c
     except OSError:
+        pass
+    try:
+        c = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+        return c or "unknown"
+    except Exception:
         return "unknown"
 
 
