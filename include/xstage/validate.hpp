@@ -27,10 +27,13 @@ struct HeldOutPoint {
 
 // The backpressure onset of one (K, V) series: where issue time stops falling
 // with the gap. Measured by fitting the hinge max(a, b - G) to that series
-// alone (G* = b - a); predicted by the profile.
+// alone (G* = b - a); predicted by fitting the same hinge to the profile's
+// prediction of the same samples (the windowed run means, at the same gaps),
+// so that what the estimator does to a run's transient and cold start cancels.
 struct OnsetCheck {
   double K = 0, V_bytes = 0;
   double measured_ns = 0, predicted_ns = 0, rel_err = 0;
+  double steady_ns = 0;  // the closed-form steady-state onset V/R - T0 (predict().onset_gap_ns)
 };
 
 struct Validation {
@@ -38,7 +41,8 @@ struct Validation {
   std::vector<HeldOutPoint> points;
   std::array<ErrorSummary, 3> errors{};  // in kAllModels order
   std::vector<OnsetCheck> onsets;
-  double onset_gap_err = 0;  // median |rel err| over the onsets
+  double onset_gap_err = 0;         // median |rel err| over the onsets (like with like, OnsetCheck)
+  double onset_gap_err_steady = 0;  // the same against the closed-form steady onset V/R - T0
 };
 
 // Samples whose set is "holdout" are validated; the rest are fitted
