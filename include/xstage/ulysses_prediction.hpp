@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "xstage/profile.hpp"
+#include "xstage/ulysses_layout.hpp"
 
 namespace xstage {
 
@@ -31,5 +32,12 @@ struct UlyssesPrediction {
 
 // Throws xstage::Error for a shape with no tiles, slots or time.
 UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& shape);
+
+// The kernel shape of one GPU of a Ulysses run, from the problem alone.
+// emulated: all P ranks run on the GPU and every destination is the
+// placement's memory (the whole payload goes through one stage); else one
+// rank a GPU (`rank`), and only the rows the other ranks own cross the link.
+UlyssesKernelShape ulysses_kernel_shape(const UlyssesShape& shape, bool emulated, int rank, int block_m,
+                                        int concurrent_tiles, double attention_only_us);
 
 }  // namespace xstage

@@ -17,6 +17,7 @@ void add_launch_command(CLI::App& app);
 void add_selftest_command(CLI::App& app);
 void add_attn_command(CLI::App& app);
 void add_ulysses_command(CLI::App& app);
+void add_ulysses_predict_command(CLI::App& app);
 
 // --json / --csv flags shared by every command that prints results.
 struct OutputFlags {

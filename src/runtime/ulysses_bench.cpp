@@ -181,17 +181,12 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
 
     // The model, from the attention-only time and the kernel's tile schedule.
     if (profile && sum.attention_only_us > 0) {
-      const auto& l = ua.layout();
-      UlyssesKernelShape ks;
-      ks.tiles = ua.tiles_per_gpu();
-      ks.concurrent_tiles = ua.concurrent_tiles_per_gpu();
-      ks.attention_only_us = sum.attention_only_us;
-      // Emulated: every destination is the placement's memory (one stage).
-      // One rank per GPU: only the rows other ranks own cross the link.
-      const int r = w.local_ranks().front();
-      ks.payload_bytes = w.backend() == Backend::emulated
-                             ? double(l.total_bytes())
-                             : double(l.head_shard_bytes()) * double(S - l.seq_rows(r)) / double(S);
+      const UlyssesKernelShape ks =
+          ulysses_kernel_shape(ua.layout().shape(), w.backend() == Backend::emulated, w.local_ranks().front(),
+                               ua.block_m(), ua.concurrent_tiles_per_gpu(), sum.attention_only_us);
+      if (ks.tiles != ua.tiles_per_gpu())
+        throw Error(fmt::format("ulysses: the prediction counts {} tiles, the kernel runs {}", ks.tiles,
+                                ua.tiles_per_gpu()));
       const UlyssesPrediction pr = predict_ulysses(*profile, ks);
       sum.predicted_fused_us = pr.fused_us;
       sum.predicted_sequential_us = pr.sequential_us;

@@ -48,4 +48,20 @@ UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelSha
   return out;
 }
 
+UlyssesKernelShape ulysses_kernel_shape(const UlyssesShape& shape, bool emulated, int rank, int block_m,
+                                        int concurrent_tiles, double attention_only_us) {
+  if (block_m < 1) throw Error(fmt::format("ulysses_kernel_shape: expected block_m >= 1, got {}", block_m));
+  const UlyssesLayout l(shape);
+  if (!emulated && (rank < 0 || rank >= shape.P))
+    throw Error(fmt::format("ulysses_kernel_shape: rank {} outside 0 .. {}", rank, shape.P - 1));
+  UlyssesKernelShape ks;
+  const int64_t m_blocks = (shape.S + block_m - 1) / block_m;
+  ks.tiles = (emulated ? int64_t(shape.P) : 1) * shape.B * l.heads_per_rank() * m_blocks;
+  ks.concurrent_tiles = concurrent_tiles;
+  ks.attention_only_us = attention_only_us;
+  ks.payload_bytes = emulated ? double(l.total_bytes())
+                              : double(l.head_shard_bytes()) * double(shape.S - l.seq_rows(rank)) / double(shape.S);
+  return ks;
+}
+
 }  // namespace xstage

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
 #include "device/attention/ulysses_params.hpp"
@@ -165,3 +168,41 @@ TEST(UlyssesCli, WithoutAGpuSaysSoOnOneLine) {
 }
 
 }  // namespace
+
+TEST(UlyssesKernelShape, CountsTilesAndPayloadAsTheKernelRunsThem) {
+  const UlyssesShape s{1, 1000, 8, 128, 4, 2};  // chunk 250: rank 0 owns rows 0..249
+  const auto em = ulysses_kernel_shape(s, true, 0, 128, 132, 10.0);
+  EXPECT_EQ(em.tiles, 4 * 1 * 2 * 8);  // 4 ranks x B x 2 heads x ceil(1000 / 128)
+  EXPECT_DOUBLE_EQ(em.payload_bytes, 1000.0 * 8 * 128 * 2);
+  const auto one = ulysses_kernel_shape(s, false, 0, 128, 132, 10.0);
+  EXPECT_EQ(one.tiles, 2 * 8);
+  EXPECT_DOUBLE_EQ(one.payload_bytes, 1000.0 * 2 * 128 * 2 * 750 / 1000);  // the rows ranks 1..3 own
+  EXPECT_THROW(ulysses_kernel_shape(s, false, 4, 128, 132, 10.0), Error);
+  EXPECT_THROW(ulysses_kernel_shape(s, true, 0, 0, 132, 10.0), Error);
+}
+
+TEST(UlyssesPredictCli, RepredictsARecordedReportWithAnyProfile) {
+  const std::string path = ::testing::TempDir() + "/ulysses_report.json";
+  std::ofstream(path) << R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie",
+    "rows": [{"P": 8, "B": 1, "H": 24, "D": 128, "backend": "emulated"}],
+    "summary": [{"S": 4096, "attention_only_us": 300.0, "fused_us": 550.0, "sequential_us": 800.0},
+                {"S": 8192, "attention_only_us": 0.0}]})";
+  const CliRun r = run_cli("ulysses-predict " + path + " --profile h200-host-pcie --profile h200-local --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["rows"].size(), 2u) << r.out;  // S = 8192 has no attention-only time: skipped
+  const auto& host = j["rows"][0];
+  const auto& local = j["rows"][1];
+  EXPECT_NEAR(host["residual"].get<double>(), 550.0 / 300.0 - 1, 1e-12);
+  // 25 MB through PCIe at ~51 GB/s takes ~0.5 ms: drain-bound, far above 0.3 ms of attention.
+  EXPECT_GT(host["predicted_fused_us"].get<double>(), 450.0);
+  // Through local memory at ~4 TB/s it hides.
+  EXPECT_LT(local["predicted_residual"].get<double>(), 0.1);
+  const CliRun bad = run_cli("ulysses-predict /nonexistent/report.json");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("/nonexistent/report.json: cannot open"), std::string::npos) << bad.out;
+  std::ofstream(path) << R"({"rows": [], "summary": []})";
+  const CliRun empty = run_cli("ulysses-predict " + path);
+  EXPECT_EQ(empty.rc, 2) << empty.out;
+  EXPECT_NE(empty.out.find("expected non-empty \"rows\""), std::string::npos) << empty.out;
+}
