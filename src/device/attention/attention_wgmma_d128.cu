@@ -20,13 +20,7 @@ int launch_attention_wgmma_local_d128(const MainloopParams& p, const LocalStoreP
 }
 
 int attention_wgmma_pingpong_ctas_per_sm_d128() {
-  using Cfg = Sm90WgmmaAttnConfig<128>;
-  auto* fn = sm90_bf16_attention_fwd_wgmma<128, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong>;
-  if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES)) != cudaSuccess)
-    return 0;
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, Cfg::THREADS, Cfg::SMEM_BYTES) != cudaSuccess) return 0;
-  return n;
+  return attention_wgmma_ctas_per_sm<128, LocalStoreEpilogue, LinearTileScheduler>();
 }
 
 }  // namespace xstage::attention

@@ -29,13 +29,7 @@ int launch_attention_wgmma_local_d64(const MainloopParams& p, const LocalStorePa
 }
 
 int attention_wgmma_pingpong_ctas_per_sm_d64() {
-  using Cfg = Sm90WgmmaAttnConfig<64>;
-  auto* fn = sm90_bf16_attention_fwd_wgmma<64, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong>;
-  if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES)) != cudaSuccess)
-    return 0;
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, Cfg::THREADS, Cfg::SMEM_BYTES) != cudaSuccess) return 0;
-  return n;
+  return attention_wgmma_ctas_per_sm<64, LocalStoreEpilogue, LinearTileScheduler>();
 }
 
 }  // namespace xstage::attention

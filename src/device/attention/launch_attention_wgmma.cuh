@@ -55,4 +55,18 @@ int launch_attention_wgmma_kernel(const MainloopParams& p, const typename Epilog
   return int(cudaGetLastError());
 }
 
+// CTAs of one instantiation resident on an SM (occupancy API, with its
+// shared memory allowed first; 0 on a CUDA error).
+template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>,
+          int CWGS = 2>
+int attention_wgmma_ctas_per_sm() {
+  using Cfg = Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>;
+  auto* fn = sm90_bf16_attention_fwd_wgmma<D, Epilogue, Scheduler, SCHEDULE, BLOCK_N, CWGS>;
+  if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES)) != cudaSuccess)
+    return 0;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, Cfg::THREADS, Cfg::SMEM_BYTES) != cudaSuccess) return 0;
+  return n;
+}
+
 }  // namespace xstage::attention
