@@ -162,10 +162,19 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       }
     }
     if (!o.dump_dir.empty() && S == o.seqs.front()) {
-      // The first store path, order and flag timing asked for: the dump
-      // checks the configuration the command was given.
+      // The first fused configuration the sweep runs (store paths, then flag
+      // timings, in the order given; the paced path only with lagged flags):
+      // the dump checks the configuration the command was given.
       UlyssesRun run{UlyssesVariant::fused};
       run.store = stores.front(), run.order = orders.front(), run.flags = flag_timings.front();
+      for (EpilogueStore st : stores)
+        if (st != EpilogueStore::paced ||
+            std::find(flag_timings.begin(), flag_timings.end(), FlagTiming::lagged) != flag_timings.end()) {
+          run.store = st;
+          run.flags = st == EpilogueStore::paced ? FlagTiming::lagged : flag_timings.front();
+          break;
+        }
+      if (run.store == EpilogueStore::paced) run.flags = FlagTiming::lagged;  // nothing else asked for fits
       run.timeout_s = o.timeout_s;
       ua.poison_outputs();
       ua.run(run);
