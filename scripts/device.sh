@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64
+#           usdpa kprof usan d64 upaired
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -164,6 +164,18 @@ if [[ $stages == *usweep* ]]; then  # the sequence sweep of the fused-attention 
   for pl in host device; do
     timed "u-sweep-$pl" 280 $X ulysses --sweep --placement $pl --variants attention-only,sequential,fused,coupled \
       --stores vector16,bulk,paced --orders linear,rotated -o "$OUT/r/ulysses-$pl.json"
+    tail -9 "$OUT/r/u-sweep-$pl.log" >"$OUT/r/u-sweep-$pl-summary.txt"
+  done
+fi
+
+if [[ $stages == *upaired* ]]; then  # the sweep timed in interleaved rounds, the GPU's clocks logged beside it
+  for pl in host device; do
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,nounits -lms 200 \
+      >"$OUT/r/clocks-$pl.csv" 2>&1 &
+    smi=$!
+    timed "u-sweep-$pl" 280 $X ulysses --sweep --placement $pl --variants attention-only,sequential,fused,coupled \
+      --stores vector16,bulk,paced --orders linear,rotated --max-seconds 3 -o "$OUT/r/ulysses-$pl.json"
+    kill $smi 2>/dev/null; wait $smi 2>/dev/null
     tail -9 "$OUT/r/u-sweep-$pl.log" >"$OUT/r/u-sweep-$pl-summary.txt"
   done
 fi

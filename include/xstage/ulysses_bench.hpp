@@ -3,6 +3,7 @@
 // variants (include/xstage/ulysses.hpp) on one world, each timed the
 // nccl-tests way (warm-up, CUDA events per iteration, the median), with the
 // Burst-Gap profile's prediction next to it (include/xstage/ulysses_prediction.hpp).
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,7 +38,8 @@ struct UlyssesBenchRow {
   std::string variant, placement, backend, store = "-", order = "-", flags = "-", a2a = "-";
   int P = 0;
   int64_t B = 0, S = 0, H = 0, D = 0;
-  double time_us = 0;
+  double time_us = 0;                    // median over the rounds
+  double time_min_us = 0, time_max_us = 0;  // the fastest and slowest round
   std::optional<double> predicted_time_us;
   int iters = 0;
   std::string check = "-";
@@ -49,10 +51,22 @@ struct UlyssesBenchSummary {  // one per S: the best of each variant
   std::string fused_config;  // "vector16/rotated/lagged"
   double predicted_fused_us = 0, predicted_sequential_us = 0;
   double rel_err = -1;  // sampled fp64 check; < 0: not checked
+  // Per round, the best fused (coupled) configuration's time over the
+  // attention-only time of the same round, minus 1: paired, so that what
+  // drifts between rounds cancels.
+  std::vector<double> residual_fused_rounds, residual_coupled_rounds;
   double speedup() const { return sequential_us / fused_us; }
-  double residual() const { return (fused_us - attention_only_us) / attention_only_us; }
-  double coupled_residual() const { return (coupled_us - attention_only_us) / attention_only_us; }
+  // The median paired residual where there are rounds, else from the medians.
+  double residual() const { return paired_or(residual_fused_rounds, fused_us); }
+  double coupled_residual() const { return paired_or(residual_coupled_rounds, coupled_us); }
   double predicted_residual() const { return (predicted_fused_us - attention_only_us) / attention_only_us; }
+
+ private:
+  double paired_or(std::vector<double> rounds, double us) const {
+    if (rounds.empty()) return (us - attention_only_us) / attention_only_us;
+    std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
+    return rounds[rounds.size() / 2];
+  }
 };
 
 struct UlyssesBenchReport {

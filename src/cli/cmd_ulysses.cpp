@@ -66,7 +66,8 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
   for (const auto& r : rep.rows) {
     nlohmann::json j{{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P},
                      {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", r.store}, {"order", r.order}, {"flags", r.flags},
-                     {"a2a", r.a2a}, {"time_us", r.time_us}, {"iters", r.iters}, {"check", r.check}};
+                     {"a2a", r.a2a}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
+                     {"time_max_us", r.time_max_us}, {"iters", r.iters}, {"check", r.check}};
     j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
     rows.push_back(j);
   }
@@ -77,6 +78,8 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
     if (s.fused_us > 0 && s.sequential_us > 0) j["speedup_fused_over_sequential"] = s.speedup();
     if (s.fused_us > 0 && s.attention_only_us > 0) j["residual_fused"] = s.residual();
     if (s.coupled_us > 0 && s.attention_only_us > 0) j["residual_coupled"] = s.coupled_residual();
+    if (!s.residual_fused_rounds.empty()) j["residual_fused_rounds"] = s.residual_fused_rounds;
+    if (!s.residual_coupled_rounds.empty()) j["residual_coupled_rounds"] = s.residual_coupled_rounds;
     if (s.predicted_fused_us > 0) {
       j["predicted_fused_us"] = s.predicted_fused_us;
       j["predicted_residual"] = s.predicted_residual();
@@ -97,8 +100,10 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"profile", rep.profile},
           {"block_m", rep.block_m},
           {"concurrent_tiles", rep.tiles_concurrent},
-          {"timing", fmt::format("median of up to {} iterations (fewer, at least 3, when a run is longer than {} s "
-                                 "/ iterations) after {} warm-up, CUDA events",
+          {"timing", fmt::format("interleaved: up to {} rounds (fewer, at least 3, when a round is longer than {} s "
+                                 "per configuration), each running every configuration once back to back, after "
+                                 "{} warm-up round(s); CUDA events; time_us is the median over rounds, residuals "
+                                 "the median of per-round ratios to attention-only",
                                  o.iters, o.max_seconds_per_point, o.warmup)},
           {"rows", rows},
           {"summary", summary}};

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "xstage/device.hpp"
@@ -41,6 +42,51 @@ inline double median_us(World& w, int warmup, int iters, Body&& body) {
   for (auto& e : ev) (void)cudaEventDestroy(e);
   std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
   return w.max_over_ranks(t[iters / 2]);
+}
+
+// Times several bodies interleaved: `rounds` rounds, each running every body
+// once (round r starts at body r mod n), back to back on the lead stream, one
+// event pair per run. Slow drifts of the GPU (clock and power settling under
+// a long load) then reach every body alike instead of the ones timed last.
+// Returns times[body][round] in microseconds, each the largest over ranks.
+inline std::vector<std::vector<double>> interleaved_us(World& w, int warmup, int rounds,
+                                                       const std::vector<std::function<void()>>& bodies) {
+  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
+  const size_t n = bodies.size();
+  std::vector<cudaEvent_t> ev(2 * n * size_t(rounds));
+  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
+  auto once = [&](size_t b) {
+    w.fork();
+    bodies[b]();
+    w.join();
+  };
+  for (int i = 0; i < warmup; ++i)
+    for (size_t b = 0; b < n; ++b) once(b);
+  w.barrier();
+  for (int r = 0; r < rounds; ++r)
+    for (size_t k = 0; k < n; ++k) {
+      const size_t b = (k + size_t(r)) % n;
+      XSTAGE_CUDA(cudaEventRecord(ev[2 * (b * size_t(rounds) + size_t(r))], w.lead_stream()));
+      once(b);
+      XSTAGE_CUDA(cudaEventRecord(ev[2 * (b * size_t(rounds) + size_t(r)) + 1], w.lead_stream()));
+    }
+  w.barrier();
+  std::vector<std::vector<double>> t(n, std::vector<double>(size_t(rounds)));
+  for (size_t b = 0; b < n; ++b)
+    for (int r = 0; r < rounds; ++r) {
+      const size_t i = 2 * (b * size_t(rounds) + size_t(r));
+      float ms = 0;
+      XSTAGE_CUDA(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+      t[b][size_t(r)] = w.max_over_ranks(ms * 1e3);
+    }
+  for (auto& e : ev) (void)cudaEventDestroy(e);
+  return t;
+}
+
+// The median of a sample (the upper one of an even count, as median_us).
+inline double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace xstage

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -97,32 +99,38 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       r.B = o.batch, r.S = S, r.H = o.heads, r.D = o.head_dim;
       return r;
     };
+    // Every configuration is checked and run once as it is registered, then
+    // all of them are timed together, interleaved (timing.hpp), so that the
+    // GPU's clock settling under load reaches every variant alike.
+    std::vector<UlyssesRun> runs;  // runs[i] is row first_row + i
+    std::vector<double> once_s;
+    const size_t first_row = rep.rows.size();
     auto measure = [&](const UlyssesRun& run, UlyssesBenchRow row) {
       if (o.check && run.variant != UlyssesVariant::attention_only) {
         const std::string bad = ua.check_against_local(run);
         if (!bad.empty()) throw Error(fmt::format("ulysses --check at S = {}: {}", S, bad));
         row.check = "ok";
       }
-      // One timed probe run decides how many iterations fit the time budget.
+      // One run on the host clock sizes the rounds to the time budget.
       const auto t0 = std::chrono::steady_clock::now();
       ua.run(run);
       // Every rank must run the same number of iterations (flag epochs and
       // NCCL collectives count them), so the slowest rank's time decides.
-      const double once_s =
-          w.max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      row.iters = std::clamp(int(o.max_seconds_per_point / std::max(once_s, 1e-6)), std::min(3, o.iters), o.iters);
-      row.time_us = median_us(w, o.warmup, row.iters, [&] { ua.enqueue(run); });
+      once_s.push_back(
+          w.max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      runs.push_back(run);
       rep.rows.push_back(row);
       return rep.rows.size() - 1;
     };
 
-    std::vector<size_t> fused_rows, seq_rows;
+    std::vector<size_t> fused_rows, seq_rows, coupled_rows;
+    std::optional<size_t> att_row;
     for (UlyssesVariant v : variants) {
       UlyssesRun run{v};
       run.timeout_s = o.timeout_s;
       if (v == UlyssesVariant::attention_only) {
         const size_t i = measure(run, base_row(v));
-        sum.attention_only_us = rep.rows[i].time_us;
+        att_row = i;
         if (o.check && o.check_rows > 0) {
           // The local results through the sequential path, sampled against fp64.
           UlyssesRun seq{UlyssesVariant::sequential};
@@ -153,13 +161,26 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
               row.store = to_string(s), row.order = to_string(ord);
               row.flags = v == UlyssesVariant::coupled ? "coupled" : to_string(ft);
               const size_t i = measure(run, row);
-              if (v == UlyssesVariant::fused) {
-                fused_rows.push_back(i);
-              } else if (sum.coupled_us == 0 || rep.rows[i].time_us < sum.coupled_us) {
-                sum.coupled_us = rep.rows[i].time_us;
-              }
+              (v == UlyssesVariant::fused ? fused_rows : coupled_rows).push_back(i);
             }
       }
+    }
+    // The rounds: as many as fit max_seconds per configuration (at least 3,
+    // at most iters), every configuration once per round.
+    double round_s = 0;
+    for (double x : once_s) round_s += x;
+    const int rounds =
+        std::clamp(int(o.max_seconds_per_point * double(runs.size()) / std::max(round_s, 1e-6)), std::min(3, o.iters),
+                   o.iters);
+    std::vector<std::function<void()>> bodies;
+    for (const UlyssesRun& run : runs) bodies.push_back([&ua, &run] { ua.enqueue(run); });
+    const auto times = interleaved_us(w, o.warmup, rounds, bodies);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      UlyssesBenchRow& row = rep.rows[first_row + i];
+      row.iters = rounds;
+      row.time_us = median_of(times[i]);
+      row.time_min_us = *std::min_element(times[i].begin(), times[i].end());
+      row.time_max_us = *std::max_element(times[i].begin(), times[i].end());
     }
     if (!o.dump_dir.empty() && S == o.seqs.front()) {
       // The first fused configuration the sweep runs (store paths, then flag
@@ -180,13 +201,31 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       ua.run(run);
       ua.dump_npy(o.dump_dir, o.seed);
     }
-    for (size_t i : seq_rows)
-      if (sum.sequential_us == 0 || rep.rows[i].time_us < sum.sequential_us) sum.sequential_us = rep.rows[i].time_us;
-    for (size_t i : fused_rows)
-      if (sum.fused_us == 0 || rep.rows[i].time_us < sum.fused_us) {
-        sum.fused_us = rep.rows[i].time_us;
-        sum.fused_config = rep.rows[i].store + "/" + rep.rows[i].order + "/" + rep.rows[i].flags;
-      }
+    auto best = [&](const std::vector<size_t>& rows) -> std::optional<size_t> {
+      std::optional<size_t> b;
+      for (size_t i : rows)
+        if (!b || rep.rows[i].time_us < rep.rows[*b].time_us) b = i;
+      return b;
+    };
+    // Per round, a variant against attention-only timed in the same round.
+    auto paired = [&](size_t row) {
+      std::vector<double> rel;
+      const auto& a = times[*att_row - first_row];
+      const auto& x = times[row - first_row];
+      for (size_t r = 0; r < a.size(); ++r) rel.push_back(x[r] / a[r] - 1.0);
+      return rel;
+    };
+    if (att_row) sum.attention_only_us = rep.rows[*att_row].time_us;
+    if (auto b = best(seq_rows)) sum.sequential_us = rep.rows[*b].time_us;
+    if (auto b = best(fused_rows)) {
+      sum.fused_us = rep.rows[*b].time_us;
+      sum.fused_config = rep.rows[*b].store + "/" + rep.rows[*b].order + "/" + rep.rows[*b].flags;
+      if (att_row) sum.residual_fused_rounds = paired(*b);
+    }
+    if (auto b = best(coupled_rows)) {
+      sum.coupled_us = rep.rows[*b].time_us;
+      if (att_row) sum.residual_coupled_rounds = paired(*b);
+    }
 
     // The model, from the attention-only time and the kernel's tile schedule.
     if (profile && sum.attention_only_us > 0) {

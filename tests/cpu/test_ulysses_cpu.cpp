@@ -14,6 +14,7 @@
 #include "xstage/error.hpp"
 #include "xstage/profile.hpp"
 #include "xstage/ulysses.hpp"
+#include "xstage/ulysses_bench.hpp"
 #include "xstage/ulysses_prediction.hpp"
 
 using namespace xstage;
@@ -179,6 +180,30 @@ TEST(UlyssesKernelShape, CountsTilesAndPayloadAsTheKernelRunsThem) {
   EXPECT_DOUBLE_EQ(one.payload_bytes, 1000.0 * 2 * 128 * 2 * 750 / 1000);  // the rows ranks 1..3 own
   EXPECT_THROW(ulysses_kernel_shape(s, false, 4, 128, 132, 10.0), Error);
   EXPECT_THROW(ulysses_kernel_shape(s, true, 0, 0, 132, 10.0), Error);
+}
+
+TEST(UlyssesBenchSummary, ResidualIsTheMedianPairedRatioWhereThereAreRounds) {
+  UlyssesBenchSummary s;
+  s.attention_only_us = 100, s.fused_us = 130, s.coupled_us = 150;
+  EXPECT_DOUBLE_EQ(s.residual(), 0.30);  // no rounds: from the medians
+  EXPECT_DOUBLE_EQ(s.coupled_residual(), 0.50);
+  // A GPU that slowed down in round 2 slowed both variants of that round: the
+  // paired ratios stay near 5% though the medians would say 30%.
+  s.residual_fused_rounds = {0.04, 0.05, 0.30};
+  s.residual_coupled_rounds = {0.09, 0.07, 0.08, 0.50};
+  EXPECT_DOUBLE_EQ(s.residual(), 0.05);
+  EXPECT_DOUBLE_EQ(s.coupled_residual(), 0.09);  // the upper median of an even count, as the times
+}
+
+TEST(UlyssesPredictCli, TakesTheReportsOwnPairedResidual) {
+  const std::string path = ::testing::TempDir() + "/ulysses_report_paired.json";
+  std::ofstream(path) << R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie",
+    "rows": [{"P": 8, "B": 1, "H": 24, "D": 128, "backend": "emulated"}],
+    "summary": [{"S": 4096, "attention_only_us": 300.0, "fused_us": 550.0, "residual_fused": 0.75}]})";
+  const CliRun r = run_cli("ulysses-predict " + path + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_DOUBLE_EQ(j["rows"][0]["residual"].get<double>(), 0.75) << r.out;
 }
 
 TEST(UlyssesPredictCli, RepredictsARecordedReportWithAnyProfile) {

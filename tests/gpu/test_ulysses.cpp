@@ -5,11 +5,14 @@
 // command end to end, including the .npy dump other frameworks check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
 
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
 #include "util/npy.hpp"
@@ -152,6 +155,26 @@ TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
       ++fused_ok;
     }
   EXPECT_EQ(fused_ok, 2 * 3 * 2) << r.out;  // 2 lengths x 3 stores (vector16, bulk, paced) x 2 orders
+}
+
+TEST(UlyssesCommand, TimesEveryConfigurationInEveryRoundAndPairsTheResiduals) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const CliRun r = run_cli("ulysses --ranks 2 --heads 2 --head-dim 64 --seq 700 --stores vector16 --orders rotated "
+                           "-n 4 --max-seconds 100 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  for (const auto& row : j["rows"]) {
+    EXPECT_EQ(row["iters"].get<int>(), 4) << row;
+    EXPECT_LE(row["time_min_us"].get<double>(), row["time_us"].get<double>()) << row;
+    EXPECT_LE(row["time_us"].get<double>(), row["time_max_us"].get<double>()) << row;
+  }
+  const auto& s = j["summary"][0];
+  ASSERT_EQ(s["residual_fused_rounds"].size(), 4u) << s;
+  ASSERT_EQ(s["residual_coupled_rounds"].size(), 4u) << s;
+  std::vector<double> v = s["residual_fused_rounds"].get<std::vector<double>>();
+  std::sort(v.begin(), v.end());
+  EXPECT_DOUBLE_EQ(s["residual_fused"].get<double>(), v[2]) << s;
+  for (double x : v) EXPECT_GT(x, -1.0) << s;  // a ratio of two positive times
 }
 
 TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {
