@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired
+#           usdpa kprof usan d64 upaired kcycles
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -223,6 +223,17 @@ if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel 
   timed kprof-local 200 ncu -k regex:LocalStoreEpilogue $ncu_args $X $u_prof --variants attention-only
   timed kprof-fused 200 ncu -k regex:UlyssesStoreEpilogue $ncu_args $X $u_prof --variants fused
   cat "$OUT/r/kprof-local.log" "$OUT/r/kprof-fused.log" >"$OUT/r/kprof.log"
+fi
+
+if [[ $stages == *kcycles* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
+  ncu_cyc="--clock-control none --cache-control none --csv --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,dram__bytes_read.sum,lts__t_sector_hit_rate.pct"
+  kc="ulysses --seq 4096,8192 --variants attention-only,fused,coupled --stores vector16,paced --orders rotated
+    --flags lagged,at-exit -n 3 -w 0 --max-seconds 0.001 --profile none"
+  timed kcyc-device 200 ncu $ncu_cyc $X $kc --placement device
+  timed kcyc-host 200 ncu $ncu_cyc $X ${kc/4096,8192/16384} --placement host
+  kf="ulysses --variants attention-only,fused --stores vector16,bulk,paced --orders rotated --flags lagged,at-exit,eager"
+  timed kflags-device 120 $X $kf --seq 4096,8192 --placement device -o "$OUT/r/kflags-device.json"
+  timed kflags-host 120 $X $kf --seq 8192,16384 --placement host -o "$OUT/r/kflags-host.json"
 fi
 
 if [[ $stages == *d64* ]]; then  # head dim 64: the three-consumer-warpgroup kernels, tests, sanitizers, cuDNN
