@@ -117,6 +117,10 @@ void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {
     throw Error(fmt::format("ulysses: B, H and S: expected >= 1, got B = {}, H = {}, S = {}", B, H, max_S));
   if (H % w.size() != 0)
     throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks (H % P must be 0)", H, w.size()));
+  // The kernels carry S as int, and the fused epilogues find a row's owner
+  // with 32-bit divisions (device/attention/epilogue_ulysses.cuh).
+  if (max_S > (int64_t(1) << 31) - 1)
+    throw Error(fmt::format("ulysses: S = {}: expected at most 2^31 - 1 tokens", max_S));
   const int64_t tiles = B * ((max_S + 127) / 128) * H;
   if (tiles > (int64_t(1) << 31) - 1)
     throw Error(fmt::format("ulysses: B * H * ceil(S / 128) = {} tiles: expected at most 2^31 - 1", tiles));

@@ -52,9 +52,23 @@ struct RowTarget {
   int d;          // destination rank
 };
 
+// The rank that owns a row. Rows, S and the chunk fit in 31 bits (the host
+// checks S, which the kernels carry as int): a 32-bit division is a few
+// instructions, the 64-bit one a long software routine on the epilogue's
+// critical path (docs/perf-log.md, f7).
+__device__ __forceinline__ int owner_of_row(const UlyssesStoreParams& p, int64_t row) {
+  return int(uint32_t(row) / uint32_t(p.chunk));
+}
+
+// The ranks a tile's rows [m0, min(m0 + rows, S)) go to (ulysses_tile_destinations, in 32 bits).
+__device__ __forceinline__ RankRange tile_owners(const UlyssesStoreParams& p, int64_t m0, int rows) {
+  const int64_t last_row = (m0 + rows < p.S ? m0 + rows : p.S) - 1;
+  return {owner_of_row(p, m0), owner_of_row(p, last_row)};
+}
+
 __device__ __forceinline__ RowTarget row_target(const UlyssesStoreParams& p, int64_t row) {
   RowTarget t;
-  t.d = int(row / p.chunk);
+  t.d = owner_of_row(p, row);
   const int64_t begin = int64_t(t.d) * p.chunk;
   t.local = row - begin;
   const int64_t end = begin + p.chunk < p.S ? begin + p.chunk : p.S;
@@ -171,7 +185,7 @@ struct UlyssesStoreEpilogue {
     if (tid != 0) return;
     const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
     pend.idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
-    const RankRange dst = ulysses_tile_destinations(m0, block_m, S_q, p.chunk);
+    const RankRange dst = ulysses_detail::tile_owners(p, m0, block_m);
     pend.d_first = dst.first;
     pend.d_last = dst.last;
     if constexpr (kCompletion == Completion::lagged || kCompletion == Completion::at_exit)
@@ -199,7 +213,7 @@ struct UlyssesStoreEpilogue {
       ptx::fence_acq_rel_sys();
       for (int64_t t = blockIdx.x; t < sched.num_tiles(); t += gridDim.x) {
         const TileCoord c = sched.tile(t);
-        const RankRange dst = ulysses_tile_destinations(int64_t(c.m_block) * block_m, block_m, S_q, p.chunk);
+        const RankRange dst = ulysses_detail::tile_owners(p, int64_t(c.m_block) * block_m, block_m);
         const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
         const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
         for (int d = dst.first; d <= dst.last; ++d)

@@ -1,7 +1,7 @@
 #pragma once
 // The fused Ulysses epilogue with paced sends: a tile's rows are staged in
 // shared memory of their own and sent in slices during the CTA's *next* tile's
-// mainloop, one slice per KV step, so that each SM adds its bytes to the
+// mainloop, at most one slice per KV step, so that each SM adds its bytes to the
 // X-Stage at a steady rate instead of a whole tile at once.
 //
 // Why (docs/perf-log.md, f3): on the H200's host path a tile's stores issued
@@ -39,6 +39,10 @@ struct UlyssesPacedEpilogue {
   };
   static constexpr bool kBeforeStore = true;
   static constexpr bool kOwnStaging = true;
+  // 8 rows of D = 128 are 2 KiB an SM, 264 KiB when 132 SMs send together:
+  // ~5 us of the host stage's drain, against the tens of microseconds (at
+  // 16k and beyond) between two sends of an SM. The average rate is unchanged.
+  static constexpr int kMinSliceRows = 8;
 
   // The kernel staged the rows in the epilogue's own buffer; they are sent later.
   template <int D, int SMEM_STRIDE>
@@ -58,7 +62,11 @@ struct UlyssesPacedEpilogue {
     pend.due_rem += pend.step_r;
     if (pend.due_rem >= n) pend.due_rem -= n, ++pend.due_floor;
     const int due = pend.due_floor + (pend.due_rem > 0 ? 1 : 0);
-    send<D, SMEM_STRIDE, THREADS>(p, pend, so, due < pend.rows ? due : pend.rows, tid);
+    const int hi = due < pend.rows ? due : pend.rows;
+    // Sends of at least kMinSliceRows rows (the rest at the last step): a
+    // KV step that sends cost the wgmma kernel ~0.3-0.5 us whether it sent one
+    // row or four (docs/perf-log.md, f7), so fewer, larger slices.
+    if (hi - pend.sent >= kMinSliceRows || hi == pend.rows) send<D, SMEM_STRIDE, THREADS>(p, pend, so, hi, tid);
   }
 
   // Whatever is left of the pending tile. The kernel then synchronises its
@@ -110,7 +118,7 @@ struct UlyssesPacedEpilogue {
 
   __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
     if (!pend.valid) return;
-    const RankRange dst = ulysses_tile_destinations(pend.m0, pend.rows, p.S, p.chunk);
+    const RankRange dst = ulysses_detail::tile_owners(p, pend.m0, pend.rows);
     const int src = p.rank_base + pend.c.b / p.batch, b = pend.c.b % p.batch;
     const int64_t idx = ulysses_flag_index(src, b, pend.c.h, pend.c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
     for (int d = dst.first; d <= dst.last; ++d)
