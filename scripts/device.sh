@@ -228,13 +228,14 @@ fi
 if [[ $stages == *kcycles* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
   gpu_tests kc-tests 200 "Ulysses"
   ncu_cyc="--clock-control none --cache-control none --csv --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,dram__bytes_read.sum,lts__t_sector_hit_rate.pct"
-  kc="ulysses --variants attention-only,fused --stores vector16,bulk,paced --orders rotated --flags lagged,at-exit
-    -n 3 -w 0 --max-seconds 0.001 --profile none"
+  kc="ulysses --variants attention-only,fused --stores vector16,paced --paced-rows 8,16,32 --orders rotated
+    --flags lagged,at-exit -n 3 -w 0 --max-seconds 0.001 --profile none"
   timed kcyc-device 200 ncu $ncu_cyc $X $kc --seq 4096,16384 --placement device
   timed kcyc-host 200 ncu $ncu_cyc $X $kc --seq 16384 --placement host
-  kf="ulysses --variants attention-only,fused --stores vector16,bulk,paced --orders rotated --flags lagged,at-exit"
-  timed kflags-device 120 $X $kf --seq 4096,8192,16384,65536 --placement device -o "$OUT/r/kflags-device.json"
-  timed kflags-host 120 $X $kf --seq 8192,16384,32768 --placement host -o "$OUT/r/kflags-host.json"
+  kf="ulysses --variants attention-only,fused --stores vector16,bulk,paced --paced-rows 8,16,32 --orders rotated
+    --flags lagged,at-exit"
+  timed kflags-device 150 $X $kf --seq 4096,8192,16384,65536 --placement device -o "$OUT/r/kflags-device.json"
+  timed kflags-host 150 $X $kf --seq 4096,8192,16384,32768,65536 --placement host -o "$OUT/r/kflags-host.json"
 fi
 
 if [[ $stages == *d64* ]]; then  # head dim 64: the three-consumer-warpgroup kernels, tests, sanitizers, cuDNN

@@ -66,8 +66,13 @@ struct UlyssesRun {
   TileOrder order = TileOrder::rotated;           // fused and coupled
   FlagTiming flags = FlagTiming::lagged;          // fused
   A2aVersion a2a = A2aVersion::copy_engine;       // sequential
+  int paced_rows = 0;  // paced: fewest rows a send carries (0: kDefaultPacedRows)
   double timeout_s = 60;                          // receivers' flag waits
 };
+
+// The paced path's default slice: 16 rows (4 KiB an SM at D = 128, one
+// 16-byte store per consumer thread), chosen by measurement (docs/perf-log.md, f8).
+inline constexpr int kDefaultPacedRows = 16;
 
 // Everything one world needs for Ulysses attention on shapes up to a maximum
 // sequence length: inputs, local outputs, the symmetric sequence-sharded

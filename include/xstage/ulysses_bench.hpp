@@ -23,6 +23,7 @@ struct UlyssesBenchOptions {
   std::vector<TileOrder> orders;         // fused; empty: both (coupled runs the rotated order)
   std::vector<FlagTiming> flags;         // fused; empty: lagged
   std::vector<A2aVersion> a2a;           // sequential; empty: every available one
+  std::vector<int> paced_rows;           // paced slices to run; empty: the default (kDefaultPacedRows)
   int iters = 10, warmup = 1;
   double max_seconds_per_point = 2.0;  // fewer iterations (at least 3) when one run is long
   bool check = false;
@@ -36,6 +37,7 @@ struct UlyssesBenchOptions {
 
 struct UlyssesBenchRow {
   std::string variant, placement, backend, store = "-", order = "-", flags = "-", a2a = "-";
+  int paced_rows = 0;  // paced: the fewest rows a send carries; 0 otherwise
   int P = 0;
   int64_t B = 0, S = 0, H = 0, D = 0;
   double time_us = 0;                    // median over the rounds

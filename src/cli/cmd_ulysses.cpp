@@ -24,6 +24,7 @@ struct UlyssesArgs {
   std::vector<int64_t> seqs;
   bool sweep = false, check = false;
   std::vector<std::string> variants, stores, orders, flags, a2a;
+  std::vector<int> paced_rows;
   double max_seconds = 2.0, timeout_s = 60;
   uint64_t seed = 1;
   OutputFlags out;
@@ -50,6 +51,7 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   for (const auto& t : a.orders) o.orders.push_back(parse_tile_order(t));
   for (const auto& f : a.flags) o.flags.push_back(parse_flag_timing(f));
   for (const auto& v : a.a2a) o.a2a.push_back(parse_a2a_version(v));
+  o.paced_rows = a.paced_rows;
   o.iters = a.iters, o.warmup = a.warmup, o.max_seconds_per_point = a.max_seconds;
   o.check = a.check, o.check_rows = a.check_rows, o.seed = a.seed, o.timeout_s = a.timeout_s;
   o.profile = a.profile;
@@ -66,7 +68,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
   for (const auto& r : rep.rows) {
     nlohmann::json j{{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P},
                      {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", r.store}, {"order", r.order}, {"flags", r.flags},
-                     {"a2a", r.a2a}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
+                     {"a2a", r.a2a}, {"paced_rows", r.paced_rows}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
                      {"time_max_us", r.time_max_us}, {"iters", r.iters}, {"check", r.check}};
     j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
     rows.push_back(j);
@@ -144,7 +146,8 @@ void run_ulysses(const UlyssesArgs& a) {
                            rep.device.driver, rep.world, rep.kernel, rep.profile);
   Table t({"S", "variant", "store", "order", "flags", "a2a", "time", "predicted", "iters", "check"});
   for (const auto& r : rep.rows)
-    t.add({std::to_string(r.S), r.variant, r.store, r.order, r.flags, r.a2a, format_ns(r.time_us * 1e3),
+    t.add({std::to_string(r.S), r.variant, r.paced_rows > 0 ? fmt::format("{}({})", r.store, r.paced_rows) : r.store,
+           r.order, r.flags, r.a2a, format_ns(r.time_us * 1e3),
            r.predicted_time_us ? format_ns(*r.predicted_time_us * 1e3) : "-", std::to_string(r.iters), r.check});
   std::cout << t.text() << "\n";
   Table s({"S", "attn-only", "sequential", "fused", "coupled", "speedup", "residual", "pred. residual",
@@ -186,6 +189,10 @@ void add_ulysses_command(CLI::App& app) {
   sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced (default vector16,bulk,paced)")->delimiter(',');
   sub->add_option("--orders", a->orders, "Fused tile orders: linear,rotated (default both)")->delimiter(',');
   sub->add_option("--flags", a->flags, "Fused flag timing: lagged,eager,at-exit (default lagged)")->delimiter(',');
+  sub->add_option("--paced-rows", a->paced_rows,
+                  fmt::format("Paced store path: the fewest rows a send carries, one run per value (default {})",
+                              kDefaultPacedRows))
+      ->delimiter(',');
   sub->add_option("--a2a", a->a2a, "Sequential all-to-all versions (default every available one)")->delimiter(',');
   sub->add_option("-n,--iters", a->iters, "Timed iterations per point (the median)")->capture_default_str();
   sub->add_option("-w,--warmup", a->warmup, "Untimed iterations first")->capture_default_str();

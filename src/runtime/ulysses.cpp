@@ -228,7 +228,7 @@ struct UlyssesAttention::Impl {
 
   void launch_fused(const Group& g, const UlyssesRun& run) {
     const auto p = mainloop(g);
-    const auto ep = store_params(g);
+    auto ep = store_params(g);
     attention::OrderedSchedulerParams sp;
     sp.order = g.order[run.order == TileOrder::linear ? 0 : 1];
     sp.batch = int(B), sp.rank_base = g.rank_base;
@@ -236,6 +236,10 @@ struct UlyssesAttention::Impl {
                                           attention::StorePath::vector16_cs, attention::StorePath::bulk,
                                           attention::StorePath::paced};
     const auto path = paths[static_cast<int>(run.store)];
+    if (run.paced_rows < 0)
+      throw Error(fmt::format("ulysses: paced rows: expected >= 0 (0: the default {}), got {}", kDefaultPacedRows,
+                              run.paced_rows));
+    ep.paced_min_rows = run.paced_rows > 0 ? run.paced_rows : kDefaultPacedRows;
     const attention::Completion timings[] = {attention::Completion::lagged, attention::Completion::eager,
                                              attention::Completion::at_exit};
     const auto completion = run.variant == UlyssesVariant::coupled ? attention::Completion::coupled

@@ -43,6 +43,8 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
     if (v == A2aVersion::nccl && o.world.backend != Backend::nccl)
       throw Error("--a2a nccl: NCCL's all-to-all needs --backend nccl");
   if (o.check_rows < 0) throw Error(fmt::format("--check-rows: expected >= 0, got {}", o.check_rows));
+  for (int r : o.paced_rows)
+    if (r < 1) throw Error(fmt::format("--paced-rows: expected rows >= 1, got {}", r));
   if (o.kernel != AttentionKernel::mma_sync && o.kernel != AttentionKernel::wgmma_pingpong)
     throw Error(fmt::format("--kernel {}: the fused attention runs on mma or wgmma", to_string(o.kernel)));
   if (o.kernel != AttentionKernel::mma_sync)
@@ -156,12 +158,18 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
             for (FlagTiming ft : (v == UlyssesVariant::coupled ? std::vector{FlagTiming::eager} : flag_timings)) {
               // The paced path has one flag timing (lagged) and no coupled form.
               if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || ft != FlagTiming::lagged)) continue;
-              run.store = s, run.order = ord, run.flags = ft;
-              auto row = base_row(v);
-              row.store = to_string(s), row.order = to_string(ord);
-              row.flags = v == UlyssesVariant::coupled ? "coupled" : to_string(ft);
-              const size_t i = measure(run, row);
-              (v == UlyssesVariant::fused ? fused_rows : coupled_rows).push_back(i);
+              const std::vector<int> slices =
+                  s != EpilogueStore::paced ? std::vector<int>{0}
+                  : o.paced_rows.empty()    ? std::vector<int>{kDefaultPacedRows}
+                                            : o.paced_rows;
+              for (int rows : slices) {
+                run.store = s, run.order = ord, run.flags = ft, run.paced_rows = rows;
+                auto row = base_row(v);
+                row.store = to_string(s), row.order = to_string(ord), row.paced_rows = rows;
+                row.flags = v == UlyssesVariant::coupled ? "coupled" : to_string(ft);
+                const size_t i = measure(run, row);
+                (v == UlyssesVariant::fused ? fused_rows : coupled_rows).push_back(i);
+              }
             }
       }
     }
@@ -197,6 +205,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
         }
       if (run.store == EpilogueStore::paced) run.flags = FlagTiming::lagged;  // nothing else asked for fits
       run.timeout_s = o.timeout_s;
+      if (!o.paced_rows.empty()) run.paced_rows = o.paced_rows.front();
       ua.poison_outputs();
       ua.run(run);
       ua.dump_npy(o.dump_dir, o.seed);
@@ -219,7 +228,9 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     if (auto b = best(seq_rows)) sum.sequential_us = rep.rows[*b].time_us;
     if (auto b = best(fused_rows)) {
       sum.fused_us = rep.rows[*b].time_us;
-      sum.fused_config = rep.rows[*b].store + "/" + rep.rows[*b].order + "/" + rep.rows[*b].flags;
+      const auto& r = rep.rows[*b];
+      sum.fused_config = r.store + (r.paced_rows > 0 ? fmt::format("({})", r.paced_rows) : "") + "/" + r.order + "/" +
+                         r.flags;
       if (att_row) sum.residual_fused_rounds = paired(*b);
     }
     if (auto b = best(coupled_rows)) {

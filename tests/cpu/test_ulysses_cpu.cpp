@@ -158,6 +158,7 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --ranks 0", "--ranks: expected a whole number >= 1, got 0");
   expect_error("ulysses --kernel wgmma-n192", "--kernel wgmma-n192: the fused attention runs on mma or wgmma");
   expect_error("ulysses --kernel tensor", "attention kernel: expected auto, mma, wgmma");
+  expect_error("ulysses --paced-rows 0", "--paced-rows: expected rows >= 1, got 0");
   expect_error("ulysses --stores vector16-wt", "--stores vector16-wt: runs on the mma kernel only (add --kernel mma)");
 }
 

@@ -105,6 +105,26 @@ TEST_P(UlyssesEmulated, EveryVariantEqualsTheLocalResultsPermuted) {
 
 INSTANTIATE_TEST_SUITE_P(AllCases, UlyssesEmulated, testing::ValuesIn(all_cases()), case_name);
 
+TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  // 24 KV steps a tile: slices of 1 row (a send most steps), 3, the default,
+  // 64, and more rows than a tile has (all of it at the flush).
+  auto world = World::create({Backend::emulated, 4, Placement::host, 0});
+  for (int D : {64, 128}) {
+    UlyssesAttention ua(*world, 1, 4, D, 3001);
+    ua.set_sequence(3001);
+    ua.fill_inputs(uint64_t(77 + D));
+    for (int rows : {1, 3, kDefaultPacedRows, 64, 1000}) {
+      UlyssesRun r{UlyssesVariant::fused};
+      r.store = EpilogueStore::paced, r.paced_rows = rows, r.timeout_s = 20;
+      EXPECT_EQ(ua.check_against_local(r), "") << "D " << D << " rows " << rows;
+    }
+    UlyssesRun bad{UlyssesVariant::fused};
+    bad.store = EpilogueStore::paced, bad.paced_rows = -1;
+    EXPECT_THROW(ua.run(bad), Error);
+  }
+}
+
 TEST(UlyssesEmulatedReuse, ManyRunsAndShorterSequencesOnTheSameBuffers) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   auto world = World::create({Backend::emulated, 4, Placement::host, 0});

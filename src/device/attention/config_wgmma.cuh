@@ -70,7 +70,10 @@ struct Sm90WgmmaAttnConfig {
   static constexpr uint32_t OFF_BAR = OFF_O + ((O_STAGE_BYTES + 127) / 128) * 128;
   // Barriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per stage.
   static constexpr int NUM_BARRIERS = 2 + 4 * STAGES;
-  static constexpr size_t SMEM_BYTES = size_t(OFF_BAR) + NUM_BARRIERS * 8 + 1024;  // + alignment slack
+  // The coordinates of the tile whose Q is loaded (the producer writes them
+  // before q_full; the consumers read them after waiting on it).
+  static constexpr uint32_t OFF_TILE = OFF_BAR + ((NUM_BARRIERS * 8 + 15) / 16) * 16;
+  static constexpr size_t SMEM_BYTES = size_t(OFF_TILE) + 16 + 1024;  // + alignment slack
 
   // Named barriers: 0 is __syncthreads; 1 the consumers' epilogue; 2 + w the
   // ping-pong turn of consumer warpgroup w (turns go round 0, 1, .., 0).

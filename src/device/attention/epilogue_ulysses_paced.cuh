@@ -39,10 +39,6 @@ struct UlyssesPacedEpilogue {
   };
   static constexpr bool kBeforeStore = true;
   static constexpr bool kOwnStaging = true;
-  // 8 rows of D = 128 are 2 KiB an SM, 264 KiB when 132 SMs send together:
-  // ~5 us of the host stage's drain, against the tens of microseconds (at
-  // 16k and beyond) between two sends of an SM. The average rate is unchanged.
-  static constexpr int kMinSliceRows = 8;
 
   // The kernel staged the rows in the epilogue's own buffer; they are sent later.
   template <int D, int SMEM_STRIDE>
@@ -63,10 +59,10 @@ struct UlyssesPacedEpilogue {
     if (pend.due_rem >= n) pend.due_rem -= n, ++pend.due_floor;
     const int due = pend.due_floor + (pend.due_rem > 0 ? 1 : 0);
     const int hi = due < pend.rows ? due : pend.rows;
-    // Sends of at least kMinSliceRows rows (the rest at the last step): a
+    // Sends of at least p.paced_min_rows rows (the rest at the last step): a
     // KV step that sends cost the wgmma kernel ~0.3-0.5 us whether it sent one
     // row or four (docs/perf-log.md, f7), so fewer, larger slices.
-    if (hi - pend.sent >= kMinSliceRows || hi == pend.rows) send<D, SMEM_STRIDE, THREADS>(p, pend, so, hi, tid);
+    if (hi - pend.sent >= p.paced_min_rows || hi == pend.rows) send<D, SMEM_STRIDE, THREADS>(p, pend, so, hi, tid);
   }
 
   // Whatever is left of the pending tile. The kernel then synchronises its

@@ -165,6 +165,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   uint64_t* v_full = bars + 2 + STAGES;
   uint64_t* k_empty = bars + 2 + 2 * STAGES;
   uint64_t* v_empty = bars + 2 + 3 * STAGES;
+  TileCoord* tile_slot = reinterpret_cast<TileCoord*>(smem + Cfg::OFF_TILE);
+  static_assert(sizeof(TileCoord) <= 16, "the tile slot holds 16 bytes");
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -195,6 +197,11 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
         const TileCoord c = sched.tile(t);
         ptx::mbar_wait(q_empty, (tc & 1) ^ 1);  // both consumer warpgroups are done with the last Q
+        // The tile's coordinates for the consumers, published by the arrive
+        // (release at CTA scope) that their wait on q_full acquires: they
+        // need not repeat the scheduler's divisions and table loads on the
+        // path between two tiles.
+        *tile_slot = c;
         ptx::mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
 #pragma unroll
         for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
@@ -276,8 +283,6 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
   uint32_t it = 0, tc = 0;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
-    const TileCoord c = sched.tile(t);
-    const int m0 = c.m_block * BM;
     const bool last_tile = t + gridDim.x >= num_tiles;
 #pragma unroll
     for (int db = 0; db < D / 8; ++db) o[db][0] = o[db][1] = o[db][2] = o[db][3] = 0.f;
@@ -285,6 +290,10 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     sm.init();
     float corr[2];
     ptx::mbar_wait(q_full, tc & 1);
+    // The producer wrote it before the arrive this wait saw; it writes the
+    // next one only after every consumer warp has released this Q (q_empty).
+    const TileCoord c = *tile_slot;
+    const int m0 = c.m_block * BM;
 
     auto softmax = [&](int j) {
       const int cols_valid = p.S_kv - j * BN;

@@ -34,6 +34,7 @@ struct UlyssesStoreParams {
   int64_t chunk = 0;       // ceil(S / P)
   int m_blocks = 0;        // ceil(S / BLOCK_M): flag index stride
   uint64_t epoch = 0;      // value the flags of this run are set to (runs count up)
+  int paced_min_rows = 8;  // paced: a send waits until this many rows are due (the last one excepted)
 };
 
 // Flag of (source rank, b, local head h, m-block) in every destination's flag
