@@ -215,14 +215,15 @@ if [[ $stages == *usdpa* ]]; then  # fused Ulysses against torch SDPA: emulated 
   fi
 fi
 
-if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel against the fused one, same shape
-  ncu_args="--kernel-name-base demangled -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis
-    --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section WarpStateStats
-    --section SchedulerStats --metrics sm__inst_executed.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum"
-  u_prof="ulysses --placement device --seq 16384 --stores bulk --orders linear -n 1 -w 0 --profile none"
+if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel against the fused ones, same shape
+  ncu_args="--clock-control none --kernel-name-base demangled -c 1 --section SpeedOfLight --section WarpStateStats
+    --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis --section LaunchStats
+    --metrics sm__inst_executed.sum,sm__cycles_elapsed.max,lts__t_sector_hit_rate.pct,dram__bytes_read.sum"
+  u_prof="ulysses --placement device --seq 16384 --orders rotated -n 1 -w 0 --max-seconds 0.001 --profile none"
   timed kprof-local 200 ncu -k regex:LocalStoreEpilogue $ncu_args $X $u_prof --variants attention-only
-  timed kprof-fused 200 ncu -k regex:UlyssesStoreEpilogue $ncu_args $X $u_prof --variants fused
-  cat "$OUT/r/kprof-local.log" "$OUT/r/kprof-fused.log" >"$OUT/r/kprof.log"
+  timed kprof-paced 200 ncu -k regex:UlyssesPacedEpilogue $ncu_args $X $u_prof --variants fused --stores paced
+  timed kprof-vec 200 ncu -k regex:UlyssesStoreEpilogue $ncu_args $X $u_prof --variants fused --stores vector16 --flags at-exit
+  cat "$OUT/r/kprof-local.log" "$OUT/r/kprof-paced.log" "$OUT/r/kprof-vec.log" >"$OUT/r/kprof.log"
 fi
 
 if [[ $stages == *kcycles* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
