@@ -82,11 +82,9 @@ struct LocalStoreEpilogue {
   __device__ __forceinline__ static void before_store(const Params&, Pending&, int /*tid*/) {}
   __device__ __forceinline__ static void tile_done(const Params&, const TileCoord&, int /*m0*/, int /*block_m*/,
                                                    int /*S_q*/, int /*tid*/, Pending&) {}
-  template <class Scheduler>
+  template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params&, Pending&, const Scheduler&, int /*block_m*/,
                                                 int /*S_q*/, int /*tid*/) {}
-  // The earlier form (no scheduler), still used by the wgmma kernel.
-  __device__ __forceinline__ static void finish(const Params&, Pending&, int /*tid*/) {}
 };
 
 }  // namespace xstage::attention

@@ -115,10 +115,6 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ void st_relaxed_sys_u64(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 }  // namespace ulysses_detail
 
 template <StorePath kPath, Completion kCompletion>
@@ -203,24 +199,26 @@ struct UlyssesStoreEpilogue {
   }
 
   // Lagged: the CTA's last tile; its release fence waits for its drain, off
-  // every other tile's path. At exit: one fence, then every tile of the CTA
-  // (the scheduler walked again) with relaxed stores ordered by that fence.
-  template <class Scheduler>
+  // every other tile's path. At exit: every tile of the CTA (the scheduler
+  // walked again), the k-th by epilogue thread k % THREADS, all at once: a
+  // release store is a fence of its own thread, cumulative over the barrier
+  // every thread passed after its stores. (One thread walking all of them
+  // cost a dependent table load and flag store per tile at the kernel's very
+  // end: ~1.7% of the kernel at S = 4096; docs/perf-log.md, f8.)
+  template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
-                                                int S_q, int tid) {
-    if (tid != 0) return;
+                                                int, int tid) {
     if constexpr (kCompletion == Completion::at_exit) {
-      ptx::fence_acq_rel_sys();
-      for (int64_t t = blockIdx.x; t < sched.num_tiles(); t += gridDim.x) {
+      const int64_t step = int64_t(THREADS) * gridDim.x;
+      for (int64_t t = blockIdx.x + int64_t(tid) * gridDim.x; t < sched.num_tiles(); t += step) {
         const TileCoord c = sched.tile(t);
         const RankRange dst = ulysses_detail::tile_owners(p, int64_t(c.m_block) * block_m, block_m);
         const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
         const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
-        for (int d = dst.first; d <= dst.last; ++d)
-          ulysses_detail::st_relaxed_sys_u64(p.flags[d] + idx, p.epoch);
+        for (int d = dst.first; d <= dst.last; ++d) ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
       }
     } else {
-      publish(p, pend);
+      if (tid == 0) publish(p, pend);
     }
   }
 

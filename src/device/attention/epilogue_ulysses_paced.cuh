@@ -7,8 +7,9 @@
 // Why (docs/perf-log.md, f3): on the H200's host path a tile's stores issued
 // at once did not overlap the next tile's mainloop, whatever the flag timing
 // (eager, lagged, at exit): the fused kernel ran as slow as attention followed
-// by the all-to-all. Slices of about BLOCK_M / n_kv rows per KV step keep what
-// each SM has queued small.
+// by the all-to-all. Slices of at least paced_min_rows rows (16 by default:
+// 4 KiB an SM at D = 128), evenly spaced over the KV steps, keep what each SM
+// has queued small.
 //
 // Completion is lagged: once all slices of a tile are sent and the CTA has
 // passed a barrier (after the next tile's mainloop), thread 0 sets its flags
@@ -33,9 +34,11 @@ struct UlyssesPacedEpilogue {
     // chunk, or per KV step, costs the wgmma kernel's consumers more than the
     // stores themselves; docs/perf-log.md, f6).
     ulysses_detail::RowRun dst{nullptr, 0, 0};
-    // Rows due by KV step j: ceil((j + 1) rows / n), kept as floor + remainder
-    // (no division per step).
-    int due_floor = 0, due_rem = 0, step_q = 0, step_r = 0;
+    // The plan, made at the next tile's KV step 0: `slice` rows every
+    // `interval` steps, the next send at step `next_step` (-1: none due).
+    // A step that sends nothing costs one comparison.
+    int next_step = -1, interval = 1, slice = 0;
+    bool planned = false;
   };
   static constexpr bool kBeforeStore = true;
   static constexpr bool kOwnStaging = true;
@@ -45,24 +48,28 @@ struct UlyssesPacedEpilogue {
   __device__ __forceinline__ static void store_rows(const Params&, const TileCoord&, int, int, const uint16_t*, int) {}
   __device__ __forceinline__ static void store_lse(const Params&, const TileCoord&, int, int, int, float) {}
 
-  // KV step j of n of the next tile: rows up to ceil((j + 1) rows / n).
+  // KV step j of n of the next tile. At step 0 the plan: m = min(n,
+  // ceil(rows / paced_min_rows)) sends of ceil(rows / m) rows, n / m steps
+  // apart, the last at step m (n / m) - 1 <= n - 1. Sends of at least
+  // paced_min_rows rows, because the per-step bookkeeping of the first
+  // version (rows due at every step) cost the wgmma kernel ~40 instructions a
+  // warp a step, 4-5% of it (docs/perf-log.md, f8).
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void mainloop_step(const Params& p, Pending& pend, const uint16_t* so, int j,
                                                        int n, int tid) {
-    if (!pend.valid || pend.sent == pend.rows) return;
-    if (j == 0) {  // once a tile: the per-step increment of rows*(j+1)/n
-      pend.step_q = pend.rows / n, pend.step_r = pend.rows % n;
-      pend.due_floor = 0, pend.due_rem = 0;
+    if (j != pend.next_step) return;
+    if (!pend.planned) {  // j == 0: tile_done set next_step to 0
+      const int most = (pend.rows + p.paced_min_rows - 1) / p.paced_min_rows;
+      const int m = most < n ? most : n;
+      pend.interval = n / m;
+      pend.slice = (pend.rows + m - 1) / m;
+      pend.planned = true;
+      pend.next_step = pend.interval - 1;
+      if (pend.next_step != 0) return;
     }
-    pend.due_floor += pend.step_q;
-    pend.due_rem += pend.step_r;
-    if (pend.due_rem >= n) pend.due_rem -= n, ++pend.due_floor;
-    const int due = pend.due_floor + (pend.due_rem > 0 ? 1 : 0);
-    const int hi = due < pend.rows ? due : pend.rows;
-    // Sends of at least p.paced_min_rows rows (the rest at the last step): a
-    // KV step that sends cost the wgmma kernel ~0.3-0.5 us whether it sent one
-    // row or four (docs/perf-log.md, f7), so fewer, larger slices.
-    if (hi - pend.sent >= p.paced_min_rows || hi == pend.rows) send<D, SMEM_STRIDE, THREADS>(p, pend, so, hi, tid);
+    const int hi = pend.rows - pend.sent > pend.slice ? pend.sent + pend.slice : pend.rows;
+    send<D, SMEM_STRIDE, THREADS>(p, pend, so, hi, tid);
+    pend.next_step = hi < pend.rows ? pend.next_step + pend.interval : -1;
   }
 
   // Whatever is left of the pending tile. The kernel then synchronises its
@@ -72,6 +79,7 @@ struct UlyssesPacedEpilogue {
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void flush(const Params& p, Pending& pend, const uint16_t* so, int tid) {
     if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, pend.rows, tid);
+    pend.next_step = -1;
   }
 
   // After flush: the pending tile's flags.
@@ -86,11 +94,13 @@ struct UlyssesPacedEpilogue {
     pend.rows = int(m0 + block_m < p.S ? block_m : p.S - m0);
     pend.sent = 0;
     pend.valid = true;
+    pend.planned = false;
+    pend.next_step = 0;  // planned at the next tile's first KV step
     pend.dst = ulysses_detail::row_run(p, c, m0, pend.rows, p.head_dim);
   }
 
   // After the last flush: the CTA's last tile.
-  template <class Scheduler>
+  template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler&, int, int,
                                                 int tid) {
     if (tid == 0) publish(p, pend);

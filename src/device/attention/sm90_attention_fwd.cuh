@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
     Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
     __syncthreads();
   }
-  Epilogue::finish(ep, pending, sched, BM, p.S_q, tid);
+  Epilogue::template finish<THREADS>(ep, pending, sched, BM, p.S_q, tid);
 }
 
 // Dynamic shared memory of sm90_bf16_attention_fwd<D, Epilogue, ...>.

@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     Epilogue::template flush<D, ST, NCT>(ep, pending, so, ctid);
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);
   }
-  Epilogue::finish(ep, pending, sched, BM, p.S_q, ctid);
+  Epilogue::template finish<NCT>(ep, pending, sched, BM, p.S_q, ctid);
 }
 
 }  // namespace xstage::attention
