@@ -129,7 +129,8 @@ if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and th
 fi
 
 if [[ $stages == *ucheck* || $stages == *usan* ]]; then  # fused Ulysses attention: sanitizers, both kernels
-  u_small="ulysses --ranks 4 --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --stores vector16,bulk,paced"
+  u_small="ulysses --ranks 4 --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --stores vector16,bulk,paced
+    --flags lagged,at-exit --paced-rows 1,16"
   for tool in memcheck racecheck synccheck; do
     timed "san-$tool-ulysses" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
       $X $u_small --head-dim 64 --placement host
@@ -229,11 +230,11 @@ fi
 if [[ $stages == *kcycles* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
   gpu_tests kc-tests 200 "Ulysses"
   ncu_cyc="--clock-control none --cache-control none --csv --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,dram__bytes_read.sum,lts__t_sector_hit_rate.pct"
-  kc="ulysses --variants attention-only,fused --stores vector16,paced --paced-rows 8,16,32 --orders rotated
+  kc="ulysses --variants attention-only,fused --stores vector16,paced --paced-rows 16 --orders rotated
     --flags lagged,at-exit -n 3 -w 0 --max-seconds 0.001 --profile none"
   timed kcyc-device 200 ncu $ncu_cyc $X $kc --seq 4096,16384 --placement device
   timed kcyc-host 200 ncu $ncu_cyc $X $kc --seq 16384 --placement host
-  kf="ulysses --variants attention-only,fused --stores vector16,bulk,paced --paced-rows 8,16,32 --orders rotated
+  kf="ulysses --variants attention-only,fused --stores vector16,bulk,paced --paced-rows 8,16 --orders rotated
     --flags lagged,at-exit"
   timed kflags-device 150 $X $kf --seq 4096,8192,16384,65536 --placement device -o "$OUT/r/kflags-device.json"
   timed kflags-host 150 $X $kf --seq 4096,8192,16384,32768,65536 --placement host -o "$OUT/r/kflags-host.json"

@@ -135,6 +135,7 @@ struct UlyssesAttention::Impl {
     Stream stream = nullptr;
     uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // the first rank's shard
     int* order[2] = {nullptr, nullptr};                               // [TileOrder]: P * max_m_blocks
+    unsigned int* ctas_done = nullptr;  // the fused kernel's count of finished CTAs (its receiver wait)
   };
 
   World& w;
@@ -169,6 +170,9 @@ struct UlyssesAttention::Impl {
       g.v = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
       g.o = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
       for (auto& t : g.order) t = static_cast<int*>(w.alloc_local(rank_base, size_t(P * max_m) * sizeof(int)));
+      g.ctas_done = static_cast<unsigned int*>(w.alloc_local(rank_base, sizeof(unsigned int)));
+      XSTAGE_CUDA(cudaSetDevice(g.device));
+      XSTAGE_CUDA(cudaMemset(g.ctas_done, 0, sizeof(unsigned int)));  // the last CTA of each run resets it
       groups.push_back(g);
     };
     if (w.backend() == Backend::emulated)
@@ -244,22 +248,26 @@ struct UlyssesAttention::Impl {
                                              attention::Completion::at_exit};
     const auto completion = run.variant == UlyssesVariant::coupled ? attention::Completion::coupled
                                                                    : timings[static_cast<int>(run.flags)];
-    if (path == attention::StorePath::paced && completion != attention::Completion::lagged)
-      throw Error(fmt::format("ulysses: the paced store path publishes its flags lagged; {} with {} flags is not "
-                              "a combination it runs",
+    if (path == attention::StorePath::paced && completion != attention::Completion::lagged &&
+        completion != attention::Completion::at_exit)
+      throw Error(fmt::format("ulysses: the paced store path publishes its flags lagged or at exit; {} with {} "
+                              "flags is not a combination it runs",
                               to_string(run.variant), to_string(run.flags)));
     if (kernel != AttentionKernel::mma_sync &&
         (path == attention::StorePath::vector16_wt || path == attention::StorePath::vector16_cs))
       throw Error(fmt::format("ulysses: store path {} runs on the mma attention kernel only (--kernel mma)",
                               to_string(run.store)));
+    // The kernel's last CTA waits for the flags of the ranks this launch
+    // receives for (device/attention/ulysses_wait.cuh): the receiver side.
+    ep.ctas_done = g.ctas_done;
+    ep.recv_rank_first = g.rank_base, ep.recv_ranks = g.n;
+    ep.block_m = bm;
+    ep.timeout_ns = static_cast<uint64_t>(run.timeout_s * 1e9);
     check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, kernel_id, g.stream),
                fmt::format("fused Ulysses attention launch ({} kernel, ranks {}..{}, S = {}, D = {})",
                            to_string(kernel), g.rank_base, g.rank_base + g.n - 1, p.S_q, D)
                    .c_str(),
                __FILE__, __LINE__);
-    const auto timeout_ns = static_cast<unsigned long long>(run.timeout_s * 1e9);
-    check_cuda(attention::launch_ulysses_wait(ep, g.rank_base, g.n, bm, timeout_ns, g.stream),
-               "Ulysses receiver wait launch", __FILE__, __LINE__);
   }
 };
 

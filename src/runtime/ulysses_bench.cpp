@@ -156,8 +156,10 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
         for (EpilogueStore s : stores)
           for (TileOrder ord : (v == UlyssesVariant::coupled ? std::vector{TileOrder::rotated} : orders))
             for (FlagTiming ft : (v == UlyssesVariant::coupled ? std::vector{FlagTiming::eager} : flag_timings)) {
-              // The paced path has one flag timing (lagged) and no coupled form.
-              if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || ft != FlagTiming::lagged)) continue;
+              // The paced path publishes lagged or at exit and has no coupled form.
+              if (s == EpilogueStore::paced &&
+                  (v == UlyssesVariant::coupled || (ft != FlagTiming::lagged && ft != FlagTiming::at_exit)))
+                continue;
               const std::vector<int> slices =
                   s != EpilogueStore::paced ? std::vector<int>{0}
                   : o.paced_rows.empty()    ? std::vector<int>{kDefaultPacedRows}
@@ -192,18 +194,20 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     }
     if (!o.dump_dir.empty() && S == o.seqs.front()) {
       // The first fused configuration the sweep runs (store paths, then flag
-      // timings, in the order given; the paced path only with lagged flags):
-      // the dump checks the configuration the command was given.
+      // timings, in the order given; the paced path only with lagged or
+      // at-exit flags): the dump checks the configuration the command was given.
       UlyssesRun run{UlyssesVariant::fused};
-      run.store = stores.front(), run.order = orders.front(), run.flags = flag_timings.front();
+      run.order = orders.front();
+      run.store = EpilogueStore::paced, run.flags = FlagTiming::lagged;  // if nothing else asked for fits
+      const auto paced_flags = std::find_if(flag_timings.begin(), flag_timings.end(), [](FlagTiming f) {
+        return f == FlagTiming::lagged || f == FlagTiming::at_exit;
+      });
       for (EpilogueStore st : stores)
-        if (st != EpilogueStore::paced ||
-            std::find(flag_timings.begin(), flag_timings.end(), FlagTiming::lagged) != flag_timings.end()) {
+        if (st != EpilogueStore::paced || paced_flags != flag_timings.end()) {
           run.store = st;
-          run.flags = st == EpilogueStore::paced ? FlagTiming::lagged : flag_timings.front();
+          run.flags = st == EpilogueStore::paced ? *paced_flags : flag_timings.front();
           break;
         }
-      if (run.store == EpilogueStore::paced) run.flags = FlagTiming::lagged;  // nothing else asked for fits
       run.timeout_s = o.timeout_s;
       if (!o.paced_rows.empty()) run.paced_rows = o.paced_rows.front();
       ua.poison_outputs();

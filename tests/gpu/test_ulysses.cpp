@@ -60,7 +60,7 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
       for (TileOrder o : {TileOrder::linear, TileOrder::rotated})
         for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
           if (v == UlyssesVariant::coupled && f != FlagTiming::lagged) continue;
-          if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || f != FlagTiming::lagged)) continue;  // coupled has its own timing
+          if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || f == FlagTiming::eager)) continue;  // coupled has its own timing
           if (kernel != AttentionKernel::mma_sync &&
               (s == EpilogueStore::vector16_wt || s == EpilogueStore::vector16_cs))
             continue;

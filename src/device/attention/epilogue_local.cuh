@@ -85,6 +85,8 @@ struct LocalStoreEpilogue {
   template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params&, Pending&, const Scheduler&, int /*block_m*/,
                                                 int /*S_q*/, int /*tid*/) {}
+  template <int THREADS, class Bar>
+  __device__ __forceinline__ static void receive(const Params&, int /*tid*/, Bar&&) {}
 };
 
 }  // namespace xstage::attention

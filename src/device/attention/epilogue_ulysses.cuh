@@ -37,6 +37,7 @@
 #include "device/attention/epilogue_local.cuh"
 #include "device/attention/tile_scheduler.cuh"
 #include "device/attention/ulysses_params.hpp"
+#include "device/attention/ulysses_wait.cuh"
 #include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
@@ -113,6 +114,25 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const void* p) {
   uint32_t v;
   asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// Completion::at_exit: every tile of the CTA (the scheduler walked again),
+// the k-th by epilogue thread k % THREADS, all at once: a release store is a
+// fence of its own thread, cumulative over the barrier every thread passed
+// after its stores. (One thread walking them all cost a dependent table load
+// and flag store per tile at the kernel's very end: ~1.2% of the kernel at
+// S = 4096; docs/perf-log.md, f8.)
+template <int THREADS, class Scheduler>
+__device__ __forceinline__ void publish_every_tile(const UlyssesStoreParams& p, const Scheduler& sched, int block_m,
+                                                   int tid) {
+  const int64_t step = int64_t(THREADS) * gridDim.x;
+  for (int64_t t = blockIdx.x + int64_t(tid) * gridDim.x; t < sched.num_tiles(); t += step) {
+    const TileCoord c = sched.tile(t);
+    const RankRange dst = tile_owners(p, int64_t(c.m_block) * block_m, block_m);
+    const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
+    const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+    for (int d = dst.first; d <= dst.last; ++d) ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
+  }
 }
 
 }  // namespace ulysses_detail
@@ -199,27 +219,20 @@ struct UlyssesStoreEpilogue {
   }
 
   // Lagged: the CTA's last tile; its release fence waits for its drain, off
-  // every other tile's path. At exit: every tile of the CTA (the scheduler
-  // walked again), the k-th by epilogue thread k % THREADS, all at once: a
-  // release store is a fence of its own thread, cumulative over the barrier
-  // every thread passed after its stores. (One thread walking all of them
-  // cost a dependent table load and flag store per tile at the kernel's very
-  // end: ~1.7% of the kernel at S = 4096; docs/perf-log.md, f8.)
+  // every other tile's path. At exit: every tile of the CTA at once.
   template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
                                                 int, int tid) {
-    if constexpr (kCompletion == Completion::at_exit) {
-      const int64_t step = int64_t(THREADS) * gridDim.x;
-      for (int64_t t = blockIdx.x + int64_t(tid) * gridDim.x; t < sched.num_tiles(); t += step) {
-        const TileCoord c = sched.tile(t);
-        const RankRange dst = ulysses_detail::tile_owners(p, int64_t(c.m_block) * block_m, block_m);
-        const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
-        const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
-        for (int d = dst.first; d <= dst.last; ++d) ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
-      }
-    } else {
-      if (tid == 0) publish(p, pend);
-    }
+    if constexpr (kCompletion == Completion::at_exit)
+      ulysses_detail::publish_every_tile<THREADS>(p, sched, block_m, tid);
+    else if (tid == 0)
+      publish(p, pend);
+  }
+
+  // After finish: the last CTA waits for the receivers' flags (ulysses_wait.cuh).
+  template <int THREADS, class Bar>
+  __device__ __forceinline__ static void receive(const Params& p, int tid, Bar&& bar) {
+    ulysses_receive_at_end<THREADS>(p, tid, bar);
   }
 
  private:

@@ -11,16 +11,20 @@
 // 4 KiB an SM at D = 128), evenly spaced over the KV steps, keep what each SM
 // has queued small.
 //
-// Completion is lagged: once all slices of a tile are sent and the CTA has
+// Completion lagged: once all slices of a tile are sent and the CTA has
 // passed a barrier (after the next tile's mainloop), thread 0 sets its flags
-// (st.release.sys); the CTA's last tile is sent and flagged at exit.
+// (st.release.sys); the CTA's last tile is sent and flagged at exit. At exit:
+// every tile's flags when the CTA has no tiles left (no fence per tile).
 #include <cstdint>
 
 #include "device/attention/epilogue_ulysses.cuh"
 
 namespace xstage::attention {
 
+template <Completion kCompletion>
 struct UlyssesPacedEpilogue {
+  static_assert(kCompletion == Completion::lagged || kCompletion == Completion::at_exit,
+                "the paced path publishes its flags lagged or at exit");
   using Params = UlyssesStoreParams;
 
   // Every thread holds the same copy: the tile whose rows wait in the staging buffer.
@@ -40,7 +44,7 @@ struct UlyssesPacedEpilogue {
     int next_step = -1, interval = 1, slice = 0;
     bool planned = false;
   };
-  static constexpr bool kBeforeStore = true;
+  static constexpr bool kBeforeStore = kCompletion == Completion::lagged;
   static constexpr bool kOwnStaging = true;
 
   // The kernel staged the rows in the epilogue's own buffer; they are sent later.
@@ -82,7 +86,7 @@ struct UlyssesPacedEpilogue {
     pend.next_step = -1;
   }
 
-  // After flush: the pending tile's flags.
+  // After flush: the pending tile's flags (lagged).
   __device__ __forceinline__ static void before_store(const Params& p, Pending& pend, int tid) {
     if (tid == 0) publish(p, pend);
   }
@@ -101,9 +105,17 @@ struct UlyssesPacedEpilogue {
 
   // After the last flush: the CTA's last tile.
   template <int THREADS, class Scheduler>
-  __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler&, int, int,
-                                                int tid) {
-    if (tid == 0) publish(p, pend);
+  __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
+                                                int, int tid) {
+    if constexpr (kCompletion == Completion::at_exit)
+      ulysses_detail::publish_every_tile<THREADS>(p, sched, block_m, tid);
+    else if (tid == 0)
+      publish(p, pend);
+  }
+
+  template <int THREADS, class Bar>
+  __device__ __forceinline__ static void receive(const Params& p, int tid, Bar&& bar) {
+    ulysses_receive_at_end<THREADS>(p, tid, bar);
   }
 
  private:

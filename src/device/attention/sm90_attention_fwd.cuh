@@ -134,6 +134,7 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
     __syncthreads();
   }
   Epilogue::template finish<THREADS>(ep, pending, sched, BM, p.S_q, tid);
+  Epilogue::template receive<THREADS>(ep, tid, [] { __syncthreads(); });
 }
 
 // Dynamic shared memory of sm90_bf16_attention_fwd<D, Epilogue, ...>.

@@ -420,6 +420,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);
   }
   Epilogue::template finish<NCT>(ep, pending, sched, BM, p.S_q, ctid);
+  Epilogue::template receive<NCT>(ep, ctid, [] { ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT); });
 }
 
 }  // namespace xstage::attention

@@ -1,9 +1,8 @@
-// The fused Ulysses attention on the mma.sync kernel, the dispatch between the
-// two kernels, and the receiver wait.
+// The fused Ulysses attention on the mma.sync kernel, and the dispatch between
+// the two kernels.
 #include "device/attention/attention_launch.hpp"
 #include "device/attention/ulysses_launch.hpp"
 #include "device/attention/ulysses_launch_paths.cuh"
-#include "device/attention/ulysses_wait.cuh"
 
 namespace xstage::attention {
 
@@ -26,13 +25,6 @@ int launch_ulysses_attention(const MainloopParams& p, const UlyssesStoreParams& 
     }
   }
   return int(cudaErrorInvalidValue);
-}
-
-int launch_ulysses_wait(const UlyssesStoreParams& ep, int rank_first, int n_ranks, int block_m,
-                        unsigned long long timeout_ns, cudaStream_t stream) {
-  if (n_ranks < 1 || block_m < 1) return int(cudaErrorInvalidValue);
-  sm90_u64_ulysses_wait_flags<<<dim3(8, unsigned(n_ranks)), 256, 0, stream>>>(ep, rank_first, block_m, timeout_ns);
-  return int(cudaGetLastError());
 }
 
 }  // namespace xstage::attention

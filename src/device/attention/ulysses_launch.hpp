@@ -1,5 +1,6 @@
 #pragma once
-// Launches of the fused Ulysses attention and of its receiver wait, callable
+// Launches of the fused Ulysses attention (its last CTA waits for the
+// receivers' flags: ep.ctas_done, device/attention/ulysses_wait.cuh), callable
 // from host C++; each returns a cudaError_t as int (0 on success). The host
 // side (src/runtime/ulysses.cpp) validates and builds the parameters.
 #include <cuda_runtime_api.h>
@@ -25,11 +26,5 @@ int launch_ulysses_attention_wgmma_d64(const MainloopParams& p, const UlyssesSto
 int launch_ulysses_attention_wgmma_d128(const MainloopParams& p, const UlyssesStoreParams& ep,
                                         const OrderedSchedulerParams& sp, StorePath path, Completion completion,
                                         cudaStream_t stream);
-
-// Waits (on the GPU, in stream order) for the flags of ranks
-// [rank_first, rank_first + n_ranks) to reach ep.epoch; traps with a message
-// after timeout_ns.
-int launch_ulysses_wait(const UlyssesStoreParams& ep, int rank_first, int n_ranks, int block_m,
-                        unsigned long long timeout_ns, cudaStream_t stream);
 
 }  // namespace xstage::attention

@@ -58,9 +58,12 @@ int launch_d(const MainloopParams& p, const UlyssesStoreParams& ep, const Ordere
       }
     case StorePath::bulk: return launch_path<D, kWgmma, StorePath::bulk>(p, ep, sp, completion, stream);
     case StorePath::paced:
-      // Its own completion (lagged, once every slice is sent); `completion` must say lagged.
-      if (completion != Completion::lagged) return int(cudaErrorInvalidValue);
-      return launch_epilogue<D, kWgmma, UlyssesPacedEpilogue>(p, ep, sp, stream);
+      // Flags once every slice of a tile is sent (lagged), or at exit.
+      if (completion == Completion::lagged)
+        return launch_epilogue<D, kWgmma, UlyssesPacedEpilogue<Completion::lagged>>(p, ep, sp, stream);
+      if (completion == Completion::at_exit)
+        return launch_epilogue<D, kWgmma, UlyssesPacedEpilogue<Completion::at_exit>>(p, ep, sp, stream);
+      return int(cudaErrorInvalidValue);
   }
   return int(cudaErrorInvalidValue);
 }

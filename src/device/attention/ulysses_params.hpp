@@ -35,6 +35,13 @@ struct UlyssesStoreParams {
   int m_blocks = 0;        // ceil(S / BLOCK_M): flag index stride
   uint64_t epoch = 0;      // value the flags of this run are set to (runs count up)
   int paced_min_rows = 8;  // paced: a send waits until this many rows are due (the last one excepted)
+  // The receiver wait at the kernel's end (ulysses_wait.cuh): a zeroed
+  // counter of the launch's finished CTAs (nullptr: no wait in the kernel),
+  // the ranks whose flags it waits for, and the timeout of each flag.
+  unsigned int* ctas_done = nullptr;
+  int recv_rank_first = 0, recv_ranks = 0;
+  int block_m = 128;  // the kernel's BLOCK_M: the m-blocks a receiver waits for
+  uint64_t timeout_ns = 0;
 };
 
 // Flag of (source rank, b, local head h, m-block) in every destination's flag
