@@ -103,6 +103,10 @@ class UlyssesAttention {
   void enqueue(const UlyssesRun& run);
   // One run, synchronised (fork, enqueue, join, barrier).
   void run(const UlyssesRun& run);
+  // Throws xstage::Error naming the rank, flag and values when a fused run's
+  // receiver wait timed out (the kernel then ends without its data; run()
+  // checks after every run, callers of enqueue() after they synchronise).
+  void check_receivers() const;
 
   // Poisons every local rank's sequence-sharded output (0xFF bytes: bf16 NaN)
   // and, for attention-only, its local head-sharded output.

@@ -136,6 +136,7 @@ struct UlyssesAttention::Impl {
     uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // the first rank's shard
     int* order[2] = {nullptr, nullptr};                               // [TileOrder]: P * max_m_blocks
     unsigned int* ctas_done = nullptr;  // the fused kernel's count of finished CTAs (its receiver wait)
+    attention::FlagTimeoutRecord* timeout_record = nullptr;  // what its wait timed out on, if it did
   };
 
   World& w;
@@ -173,6 +174,9 @@ struct UlyssesAttention::Impl {
       g.ctas_done = static_cast<unsigned int*>(w.alloc_local(rank_base, sizeof(unsigned int)));
       XSTAGE_CUDA(cudaSetDevice(g.device));
       XSTAGE_CUDA(cudaMemset(g.ctas_done, 0, sizeof(unsigned int)));  // the last CTA of each run resets it
+      g.timeout_record =
+          static_cast<attention::FlagTimeoutRecord*>(w.alloc_local(rank_base, sizeof(attention::FlagTimeoutRecord)));
+      XSTAGE_CUDA(cudaMemset(g.timeout_record, 0, sizeof(attention::FlagTimeoutRecord)));
       groups.push_back(g);
     };
     if (w.backend() == Backend::emulated)
@@ -260,6 +264,7 @@ struct UlyssesAttention::Impl {
     // The kernel's last CTA waits for the flags of the ranks this launch
     // receives for (device/attention/ulysses_wait.cuh): the receiver side.
     ep.ctas_done = g.ctas_done;
+    ep.timeout_record = g.timeout_record;
     ep.recv_rank_first = g.rank_base, ep.recv_ranks = g.n;
     ep.block_m = bm;
     ep.timeout_ns = static_cast<uint64_t>(run.timeout_s * 1e9);
@@ -384,6 +389,19 @@ void UlyssesAttention::run(const UlyssesRun& r) {
   enqueue(r);
   impl_->w.join();
   impl_->w.barrier();
+  check_receivers();
+}
+
+void UlyssesAttention::check_receivers() const {
+  for (const auto& g : impl_->groups) {
+    attention::FlagTimeoutRecord r;
+    XSTAGE_CUDA(cudaSetDevice(g.device));
+    XSTAGE_CUDA(cudaMemcpy(&r, g.timeout_record, sizeof(r), cudaMemcpyDeviceToHost));
+    if (r.set != 0)
+      throw Error(fmt::format("ulysses: flag timeout: rank {} waited on flag {} for {} ns: expected >= {}, saw {} "
+                              "(block {}, thread {} of the fused kernel's receiver wait)",
+                              r.rank, r.flag, r.waited_ns, r.expected, r.seen, r.block, r.thread));
+  }
 }
 
 void UlyssesAttention::poison_outputs() {

@@ -185,6 +185,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     std::vector<std::function<void()>> bodies;
     for (const UlyssesRun& run : runs) bodies.push_back([&ua, &run] { ua.enqueue(run); });
     const auto times = interleaved_us(w, o.warmup, rounds, bodies);
+    ua.check_receivers();
     for (size_t i = 0; i < runs.size(); ++i) {
       UlyssesBenchRow& row = rep.rows[first_row + i];
       row.iters = rounds;

@@ -22,6 +22,14 @@ enum class StorePath { vector16, vector16_wt, vector16_cs, bulk, paced };
 // When a tile's completion flags are published (epilogue_ulysses.cuh).
 enum class Completion { lagged, eager, coupled, at_exit };
 
+// What a fused kernel's receiver wait leaves behind when a flag times out
+// (device memory, zeroed; the host reads it after the run and aborts with it).
+struct FlagTimeoutRecord {
+  unsigned int set = 0;  // 1 once a receiver timed out (the first one fills the rest)
+  int rank = 0, flag = 0, block = 0, thread = 0;
+  unsigned long long waited_ns = 0, expected = 0, seen = 0;
+};
+
 struct UlyssesStoreParams {
   void* const* out = nullptr;       // [P] device table: rank d's sequence-sharded output (bf16)
   uint64_t* const* flags = nullptr;  // [P] device table: rank d's completion flags
@@ -39,6 +47,7 @@ struct UlyssesStoreParams {
   // counter of the launch's finished CTAs (nullptr: no wait in the kernel),
   // the ranks whose flags it waits for, and the timeout of each flag.
   unsigned int* ctas_done = nullptr;
+  FlagTimeoutRecord* timeout_record = nullptr;  // where a timed-out wait says what it waited for
   int recv_rank_first = 0, recv_ranks = 0;
   int block_m = 128;  // the kernel's BLOCK_M: the m-blocks a receiver waits for
   uint64_t timeout_ns = 0;

@@ -2,7 +2,7 @@
 // The receiver side of the fused Ulysses attention: rank d waits until every
 // (source rank, b, head, m-block) that has rows in d's shard has set its flag
 // to the run's epoch. Acquire loads, a timeout that names the rank, the flag
-// and the values, then a trap (no silent hang).
+// and the values (no silent hang: the host aborts with them).
 //
 // The fused kernels wait at their end, in the CTA that finishes last
 // (ulysses_receive_at_end): no second launch (a kernel of its own after the
@@ -12,23 +12,44 @@
 
 #include "device/attention/ulysses_params.hpp"
 #include "device/ptx/flags.cuh"
+#include "device/ptx/timer.cuh"
 
 namespace xstage::attention {
 
 // Every flag rank d waits for, thread `thread` of `threads` taking every
-// threads-th one.
-__device__ __forceinline__ void wait_for_rank_flags(const UlyssesStoreParams& p, int d, int block_m,
+// threads-th one. On a timeout the first thread to time out fills
+// p.timeout_record (rank, flag, values) and every thread that times out stops
+// waiting: the kernel ends, and the host aborts with the record
+// (UlyssesAttention::check_receivers). No printf here: a call in the fused
+// kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
+// Returns false once this thread timed out.
+__device__ __forceinline__ bool wait_for_rank_flags(const UlyssesStoreParams& p, int d, int block_m,
                                                     uint64_t timeout_ns, int64_t thread, int64_t threads) {
   const RankRange mb = ulysses_receiver_m_blocks(d, block_m, p.S, p.chunk);
-  if (mb.last < mb.first) return;  // an empty shard (S < P * chunk) receives nothing
+  if (mb.last < mb.first) return true;  // an empty shard (S < P * chunk) receives nothing
   const int mb_lo = mb.first;
   const int64_t span = mb.last - mb.first + 1;
   const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
   const uint64_t* flags = p.flags[d];
+  const uint64_t start = ptx::globaltimer_ns();
   for (int64_t k = thread; k < streams * span; k += threads) {
     const int64_t idx = (k / span) * p.m_blocks + mb_lo + k % span;
-    ptx::wait_flag_geq(flags + idx, p.epoch, d, int(idx), timeout_ns);
+    uint64_t seen = ptx::ld_acquire_sys_u64(flags + idx);
+    while (seen < p.epoch) {
+      const uint64_t waited = ptx::globaltimer_ns() - start;
+      if (waited > timeout_ns) {
+        FlagTimeoutRecord* r = p.timeout_record;
+        if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
+          r->rank = d, r->flag = int(idx), r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
+          r->waited_ns = waited, r->expected = p.epoch, r->seen = seen;
+        }
+        return false;
+      }
+      __nanosleep(64);
+      seen = ptx::ld_acquire_sys_u64(flags + idx);
+    }
   }
+  return true;
 }
 
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
@@ -49,7 +70,7 @@ __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams&
   bar();
   if (!last) return;
   for (int r = 0; r < p.recv_ranks; ++r)
-    wait_for_rank_flags(p, p.recv_rank_first + r, p.block_m, p.timeout_ns, tid, THREADS);
+    if (!wait_for_rank_flags(p, p.recv_rank_first + r, p.block_m, p.timeout_ns, tid, THREADS)) return;
 }
 
 }  // namespace xstage::attention
