@@ -67,6 +67,7 @@ struct UlyssesRun {
   FlagTiming flags = FlagTiming::lagged;          // fused
   A2aVersion a2a = A2aVersion::copy_engine;       // sequential
   int paced_rows = 0;  // paced: fewest rows a send carries (0: kDefaultPacedRows)
+  bool test_receivers_time_out = false;  // tests only: receivers wait for a flag value no run sets
   double timeout_s = 60;                          // receivers' flag waits
 };
 

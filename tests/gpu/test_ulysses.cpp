@@ -125,6 +125,25 @@ TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
   }
 }
 
+TEST(UlyssesEmulatedReceivers, AWaitThatTimesOutNamesRankFlagAndValues) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  auto world = World::create({Backend::emulated, 2, Placement::device, 0});
+  UlyssesAttention ua(*world, 1, 2, 64, 300);
+  ua.set_sequence(300);
+  ua.fill_inputs(5);
+  UlyssesRun r{UlyssesVariant::fused};
+  r.store = EpilogueStore::vector16, r.timeout_s = 0.01, r.test_receivers_time_out = true;
+  try {
+    ua.run(r);
+    ADD_FAILURE() << "the run should have reported a timed-out receiver";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ulysses: flag timeout: rank "), std::string::npos) << m;
+    EXPECT_NE(m.find("waited on flag"), std::string::npos) << m;
+    EXPECT_NE(m.find("expected >= "), std::string::npos) << m;
+  }
+}
+
 TEST(UlyssesEmulatedReuse, ManyRunsAndShorterSequencesOnTheSameBuffers) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   auto world = World::create({Backend::emulated, 4, Placement::host, 0});

@@ -15,8 +15,9 @@
 //            drained: published right after the stores it would make every
 //            tile wait for its own drain (eager, measured in docs/perf-log.md).
 //   eager    right after the tile's stores.
-//   at_exit  all of a CTA's flags when it has no tiles left: one fence per
-//            CTA (receivers learn of every tile at the end).
+//   at_exit  all of a CTA's flags when it has no tiles left, by all its
+//            epilogue threads at once (no fence on any tile's path;
+//            receivers learn of every tile at the end).
 //   coupled  after fence.sc.sys and a system-scope load of a stored word in
 //            every destination (the read cannot return before the writes
 //            queued ahead of it on the same path): the tile's stores are
@@ -198,7 +199,8 @@ struct UlyssesStoreEpilogue {
 
   __device__ __forceinline__ static void tile_done(const Params& p, const TileCoord& c, int m0, int block_m,
                                                    int S_q, int tid, Pending& pend) {
-    if (tid != 0) return;
+    // At exit every flag is worked out again when the CTA has no tiles left.
+    if (kCompletion == Completion::at_exit || tid != 0) return;
     const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
     pend.idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
     const RankRange dst = ulysses_detail::tile_owners(p, m0, block_m);

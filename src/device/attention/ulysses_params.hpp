@@ -51,6 +51,7 @@ struct UlyssesStoreParams {
   int recv_rank_first = 0, recv_ranks = 0;
   int block_m = 128;  // the kernel's BLOCK_M: the m-blocks a receiver waits for
   uint64_t timeout_ns = 0;
+  uint64_t recv_epoch = 0;  // what the receivers wait for: epoch (tests: a later one, to time out)
 };
 
 // Flag of (source rank, b, local head h, m-block) in every destination's flag

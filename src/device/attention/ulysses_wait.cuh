@@ -11,45 +11,49 @@
 #include <cstdint>
 
 #include "device/attention/ulysses_params.hpp"
+#include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/timer.cuh"
 
 namespace xstage::attention {
 
-// Every flag rank d waits for, thread `thread` of `threads` taking every
-// threads-th one. On a timeout the first thread to time out fills
-// p.timeout_record (rank, flag, values) and every thread that times out stops
-// waiting: the kernel ends, and the host aborts with the record
+// The flags of the receivers [p.recv_rank_first, + p.recv_ranks), every
+// (rank, flag) pair of them spread over `threads` threads at once (one
+// pass: a rank at a time made the last CTA wait through one dependent
+// system-scope load per flag of every rank; perf-log f8), polled with relaxed
+// loads and ended by one acquire fence. On a timeout the first thread to time
+// out fills p.timeout_record (rank, flag, values) and every thread that times
+// out stops waiting: the kernel ends and the host aborts with the record
 // (UlyssesAttention::check_receivers). No printf here: a call in the fused
 // kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
-// Returns false once this thread timed out.
-__device__ __forceinline__ bool wait_for_rank_flags(const UlyssesStoreParams& p, int d, int block_m,
-                                                    uint64_t timeout_ns, int64_t thread, int64_t threads) {
-  const RankRange mb = ulysses_receiver_m_blocks(d, block_m, p.S, p.chunk);
-  if (mb.last < mb.first) return true;  // an empty shard (S < P * chunk) receives nothing
-  const int mb_lo = mb.first;
-  const int64_t span = mb.last - mb.first + 1;
+__device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads) {
   const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
-  const uint64_t* flags = p.flags[d];
+  const int64_t most = streams * ((p.chunk + p.block_m - 1) / p.block_m + 1);  // flags of one rank, at most
   const uint64_t start = ptx::globaltimer_ns();
-  for (int64_t k = thread; k < streams * span; k += threads) {
-    const int64_t idx = (k / span) * p.m_blocks + mb_lo + k % span;
-    uint64_t seen = ptx::ld_acquire_sys_u64(flags + idx);
-    while (seen < p.epoch) {
+  for (int64_t g = tid; g < p.recv_ranks * most; g += threads) {
+    const int d = p.recv_rank_first + int(g / most);
+    const int64_t k = g % most;
+    const RankRange mb = ulysses_receiver_m_blocks(d, p.block_m, p.S, p.chunk);
+    const int64_t span = mb.last - mb.first + 1;  // <= 0: an empty shard receives nothing
+    if (span <= 0 || k >= streams * span) continue;
+    const int64_t idx = (k / span) * p.m_blocks + mb.first + k % span;
+    const uint64_t* flag = p.flags[d] + idx;
+    uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
+    while (seen < p.recv_epoch) {
       const uint64_t waited = ptx::globaltimer_ns() - start;
-      if (waited > timeout_ns) {
+      if (waited > p.timeout_ns) {
         FlagTimeoutRecord* r = p.timeout_record;
         if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
           r->rank = d, r->flag = int(idx), r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
-          r->waited_ns = waited, r->expected = p.epoch, r->seen = seen;
+          r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = seen;
         }
-        return false;
+        return;
       }
       __nanosleep(64);
-      seen = ptx::ld_acquire_sys_u64(flags + idx);
+      seen = ptx::ld_relaxed_sys_u64(flag);
     }
   }
-  return true;
+  ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
 }
 
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
@@ -69,8 +73,7 @@ __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams&
   }
   bar();
   if (!last) return;
-  for (int r = 0; r < p.recv_ranks; ++r)
-    if (!wait_for_rank_flags(p, p.recv_rank_first + r, p.block_m, p.timeout_ns, tid, THREADS)) return;
+  wait_for_receiver_flags(p, tid, THREADS);
 }
 
 }  // namespace xstage::attention

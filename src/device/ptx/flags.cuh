@@ -15,6 +15,14 @@ __device__ __forceinline__ void st_release_sys_u64(uint64_t* flag, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(v) : "memory");
 }
 
+// Polling without acquire: follow the last poll with fence_acq_rel_sys (an
+// acquire pattern) before reading the data the flags publish.
+__device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t* flag) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint64_t ld_acquire_sys_u64(const uint64_t* flag) {
   uint64_t v;
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");
