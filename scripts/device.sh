@@ -175,7 +175,8 @@ if [[ $stages == *upaired* ]]; then  # the sweep timed in interleaved rounds, th
       >"$OUT/r/clocks-$pl.csv" 2>&1 &
     smi=$!
     timed "u-sweep-$pl" 280 $X ulysses --sweep --placement $pl --variants attention-only,sequential,fused,coupled \
-      --stores vector16,bulk,paced --orders linear,rotated --max-seconds 3 -o "$OUT/r/ulysses-$pl.json"
+      --stores vector16,bulk,paced --orders linear,rotated --flags lagged,at-exit --max-seconds 3 \
+      -o "$OUT/r/ulysses-$pl.json"
     kill $smi 2>/dev/null; wait $smi 2>/dev/null
     tail -9 "$OUT/r/u-sweep-$pl.log" >"$OUT/r/u-sweep-$pl-summary.txt"
   done
