@@ -23,8 +23,6 @@ int attention_grid(Kernel* fn, size_t smem_bytes, const MainloopParams& p, const
   e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
   const Scheduler sched(p, sp, block_m);
-  // The schedulers split a tile index with 32-bit arithmetic (tile_scheduler.cuh).
-  if (sched.num_tiles() > 0x7fffffff) return int(cudaErrorInvalidValue);
   const int64_t g = Scheduler::grid_size(sched.num_tiles(), sms, ctas_per_sm);
   if (g < 1 || g > 0x7fffffff) return int(cudaErrorInvalidConfiguration);
   *grid = unsigned(g);

@@ -29,15 +29,12 @@ struct LinearTileScheduler {
 
   __host__ __device__ int64_t num_tiles() const { return int64_t(m_blocks) * H * B; }
 
-  // Tile indices fit in 31 bits (attention_grid refuses more): 32-bit
-  // divisions, not the 64-bit software routine, on the path between tiles.
   __device__ TileCoord tile(int64_t t) const {
     TileCoord c;
-    uint32_t u = uint32_t(t);
-    c.m_block = int(u % uint32_t(m_blocks));
-    u /= uint32_t(m_blocks);
-    c.h = int(u % uint32_t(H));
-    c.b = int(u / uint32_t(H));
+    c.m_block = int(t % m_blocks);
+    t /= m_blocks;
+    c.h = int(t % H);
+    c.b = int(t / H);
     return c;
   }
 

@@ -24,13 +24,12 @@ struct OrderedTileScheduler {
 
   __host__ __device__ int64_t num_tiles() const { return int64_t(m_blocks) * H * B; }
 
-  __device__ TileCoord tile(int64_t t) const {  // 32-bit, as LinearTileScheduler::tile
+  __device__ TileCoord tile(int64_t t) const {
     TileCoord c;
-    uint32_t u = uint32_t(t);
-    const int i = int(u % uint32_t(m_blocks));
-    u /= uint32_t(m_blocks);
-    c.h = int(u % uint32_t(H));
-    c.b = int(u / uint32_t(H));
+    const int i = int(t % m_blocks);
+    t /= m_blocks;
+    c.h = int(t % H);
+    c.b = int(t / H);
     const int src = sp.rank_base + c.b / sp.batch;
     c.m_block = __ldg(sp.order + int64_t(src) * m_blocks + i);
     return c;

@@ -17,41 +17,40 @@
 
 namespace xstage::attention {
 
-// The flags of the receivers [p.recv_rank_first, + p.recv_ranks), each
-// rank's spread over `threads` threads, polled with relaxed loads (an acquire
-// load per flag costs more) and ended by one acquire fence. On a timeout the first thread to time
+// The flags of the receivers [p.recv_rank_first, + p.recv_ranks), every
+// (rank, flag) pair of them spread over `threads` threads at once (one
+// pass: a rank at a time made the last CTA wait through one dependent
+// system-scope load per flag of every rank; perf-log f8), polled with relaxed
+// loads and ended by one acquire fence. On a timeout the first thread to time
 // out fills p.timeout_record (rank, flag, values) and every thread that times
 // out stops waiting: the kernel ends and the host aborts with the record
 // (UlyssesAttention::check_receivers). No printf here: a call in the fused
 // kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
 __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads) {
-  // 32-bit index arithmetic: S, the chunk and the flag counts fit in 31 bits.
-  const uint32_t streams = uint32_t(p.P) * uint32_t(p.batch) * uint32_t(p.heads_per_rank);  // (src, b, h)
-  const uint32_t S = uint32_t(p.S), chunk = uint32_t(p.chunk), bm = uint32_t(p.block_m);
+  const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
+  const int64_t most = streams * ((p.chunk + p.block_m - 1) / p.block_m + 1);  // flags of one rank, at most
   const uint64_t start = ptx::globaltimer_ns();
-  for (int r = 0; r < p.recv_ranks; ++r) {
-    const int d = p.recv_rank_first + r;
-    const uint32_t begin = uint32_t(d) * chunk;
-    if (begin >= S) continue;  // an empty shard (S < P * chunk) receives nothing
-    const uint32_t end = begin + chunk < S ? begin + chunk : S;
-    const uint32_t mb_first = begin / bm, span = (end - 1) / bm - mb_first + 1;
-    const uint64_t* flags = p.flags[d];
-    for (uint32_t k = uint32_t(tid); k < streams * span; k += uint32_t(threads)) {
-      const uint32_t idx = (k / span) * uint32_t(p.m_blocks) + mb_first + k % span;
-      uint64_t seen = ptx::ld_relaxed_sys_u64(flags + idx);
-      while (seen < p.recv_epoch) {
-        const uint64_t waited = ptx::globaltimer_ns() - start;
-        if (waited > p.timeout_ns) {
-          FlagTimeoutRecord* rec = p.timeout_record;
-          if (rec != nullptr && atomicCAS(&rec->set, 0u, 1u) == 0u) {
-            rec->rank = d, rec->flag = int(idx), rec->block = int(blockIdx.x), rec->thread = int(threadIdx.x);
-            rec->waited_ns = waited, rec->expected = p.recv_epoch, rec->seen = seen;
-          }
-          return;
+  for (int64_t g = tid; g < p.recv_ranks * most; g += threads) {
+    const int d = p.recv_rank_first + int(g / most);
+    const int64_t k = g % most;
+    const RankRange mb = ulysses_receiver_m_blocks(d, p.block_m, p.S, p.chunk);
+    const int64_t span = mb.last - mb.first + 1;  // <= 0: an empty shard receives nothing
+    if (span <= 0 || k >= streams * span) continue;
+    const int64_t idx = (k / span) * p.m_blocks + mb.first + k % span;
+    const uint64_t* flag = p.flags[d] + idx;
+    uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
+    while (seen < p.recv_epoch) {
+      const uint64_t waited = ptx::globaltimer_ns() - start;
+      if (waited > p.timeout_ns) {
+        FlagTimeoutRecord* r = p.timeout_record;
+        if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
+          r->rank = d, r->flag = int(idx), r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
+          r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = seen;
         }
-        __nanosleep(64);
-        seen = ptx::ld_relaxed_sys_u64(flags + idx);
+        return;
       }
+      __nanosleep(64);
+      seen = ptx::ld_relaxed_sys_u64(flag);
     }
   }
   ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
