@@ -20,6 +20,8 @@ import matplotlib.pyplot as plt
 
 KEEP = ["variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a", "time_us",
         "predicted_time_us", "iters", "check"]
+# Fields of later reports (interleaved rounds, paced slices); kept where present.
+KEEP_IF_PRESENT = ["paced_rows", "time_min_us", "time_max_us"]
 
 
 def nccl_sequential(report, S):
@@ -41,14 +43,15 @@ def main():
                                         "profile", "timing", "concurrent_tiles", "block_m")}
                     | {"kernel": r.get("kernel", "mma.sync"), "file": p}
                     for p, r in zip(a.reports, reports)],
-        "rows": [{k: row[k] for k in KEEP} for r in reports for row in r["rows"]],
+        "rows": [{k: row[k] for k in KEEP} | {k: row[k] for k in KEEP_IF_PRESENT if k in row}
+                 for r in reports for row in r["rows"]],
         "summary": [dict(s, placement=r["rows"][0]["placement"], backend=r["rows"][0]["backend"],
                          **nccl_sequential(r, s["S"])) for r in reports for s in r["summary"]],
     }
     with open(a.merged, "w") as f:
         json.dump(merged, f, indent=2)
 
-    fig, axes = plt.subplots(2, len(reports), figsize=(6 * len(reports), 8), squeeze=False)
+    fig, axes = plt.subplots(3, len(reports), figsize=(6 * len(reports), 12), squeeze=False)
     for col, r in enumerate(reports):
         row0 = r["rows"][0]
         pl = row0["placement"]
@@ -72,9 +75,21 @@ def main():
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both")
         ax = axes[1][col]
-        ax.plot(S, [100 * s["residual_fused"] for s in r["summary"]], "C0-o", label="fused: measured")
+        def quartile(v, q):
+            v = sorted(v)
+            return v[min(len(v) - 1, int(q * len(v)))]
+
+        def spread(key, scale=100.0, base=None):  # quartiles of the per-round paired residuals, where there are rounds
+            if not all(key + "_rounds" in s for s in r["summary"]):
+                return None
+            b = base or [1.0] * len(r["summary"])
+            return [[scale * f * max(0.0, s[key] - quartile(s[key + "_rounds"], 0.25)) for s, f in zip(r["summary"], b)],
+                    [scale * f * max(0.0, quartile(s[key + "_rounds"], 0.75) - s[key]) for s, f in zip(r["summary"], b)]]
+        ax.errorbar(S, [100 * s["residual_fused"] for s in r["summary"]], yerr=spread("residual_fused"), fmt="C0-o",
+                    capsize=2, label="fused: measured (bars: quartiles over rounds)")
         ax.plot(S, [100 * s["predicted_residual"] for s in r["summary"]], "C0:", label="fused: predicted")
-        ax.plot(S, [100 * s["residual_coupled"] for s in r["summary"]], "C1-^", label="coupled: measured")
+        ax.errorbar(S, [100 * s["residual_coupled"] for s in r["summary"]], yerr=spread("residual_coupled"),
+                    fmt="C1-^", capsize=2, label="coupled: measured")
         ax.plot(S, [100 * (s["sequential_us"] / s["attention_only_us"] - 1) for s in r["summary"]], "C3-s",
                 label="sequential: measured")
         if all(nccl):
@@ -87,6 +102,20 @@ def main():
         ax.set_xlabel("sequence length S (total)")
         ax.set_ylabel("overhead over attention-only (%)")
         ax.set_title(f"{row0['backend']}, {pl} buffers: overhead (labels: fused speed-up over sequential)", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        # The paper's flat-overhead result: the overhead in time, not in share.
+        ax = axes[2][col]
+        att = [s["attention_only_us"] for s in r["summary"]]
+        ax.errorbar(S, [s["residual_fused"] * a / 1e3 for s, a in zip(r["summary"], att)],
+                    yerr=spread("residual_fused", 1e-3, att), fmt="C0-o", capsize=2, label="fused: measured")
+        ax.plot(S, [s["predicted_residual"] * a / 1e3 for s, a in zip(r["summary"], att)], "C0:", label="fused: predicted")
+        ax.errorbar(S, [s["residual_coupled"] * a / 1e3 for s, a in zip(r["summary"], att)],
+                    yerr=spread("residual_coupled", 1e-3, att), fmt="C1-^", capsize=2, label="coupled: measured")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length S (total)")
+        ax.set_ylabel("overhead over attention-only (ms)")
+        ax.set_title(f"{row0['backend']}, {pl} buffers: overhead in time", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -64,7 +64,7 @@ struct UlyssesRun {
   UlyssesVariant variant = UlyssesVariant::fused;
   EpilogueStore store = EpilogueStore::paced;     // fused and coupled (paced: fused only); default by measurement
   TileOrder order = TileOrder::rotated;           // fused and coupled
-  FlagTiming flags = FlagTiming::lagged;          // fused
+  FlagTiming flags = FlagTiming::at_exit;         // fused; default by measurement (perf-log f8)
   A2aVersion a2a = A2aVersion::copy_engine;       // sequential
   int paced_rows = 0;  // paced: fewest rows a send carries (0: kDefaultPacedRows)
   bool test_receivers_time_out = false;  // tests only: receivers wait for a flag value no run sets

@@ -21,7 +21,7 @@ struct UlyssesBenchOptions {
   std::vector<UlyssesVariant> variants;  // empty: all four
   std::vector<EpilogueStore> stores;     // fused and coupled; empty: vector16, bulk, paced
   std::vector<TileOrder> orders;         // fused; empty: both (coupled runs the rotated order)
-  std::vector<FlagTiming> flags;         // fused; empty: lagged
+  std::vector<FlagTiming> flags;         // fused; empty: at-exit
   std::vector<A2aVersion> a2a;           // sequential; empty: every available one
   std::vector<int> paced_rows;           // paced slices to run; empty: the default (kDefaultPacedRows)
   int iters = 10, warmup = 1;

@@ -136,6 +136,17 @@ __device__ __forceinline__ void publish_every_tile(const UlyssesStoreParams& p, 
   }
 }
 
+// finish() of the Ulysses epilogues: at exit every tile of the CTA at once,
+// else thread 0 publishes what the last tile left pending (`publish_last`).
+template <Completion kCompletion, int THREADS, class Scheduler, class PublishLast>
+__device__ __forceinline__ void finish_flags(const UlyssesStoreParams& p, const Scheduler& sched, int block_m, int tid,
+                                             PublishLast&& publish_last) {
+  if constexpr (kCompletion == Completion::at_exit)
+    publish_every_tile<THREADS>(p, sched, block_m, tid);
+  else if (tid == 0)
+    publish_last();
+}
+
 }  // namespace ulysses_detail
 
 template <StorePath kPath, Completion kCompletion>
@@ -225,10 +236,7 @@ struct UlyssesStoreEpilogue {
   template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
                                                 int, int tid) {
-    if constexpr (kCompletion == Completion::at_exit)
-      ulysses_detail::publish_every_tile<THREADS>(p, sched, block_m, tid);
-    else if (tid == 0)
-      publish(p, pend);
+    ulysses_detail::finish_flags<kCompletion, THREADS>(p, sched, block_m, tid, [&] { publish(p, pend); });
   }
 
   // After finish: the last CTA waits for the receivers' flags (ulysses_wait.cuh).

@@ -107,10 +107,7 @@ struct UlyssesPacedEpilogue {
   template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
                                                 int, int tid) {
-    if constexpr (kCompletion == Completion::at_exit)
-      ulysses_detail::publish_every_tile<THREADS>(p, sched, block_m, tid);
-    else if (tid == 0)
-      publish(p, pend);
+    ulysses_detail::finish_flags<kCompletion, THREADS>(p, sched, block_m, tid, [&] { publish(p, pend); });
   }
 
   template <int THREADS, class Bar>
