@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles
+#           usdpa kprof usan d64 upaired kcycles u2quick
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -182,6 +182,11 @@ if [[ $stages == *upaired* ]]; then  # the sweep timed in interleaved rounds, th
   done
 fi
 
+if [[ $stages == *u2quick* ]]; then  # the fused kernel's receiver wait across GPUs: the multi-GPU Ulysses tests only
+  gpu_tests u2-tests 200 "UlyssesPeer|UlyssesNccl"
+  grep -E "tests passed|tests failed|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/u2-tests.log" | tail -8 >"$OUT/r/u2-tests-summary.txt"
+fi
+
 if [[ $stages == *ux2* ]]; then  # fused Ulysses attention on every GPU of the machine (peer, then nccl)
   n=$(nvidia-smi -L | wc -l)
   gpu_tests u-x2-tests 240 "UlyssesPeer|UlyssesNccl|PeerBackend|NcclBackend"
@@ -275,7 +280,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
