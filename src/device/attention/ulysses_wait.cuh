@@ -1,13 +1,16 @@
 #pragma once
 // The receiver side of the fused Ulysses attention: rank d waits until every
 // (source rank, b, head, m-block) that has rows in d's shard has set its flag
-// to the run's epoch. Acquire loads, a timeout that names the rank, the flag
-// and the values (no silent hang: the host aborts with them).
+// to the run's epoch, with a timeout that names the rank, the flag and the
+// values (no silent hang: the host aborts with them).
 //
 // The fused kernels wait at their end, in the CTA that finishes last
-// (ulysses_receive_at_end): no second launch (a kernel of its own after the
-// fused one cost ~3 us plus the launch gap, ~1% at S = 4096; docs/perf-log.md,
-// f8), and nothing polls while tiles are still computed.
+// (ulysses_receive_at_end): no second launch, nothing polls while tiles are
+// still computed, and a rank's kernel ends only when its data has arrived.
+// Measured on the H200 (docs/perf-log.md, f8): with device buffers at
+// S = 4096 this wait costs ~2% of the kernel's cycles (about 800 flags,
+// a few dependent system-scope loads a thread); the separate wait kernel it
+// replaced cost ~1% (~3 us and a launch gap).
 #include <cstdint>
 
 #include "device/attention/ulysses_params.hpp"
@@ -18,10 +21,8 @@
 namespace xstage::attention {
 
 // The flags of the receivers [p.recv_rank_first, + p.recv_ranks), every
-// (rank, flag) pair of them spread over `threads` threads at once (one
-// pass: a rank at a time made the last CTA wait through one dependent
-// system-scope load per flag of every rank; perf-log f8), polled with relaxed
-// loads and ended by one acquire fence. On a timeout the first thread to time
+// (rank, flag) pair of them spread over `threads` threads, polled with
+// relaxed loads and ended by one acquire fence. On a timeout the first thread to time
 // out fills p.timeout_record (rank, flag, values) and every thread that times
 // out stops waiting: the kernel ends and the host aborts with the record
 // (UlyssesAttention::check_receivers). No printf here: a call in the fused
@@ -59,10 +60,11 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
 // them): the CTA that counts itself last (p.ctas_done, reset by it for the
 // next launch, which stream order puts after this one) waits for the flags of
-// the launch's receivers. Every other CTA's flags are published before it
-// counts itself, so on one GPU the wait finds them set; across GPUs it waits
-// for the other ranks' kernels. No CTA waits while another still has tiles,
-// so a grid larger than what fits at once cannot deadlock on it.
+// the launch's receivers. Every other CTA has finished its tiles when it
+// counts itself (its flags published or being published), so on one GPU the
+// wait is short; across GPUs it waits for the other ranks' kernels. No CTA
+// waits while another still has tiles, so a grid larger than what fits at
+// once cannot deadlock on it.
 template <int THREADS, class Bar>
 __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams& p, int tid, Bar&& bar) {
   if (p.ctas_done == nullptr || p.recv_ranks < 1) return;
