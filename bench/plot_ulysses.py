@@ -30,6 +30,16 @@ def nccl_sequential(report, S):
     return {"sequential_nccl_us": min(t)} if t else {}
 
 
+def overhead_axis(ax, unit, title):
+    """Axes, labels and legend of an overhead-over-attention-only panel."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length S (total)")
+    ax.set_ylabel(f"overhead over attention-only ({unit})")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--merged", required=True)
@@ -98,12 +108,7 @@ def main():
         for s in r["summary"]:
             ax.annotate(f"{s['speedup_fused_over_sequential']:.2f}x", (s["S"], 100 * s["residual_fused"]),
                         textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length S (total)")
-        ax.set_ylabel("overhead over attention-only (%)")
-        ax.set_title(f"{row0['backend']}, {pl} buffers: overhead (labels: fused speed-up over sequential)", fontsize=9)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
+        overhead_axis(ax, "%", f"{row0['backend']}, {pl} buffers: overhead (labels: fused speed-up over sequential)")
         # The paper's flat-overhead result: the overhead in time, not in share.
         ax = axes[2][col]
         att = [s["attention_only_us"] for s in r["summary"]]
@@ -112,12 +117,7 @@ def main():
         ax.plot(S, [s["predicted_residual"] * a / 1e3 for s, a in zip(r["summary"], att)], "C0:", label="fused: predicted")
         ax.errorbar(S, [s["residual_coupled"] * a / 1e3 for s, a in zip(r["summary"], att)],
                     yerr=spread("residual_coupled", 1e-3, att), fmt="C1-^", capsize=2, label="coupled: measured")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length S (total)")
-        ax.set_ylabel("overhead over attention-only (ms)")
-        ax.set_title(f"{row0['backend']}, {pl} buffers: overhead in time", fontsize=9)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
+        overhead_axis(ax, "ms", f"{row0['backend']}, {pl} buffers: overhead in time")
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
 
