@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -244,6 +244,25 @@ if [[ $stages == *kcycles* ]]; then  # Nsight Compute: each kernel's duration an
     --flags lagged,at-exit"
   timed kflags-device 150 $X $kf --seq 4096,8192,16384,65536 --placement device -o "$OUT/r/kflags-device.json"
   timed kflags-host 150 $X $kf --seq 4096,8192,16384,32768,65536 --placement host -o "$OUT/r/kflags-host.json"
+fi
+
+if [[ $stages == *upower* ]]; then  # host path, S = 32k: fused vs attention-only alone, clocks and power beside; cycles at base clock
+  for v in attention-only fused; do
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,nounits -lms 100 \
+      >"$OUT/r/power-$v.csv" 2>&1 &
+    smi=$!
+    timed "upower-$v" 60 $X ulysses --variants $v --stores paced --orders linear --flags at-exit --seq 32768 \
+      --placement host -n 200 -w 10 --max-seconds 100 --profile none -o "$OUT/r/upower-$v.json"
+    kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  done
+  timed kcyc-host32k-base 200 ncu --clock-control base --cache-control none --csv \
+    --metrics gpu__time_duration.sum,sm__cycles_elapsed.max $X ulysses --variants attention-only,fused \
+    --stores vector16,paced --orders linear --flags at-exit -n 3 -w 0 --max-seconds 0.001 --profile none \
+    --seq 32768 --placement host
+fi
+
+if [[ $stages == *sass* ]]; then  # where the fused kernels' register spills sit (mainloop or tail)
+  timed sass 120 bash -c "cuobjdump -sass $X | python3 scripts/sass_spills.py Epilogue"
 fi
 
 if [[ $stages == *d64* ]]; then  # head dim 64: the three-consumer-warpgroup kernels, tests, sanitizers, cuDNN
