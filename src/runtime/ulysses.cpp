@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -107,6 +108,21 @@ std::vector<int> ulysses_tile_order(const UlyssesLayout& l, int block_m, TileOrd
     }
   return out;
 }
+
+namespace {
+
+// XSTAGE_ULYSSES_EXPERIMENT: bits of attention::kExperiment* for performance
+// experiments (parts of the fused kernel's end left out); unset or 0 in
+// every run that is a result.
+unsigned int experiment_bits() {
+  static const unsigned int bits = [] {
+    const char* v = std::getenv("XSTAGE_ULYSSES_EXPERIMENT");
+    return v == nullptr ? 0u : unsigned(std::strtoul(v, nullptr, 0));
+  }();
+  return bits;
+}
+
+}  // namespace
 
 namespace {
 constexpr double kLog2e = 1.4426950408889634;
@@ -269,6 +285,7 @@ struct UlyssesAttention::Impl {
     ep.block_m = bm;
     ep.timeout_ns = static_cast<uint64_t>(run.timeout_s * 1e9);
     ep.recv_epoch = run.test_receivers_time_out ? ep.epoch + 1000 : ep.epoch;
+    ep.experiment = experiment_bits();
     check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, kernel_id, g.stream),
                fmt::format("fused Ulysses attention launch ({} kernel, ranks {}..{}, S = {}, D = {})",
                            to_string(kernel), g.rank_base, g.rank_base + g.n - 1, p.S_q, D)

@@ -4,14 +4,12 @@
 
 #include <algorithm>
 #include <fstream>
-#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
 #include "device/attention/ulysses_params.hpp"
-#include "device/attention/ulysses_receiver_flags.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 #include "xstage/profile.hpp"
@@ -94,42 +92,6 @@ TEST(UlyssesFlags, RanksWithoutRowsWaitForNothing) {
   // S = 5 over P = 4: chunk 2, rank 3 owns no rows.
   const auto r = xstage::attention::ulysses_receiver_m_blocks(3, 128, 5, 2);
   EXPECT_LT(r.last, r.first);
-}
-
-// The receiver wait (ulysses_wait.cuh) splits the flags of its ranks over
-// its threads with ReceiverFlagCursor: together the threads must read every
-// flag a writer sets for those ranks exactly once, and nothing else, or a
-// receiver returns before its rows land (or reads past its flags).
-TEST(UlyssesFlags, ReceiverWaitReadsEveryFlagOnce) {
-  using namespace xstage::attention;
-  for (int P : {1, 2, 3, 8})
-    for (int64_t S : {1, 5, 127, 129, 333, 4097})
-      for (int block_m : {64, 128, 192})
-        for (int batch : {1, 2})
-          for (int hpr : {1, 3}) {
-            UlyssesStoreParams p;
-            p.P = P, p.batch = batch, p.heads_per_rank = hpr, p.S = S, p.chunk = (S + P - 1) / P;
-            p.block_m = block_m, p.m_blocks = int((S + block_m - 1) / block_m);
-            const int streams = P * batch * hpr;
-            for (const auto& [first, n] : std::vector<std::pair<int, int>>{{0, P}, {P - 1, 1}})
-              for (int threads : {1, 7, 256}) {
-                std::map<std::pair<int, int>, int> reads;
-                for (int tid = 0; tid < threads; ++tid) {
-                  ReceiverFlagCursor cur = ReceiverFlagCursor::start(p, first, n, tid);
-                  int rank = -1, idx = -1;
-                  while (cur.next(p, threads, rank, idx)) ++reads[{rank, idx}];
-                }
-                std::map<std::pair<int, int>, int> expected;
-                for (int d = first; d < first + n; ++d) {
-                  const RankRange mb = ulysses_receiver_m_blocks(d, block_m, S, p.chunk);
-                  for (int s = 0; s < streams; ++s)
-                    for (int m = mb.first; m <= mb.last; ++m) expected[{d, s * p.m_blocks + m}] = 1;
-                }
-                EXPECT_EQ(reads, expected) << "P " << P << " S " << S << " block_m " << block_m << " batch "
-                                           << batch << " heads/rank " << hpr << " ranks " << first << "+" << n
-                                           << " threads " << threads;
-              }
-          }
 }
 
 Profile stage(double R, double Q) {

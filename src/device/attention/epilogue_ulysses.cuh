@@ -132,7 +132,12 @@ __device__ __forceinline__ void publish_every_tile(const UlyssesStoreParams& p, 
     const RankRange dst = tile_owners(p, int64_t(c.m_block) * block_m, block_m);
     const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
     const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
-    for (int d = dst.first; d <= dst.last; ++d) ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
+    for (int d = dst.first; d <= dst.last; ++d) {
+      if (p.experiment & kExperimentRelaxedPublish)
+        ptx::st_relaxed_sys_u64(p.flags[d] + idx, p.epoch);
+      else
+        ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
+    }
   }
 }
 

@@ -52,7 +52,16 @@ struct UlyssesStoreParams {
   int block_m = 128;  // the kernel's BLOCK_M: the m-blocks a receiver waits for
   uint64_t timeout_ns = 0;
   uint64_t recv_epoch = 0;  // what the receivers wait for: epoch (tests: a later one, to time out)
+  // Performance experiments only (XSTAGE_ULYSSES_EXPERIMENT, kExperiment*
+  // bits): parts of the kernel's end left out to see what they cost. A run
+  // with any bit set is not a result: its completion is not guaranteed.
+  unsigned int experiment = 0;
 };
+
+inline constexpr unsigned int kExperimentNoWait = 1;            // no receiver wait at the end
+inline constexpr unsigned int kExperimentNoAcquireFence = 2;    // the wait ends without its acquire fence
+inline constexpr unsigned int kExperimentRelaxedPublish = 4;    // at-exit flags stored relaxed, no release fence
+inline constexpr unsigned int kExperimentCountAtOnce = 8;       // a CTA counts itself without the barrier first
 
 // Flag of (source rank, b, local head h, m-block) in every destination's flag
 // array; a destination waits for the m-blocks that overlap its rows.

@@ -14,64 +14,47 @@
 #include <cstdint>
 
 #include "device/attention/ulysses_params.hpp"
-#include "device/attention/ulysses_receiver_flags.hpp"
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/timer.cuh"
 
 namespace xstage::attention {
 
-// The flags of the receivers [p.recv_rank_first, + p.recv_ranks), spread
-// over `threads` threads. Each thread loads up to kInFlight flags before it
-// looks at any (independent system-scope loads: one round trip, where the
-// loop that waited flag by flag paid one a flag, ~2% of the kernel at S =
-// 4096, perf-log f9); only a batch with a flag not yet set is walked again,
-// flag by flag, polling. Relaxed loads, ended by one acquire fence. On a
-// timeout the first thread to time out fills p.timeout_record (rank, flag,
-// values) and every thread that times out stops waiting: the kernel ends and
-// the host aborts with the record (UlyssesAttention::check_receivers). No
-// printf here: a call in the fused kernel made ptxas spill ~300 bytes a
-// thread in its mainloop (perf-log f8). No arrays either: they would live in
-// local memory.
+// The flags of the receivers [p.recv_rank_first, + p.recv_ranks), every
+// (rank, flag) pair of them spread over `threads` threads, polled with
+// relaxed loads and ended by one acquire fence. On a timeout the first thread to time
+// out fills p.timeout_record (rank, flag, values) and every thread that times
+// out stops waiting: the kernel ends and the host aborts with the record
+// (UlyssesAttention::check_receivers). No printf here: a call in the fused
+// kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
 __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads) {
-  constexpr int kInFlight = 4;
+  const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
+  const int64_t most = streams * ((p.chunk + p.block_m - 1) / p.block_m + 1);  // flags of one rank, at most
   const uint64_t start = ptx::globaltimer_ns();
-  ReceiverFlagCursor cur = ReceiverFlagCursor::start(p, p.recv_rank_first, p.recv_ranks, tid);
-  bool more = true;
-  while (more) {
-    const ReceiverFlagCursor batch = cur;
-    uint64_t least = ~uint64_t(0);
-    int rank, idx;
-#pragma unroll
-    for (int j = 0; j < kInFlight; ++j) {
-      if (!cur.next(p, threads, rank, idx)) {
-        more = false;
-        break;
-      }
-      least = min(least, ptx::ld_relaxed_sys_u64(p.flags[rank] + idx));
-    }
-    if (least >= p.recv_epoch) continue;
-    cur = batch;  // a flag of the batch not yet set: poll them one by one
-    for (int j = 0; j < kInFlight; ++j) {
-      if (!cur.next(p, threads, rank, idx)) break;
-      const uint64_t* flag = p.flags[rank] + idx;
-      uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
-      while (seen < p.recv_epoch) {
-        const uint64_t waited = ptx::globaltimer_ns() - start;
-        if (waited > p.timeout_ns) {
-          FlagTimeoutRecord* r = p.timeout_record;
-          if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
-            r->rank = rank, r->flag = idx, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
-            r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = seen;
-          }
-          return;
+  for (int64_t g = tid; g < p.recv_ranks * most; g += threads) {
+    const int d = p.recv_rank_first + int(g / most);
+    const int64_t k = g % most;
+    const RankRange mb = ulysses_receiver_m_blocks(d, p.block_m, p.S, p.chunk);
+    const int64_t span = mb.last - mb.first + 1;  // <= 0: an empty shard receives nothing
+    if (span <= 0 || k >= streams * span) continue;
+    const int64_t idx = (k / span) * p.m_blocks + mb.first + k % span;
+    const uint64_t* flag = p.flags[d] + idx;
+    uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
+    while (seen < p.recv_epoch) {
+      const uint64_t waited = ptx::globaltimer_ns() - start;
+      if (waited > p.timeout_ns) {
+        FlagTimeoutRecord* r = p.timeout_record;
+        if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
+          r->rank = d, r->flag = int(idx), r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
+          r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = seen;
         }
-        __nanosleep(64);
-        seen = ptx::ld_relaxed_sys_u64(flag);
+        return;
       }
+      __nanosleep(64);
+      seen = ptx::ld_relaxed_sys_u64(flag);
     }
   }
-  ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
+  if (!(p.experiment & kExperimentNoAcquireFence)) ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
 }
 
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
@@ -84,9 +67,9 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
 // once cannot deadlock on it.
 template <int THREADS, class Bar>
 __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams& p, int tid, Bar&& bar) {
-  if (p.ctas_done == nullptr || p.recv_ranks < 1) return;
+  if (p.ctas_done == nullptr || p.recv_ranks < 1 || (p.experiment & kExperimentNoWait)) return;
   __shared__ int last;
-  bar();  // every flag of this CTA published
+  if (!(p.experiment & kExperimentCountAtOnce)) bar();  // every flag of this CTA published
   if (tid == 0) {
     last = atomicAdd(p.ctas_done, 1u) == gridDim.x - 1;
     if (last) *p.ctas_done = 0u;
