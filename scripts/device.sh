@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -270,6 +270,21 @@ if [[ $stages == *kexp* ]]; then  # what each part of the fused kernel's end cos
   for e in 0 1 2 4 8; do
     seqs=4096; [ $e = 0 ] && seqs=4096,16384
     XSTAGE_ULYSSES_EXPERIMENT=$e timed "kexp-$e" 120 ncu $ncu_cyc $X $ke --seq $seqs
+  done
+fi
+
+if [[ $stages == *ksrc* ]]; then  # Nsight Compute source counters: where the fused kernels spend what the local one does not
+  ks="ulysses --variants attention-only,fused --orders rotated --flags at-exit -n 1 -w 0 --max-seconds 0.001
+    --profile none --placement device"
+  src_sections="--section SourceCounters --section WarpStateStats --section InstructionStats --section LaunchStats"
+  timed ksrc-4k 200 ncu --clock-control none $src_sections -k regex:"LocalStoreEpilogue|UlyssesStoreEpilogue" -c 2 \
+    -o "$OUT/r/ksrc-4k" $X $ks --stores vector16 --seq 4096
+  timed ksrc-paced 200 ncu --clock-control none $src_sections -k regex:"LocalStoreEpilogue|UlyssesPacedEpilogue" -c 2 \
+    -o "$OUT/r/ksrc-paced" $X $ks --stores paced --seq 16384
+  for r in ksrc-4k ksrc-paced; do
+    timed "$r-csv" 120 ncu --import "$OUT/r/$r.ncu-rep" --page source --csv --print-source sass
+    gzip -f "$OUT/r/$r-csv.log"
+    timed "$r-details" 60 ncu --import "$OUT/r/$r.ncu-rep" --page details
   done
 fi
 
