@@ -277,9 +277,9 @@ if [[ $stages == *ksrc* ]]; then  # Nsight Compute source counters: where the fu
   ks="ulysses --variants attention-only,fused --orders rotated --flags at-exit -n 1 -w 0 --max-seconds 0.001
     --profile none --placement device"
   src_sections="--section SourceCounters --section WarpStateStats --section InstructionStats --section LaunchStats"
-  timed ksrc-4k 200 ncu --clock-control none $src_sections -k regex:"LocalStoreEpilogue|UlyssesStoreEpilogue" -c 2 \
+  timed ksrc-4k 200 ncu --clock-control none --kernel-name-base demangled $src_sections -k regex:"LocalStoreEpilogue|UlyssesStoreEpilogue" -c 2 \
     -o "$OUT/r/ksrc-4k" $X $ks --stores vector16 --seq 4096
-  timed ksrc-paced 200 ncu --clock-control none $src_sections -k regex:"LocalStoreEpilogue|UlyssesPacedEpilogue" -c 2 \
+  timed ksrc-paced 200 ncu --clock-control none --kernel-name-base demangled $src_sections -k regex:"LocalStoreEpilogue|UlyssesPacedEpilogue" -c 2 \
     -o "$OUT/r/ksrc-paced" $X $ks --stores paced --seq 16384
   for r in ksrc-4k ksrc-paced; do
     timed "$r-csv" 120 ncu --import "$OUT/r/$r.ncu-rep" --page source --csv --print-source sass
