@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -261,13 +261,19 @@ if [[ $stages == *upower* ]]; then  # host path, S = 32k: fused vs attention-onl
     --seq 32768 --placement host
 fi
 
+if [[ $stages == *utests* ]]; then  # the attention and Ulysses GPU tests alone
+  gpu_tests u-tests 300 "Attention|Ulysses"
+  grep -E "tests passed|tests failed|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
+fi
+
 if [[ $stages == *kexp* ]]; then  # what each part of the fused kernel's end costs: SM cycles with parts left out
   # XSTAGE_ULYSSES_EXPERIMENT bits (ulysses_params.hpp): 1 no receiver wait, 2 no acquire fence after it,
-  # 4 at-exit flags without release, 8 no barrier before a CTA counts itself. Not results: diagnostics.
+  # 4 at-exit flags without release, 8 no barrier before a CTA counts itself, 16 count but read no flag,
+  # 32 the first CTA to finish waits, 64 acquire loads and no fence. Not results: diagnostics.
   ncu_cyc="--clock-control none --cache-control none --csv --metrics sm__cycles_elapsed.max"
   ke="ulysses --variants attention-only,fused --stores vector16,bulk,paced --orders rotated --flags at-exit
     -n 3 -w 0 --max-seconds 0.001 --profile none --placement device"
-  for e in 0 1 2 4 8; do
+  for e in ${KEXP:-0 1 2 4 8}; do
     seqs=4096; [ $e = 0 ] && seqs=4096,16384
     XSTAGE_ULYSSES_EXPERIMENT=$e timed "kexp-$e" 120 ncu $ncu_cyc $X $ke --seq $seqs
   done

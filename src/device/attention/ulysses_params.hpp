@@ -62,6 +62,9 @@ inline constexpr unsigned int kExperimentNoWait = 1;            // no receiver w
 inline constexpr unsigned int kExperimentNoAcquireFence = 2;    // the wait ends without its acquire fence
 inline constexpr unsigned int kExperimentRelaxedPublish = 4;    // at-exit flags stored relaxed, no release fence
 inline constexpr unsigned int kExperimentCountAtOnce = 8;       // a CTA counts itself without the barrier first
+inline constexpr unsigned int kExperimentNoFlagLoop = 16;       // the last CTA counts, then reads no flag
+inline constexpr unsigned int kExperimentFirstWaits = 32;       // the first CTA to finish waits, not the last
+inline constexpr unsigned int kExperimentAcquireLoads = 64;     // flags polled with ld.acquire, no fence after
 
 // Flag of (source rank, b, local head h, m-block) in every destination's flag
 // array; a destination waits for the m-blocks that overlap its rows.

@@ -39,7 +39,8 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
     if (span <= 0 || k >= streams * span) continue;
     const int64_t idx = (k / span) * p.m_blocks + mb.first + k % span;
     const uint64_t* flag = p.flags[d] + idx;
-    uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
+    const bool acq = p.experiment & kExperimentAcquireLoads;
+    uint64_t seen = acq ? ptx::ld_acquire_sys_u64(flag) : ptx::ld_relaxed_sys_u64(flag);
     while (seen < p.recv_epoch) {
       const uint64_t waited = ptx::globaltimer_ns() - start;
       if (waited > p.timeout_ns) {
@@ -51,10 +52,10 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
         return;
       }
       __nanosleep(64);
-      seen = ptx::ld_relaxed_sys_u64(flag);
+      seen = acq ? ptx::ld_acquire_sys_u64(flag) : ptx::ld_relaxed_sys_u64(flag);
     }
   }
-  if (!(p.experiment & kExperimentNoAcquireFence)) ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
+  if (!(p.experiment & (kExperimentNoAcquireFence | kExperimentAcquireLoads))) ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
 }
 
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
@@ -71,11 +72,12 @@ __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams&
   __shared__ int last;
   if (!(p.experiment & kExperimentCountAtOnce)) bar();  // every flag of this CTA published
   if (tid == 0) {
-    last = atomicAdd(p.ctas_done, 1u) == gridDim.x - 1;
-    if (last) *p.ctas_done = 0u;
+    const unsigned int n = atomicAdd(p.ctas_done, 1u);
+    last = (p.experiment & kExperimentFirstWaits) ? n == 0 : n == gridDim.x - 1;
+    if (n == gridDim.x - 1) *p.ctas_done = 0u;
   }
   bar();
-  if (!last) return;
+  if (!last || (p.experiment & kExperimentNoFlagLoop)) return;
   wait_for_receiver_flags(p, tid, THREADS);
 }
 
