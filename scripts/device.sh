@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -292,6 +292,15 @@ if [[ $stages == *ksrc* ]]; then  # Nsight Compute source counters: where the fu
     gzip -f "$OUT/r/$r-csv.log"
     timed "$r-details" 60 ncu --import "$OUT/r/$r.ncu-rep" --page details
   done
+fi
+
+if [[ $stages == *ktrace* ]]; then  # time stamps of the fused kernel's end (XSTAGE_ULYSSES_EXPERIMENT=128 and more)
+  kt="ulysses --variants fused --stores vector16 --orders rotated --flags at-exit -n 3 -w 1 --profile none"
+  for e in 128 130 192; do
+    XSTAGE_ULYSSES_EXPERIMENT=$e timed "ktrace-$e" 60 $X $kt --seq 4096,16384 --placement device
+  done
+  XSTAGE_ULYSSES_EXPERIMENT=128 timed "ktrace-host" 60 $X $kt --seq 4096,32768 --placement host
+  grep -H "^trace" "$OUT"/r/ktrace-*.log >"$OUT/r/ktrace-summary.txt"
 fi
 
 if [[ $stages == *sass* ]]; then  # where the fused kernels' register spills sit (mainloop or tail)

@@ -153,7 +153,9 @@ struct UlyssesAttention::Impl {
     int* order[2] = {nullptr, nullptr};                               // [TileOrder]: P * max_m_blocks
     unsigned int* ctas_done = nullptr;  // the fused kernel's count of finished CTAs (its receiver wait)
     attention::FlagTimeoutRecord* timeout_record = nullptr;  // what its wait timed out on, if it did
+    unsigned long long* trace = nullptr;  // kExperimentTrace only: time stamps of the last launch's end
   };
+  static constexpr int kTraceMaxGrid = attention::kTraceMaxGrid;
 
   World& w;
   int64_t B, H, D, max_S, Hl;
@@ -286,6 +288,15 @@ struct UlyssesAttention::Impl {
     ep.timeout_ns = static_cast<uint64_t>(run.timeout_s * 1e9);
     ep.recv_epoch = run.test_receivers_time_out ? ep.epoch + 1000 : ep.epoch;
     ep.experiment = experiment_bits();
+    if (ep.experiment & attention::kExperimentTrace) {
+      auto& gm = const_cast<Group&>(g);
+      if (gm.trace == nullptr)
+        gm.trace = static_cast<unsigned long long*>(
+            w.alloc_local(g.rank_base, sizeof(unsigned long long) * (kTraceMaxGrid + attention::kTraceSlots)));
+      XSTAGE_CUDA(cudaMemsetAsync(gm.trace, 0, sizeof(unsigned long long) * (kTraceMaxGrid + attention::kTraceSlots),
+                                  g.stream));
+      ep.trace = gm.trace;
+    }
     check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, kernel_id, g.stream),
                fmt::format("fused Ulysses attention launch ({} kernel, ranks {}..{}, S = {}, D = {})",
                            to_string(kernel), g.rank_base, g.rank_base + g.n - 1, p.S_q, D)
@@ -412,6 +423,23 @@ void UlyssesAttention::run(const UlyssesRun& r) {
 
 void UlyssesAttention::check_receivers() const {
   for (const auto& g : impl_->groups) {
+    if (g.trace != nullptr) {  // kExperimentTrace: what the last fused launch's end looked like
+      std::vector<unsigned long long> t(size_t(attention::kTraceMaxGrid + attention::kTraceSlots));
+      XSTAGE_CUDA(cudaSetDevice(g.device));
+      XSTAGE_CUDA(cudaMemcpy(t.data(), g.trace, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
+      std::vector<unsigned long long> done;
+      for (int i = 0; i < attention::kTraceMaxGrid; ++i)
+        if (t[size_t(i)] != 0) done.push_back(t[size_t(i)]);
+      std::sort(done.begin(), done.end());
+      const unsigned long long* w = t.data() + attention::kTraceMaxGrid;
+      if (!done.empty())
+        fmt::print(stderr,
+                   "trace: {} CTAs counted over {} ns (last two {} ns apart); wait began {} ns after the last "
+                   "count; first flag back after {} cycles, loop done after {}, fence done after {}; {} loads, "
+                   "{} sleeps\n",
+                   done.size(), done.back() - done.front(), done.size() > 1 ? done.back() - done[done.size() - 2] : 0,
+                   w[0] > done.back() ? w[0] - done.back() : 0, w[1], w[2], w[3], w[5], w[4]);
+    }
     attention::FlagTimeoutRecord r;
     XSTAGE_CUDA(cudaSetDevice(g.device));
     XSTAGE_CUDA(cudaMemcpy(&r, g.timeout_record, sizeof(r), cudaMemcpyDeviceToHost));

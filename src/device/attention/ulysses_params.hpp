@@ -56,7 +56,12 @@ struct UlyssesStoreParams {
   // bits): parts of the kernel's end left out to see what they cost. A run
   // with any bit set is not a result: its completion is not guaranteed.
   unsigned int experiment = 0;
+  // kExperimentTrace: [kTraceMaxGrid] when each CTA counted itself
+  // (globaltimer ns), then kTraceSlots slots of the waiting CTA
+  // (ulysses_wait.cuh); zeroed before each launch.
+  unsigned long long* trace = nullptr;
 };
+inline constexpr int kTraceMaxGrid = 4096, kTraceSlots = 8;
 
 inline constexpr unsigned int kExperimentNoWait = 1;            // no receiver wait at the end
 inline constexpr unsigned int kExperimentNoAcquireFence = 2;    // the wait ends without its acquire fence
@@ -65,6 +70,7 @@ inline constexpr unsigned int kExperimentCountAtOnce = 8;       // a CTA counts 
 inline constexpr unsigned int kExperimentNoFlagLoop = 16;       // the last CTA counts, then reads no flag
 inline constexpr unsigned int kExperimentFirstWaits = 32;       // the first CTA to finish waits, not the last
 inline constexpr unsigned int kExperimentAcquireLoads = 64;     // flags polled with ld.acquire, no fence after
+inline constexpr unsigned int kExperimentTrace = 128;           // time stamps of the kernel's end into p.trace
 
 // Flag of (source rank, b, local head h, m-block) in every destination's flag
 // array; a destination waits for the m-blocks that overlap its rows.

@@ -31,6 +31,11 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
   const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
   const int64_t most = streams * ((p.chunk + p.block_m - 1) / p.block_m + 1);  // flags of one rank, at most
   const uint64_t start = ptx::globaltimer_ns();
+  const bool trace = (p.experiment & kExperimentTrace) && p.trace != nullptr;
+  unsigned long long* slot = trace ? p.trace + kTraceMaxGrid : nullptr;
+  const uint64_t c0 = ptx::clock_cycles();
+  bool first = true;
+  unsigned long long sleeps = 0, loads = 0;
   for (int64_t g = tid; g < p.recv_ranks * most; g += threads) {
     const int d = p.recv_rank_first + int(g / most);
     const int64_t k = g % most;
@@ -41,6 +46,11 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
     const uint64_t* flag = p.flags[d] + idx;
     const bool acq = p.experiment & kExperimentAcquireLoads;
     uint64_t seen = acq ? ptx::ld_acquire_sys_u64(flag) : ptx::ld_relaxed_sys_u64(flag);
+    if (trace) {
+      ++loads;
+      if (first && seen != ~uint64_t(0)) atomicMax(slot + 1, (unsigned long long)(ptx::clock_cycles() - c0));
+      first = false;
+    }
     while (seen < p.recv_epoch) {
       const uint64_t waited = ptx::globaltimer_ns() - start;
       if (waited > p.timeout_ns) {
@@ -52,10 +62,17 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
         return;
       }
       __nanosleep(64);
+      ++sleeps;
       seen = acq ? ptx::ld_acquire_sys_u64(flag) : ptx::ld_relaxed_sys_u64(flag);
     }
   }
+  if (trace) atomicMax(slot + 2, (unsigned long long)(ptx::clock_cycles() - c0));
   if (!(p.experiment & (kExperimentNoAcquireFence | kExperimentAcquireLoads))) ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
+  if (trace) {
+    atomicMax(slot + 3, (unsigned long long)(ptx::clock_cycles() - c0));
+    atomicAdd(slot + 4, sleeps);
+    atomicAdd(slot + 5, loads);
+  }
 }
 
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
@@ -72,12 +89,16 @@ __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams&
   __shared__ int last;
   if (!(p.experiment & kExperimentCountAtOnce)) bar();  // every flag of this CTA published
   if (tid == 0) {
+    if ((p.experiment & kExperimentTrace) && p.trace != nullptr && blockIdx.x < kTraceMaxGrid)
+      p.trace[blockIdx.x] = ptx::globaltimer_ns();
     const unsigned int n = atomicAdd(p.ctas_done, 1u);
     last = (p.experiment & kExperimentFirstWaits) ? n == 0 : n == gridDim.x - 1;
     if (n == gridDim.x - 1) *p.ctas_done = 0u;
   }
   bar();
   if (!last || (p.experiment & kExperimentNoFlagLoop)) return;
+  if ((p.experiment & kExperimentTrace) && p.trace != nullptr && tid == 0)
+    p.trace[kTraceMaxGrid] = ptx::globaltimer_ns();  // slot 0: the wait starts
   wait_for_receiver_flags(p, tid, THREADS);
 }
 
