@@ -296,7 +296,7 @@ fi
 
 if [[ $stages == *ktrace* ]]; then  # time stamps of the fused kernel's end (XSTAGE_ULYSSES_EXPERIMENT=128 and more)
   kt="ulysses --variants fused --stores vector16 --orders rotated --flags at-exit -n 3 -w 1 --profile none"
-  for e in 128 130 192; do
+  for e in ${KTRACE:-128 130 192}; do
     XSTAGE_ULYSSES_EXPERIMENT=$e timed "ktrace-$e" 60 $X $kt --seq 4096,16384 --placement device
   done
   XSTAGE_ULYSSES_EXPERIMENT=128 timed "ktrace-host" 60 $X $kt --seq 4096,32768 --placement host

@@ -84,6 +84,13 @@ struct UlyssesPacedEpilogue {
     pend.next_step = hi < rows ? j + interval : -1;
   }
 
+  // The KV step, j or later, at which mainloop_step has a send to make; n if
+  // none before the tile's mainloop ends. The wgmma kernel runs the steps
+  // before it without calling mainloop_step.
+  __device__ __forceinline__ static int next_send_step(const Pending& pend, int j, int n) {
+    return pend.next_step >= j ? pend.next_step : n;
+  }
+
   // Whatever is left of the pending tile. The kernel then synchronises its
   // epilogue threads (the whole CTA, or the consumer warpgroups of the wgmma
   // kernel, whose producer has exited): every thread is done reading the

@@ -71,6 +71,7 @@ inline constexpr unsigned int kExperimentNoFlagLoop = 16;       // the last CTA 
 inline constexpr unsigned int kExperimentFirstWaits = 32;       // the first CTA to finish waits, not the last
 inline constexpr unsigned int kExperimentAcquireLoads = 64;     // flags polled with ld.acquire, no fence after
 inline constexpr unsigned int kExperimentTrace = 128;           // time stamps of the kernel's end into p.trace
+inline constexpr unsigned int kExperimentWaitTwice = 1024;      // the wait runs again; trace slot 6: its cycles
 
 // Flag of (source rank, b, local head h, m-block) in every destination's flag
 // array; a destination waits for the m-blocks that overlap its rows.

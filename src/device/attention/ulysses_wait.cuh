@@ -27,11 +27,12 @@ namespace xstage::attention {
 // out stops waiting: the kernel ends and the host aborts with the record
 // (UlyssesAttention::check_receivers). No printf here: a call in the fused
 // kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
-__device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads) {
+__device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads,
+                                                        bool traced = true) {
   const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
   const int64_t most = streams * ((p.chunk + p.block_m - 1) / p.block_m + 1);  // flags of one rank, at most
   const uint64_t start = ptx::globaltimer_ns();
-  const bool trace = (p.experiment & kExperimentTrace) && p.trace != nullptr;
+  const bool trace = traced && (p.experiment & kExperimentTrace) && p.trace != nullptr;
   unsigned long long* slot = trace ? p.trace + kTraceMaxGrid : nullptr;
   const uint64_t c0 = ptx::clock_cycles();
   bool first = true;
@@ -100,6 +101,12 @@ __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams&
   if ((p.experiment & kExperimentTrace) && p.trace != nullptr && tid == 0)
     p.trace[kTraceMaxGrid] = ptx::globaltimer_ns();  // slot 0: the wait starts
   wait_for_receiver_flags(p, tid, THREADS);
+  if ((p.experiment & kExperimentWaitTwice) && (p.experiment & kExperimentTrace) && p.trace != nullptr) {
+    bar();
+    const uint64_t c0 = ptx::clock_cycles();
+    wait_for_receiver_flags(p, tid, THREADS, false);
+    atomicMax(p.trace + kTraceMaxGrid + 6, (unsigned long long)(ptx::clock_cycles() - c0));
+  }
 }
 
 }  // namespace xstage::attention
