@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm
 #   (default: build tests sanitize probe a2a)
 # Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
@@ -297,10 +297,15 @@ fi
 if [[ $stages == *ktrace* ]]; then  # time stamps of the fused kernel's end (XSTAGE_ULYSSES_EXPERIMENT=128 and more)
   kt="ulysses --variants fused --stores vector16 --orders rotated --flags at-exit -n 3 -w 1 --profile none"
   for e in ${KTRACE:-128 130 192}; do
-    XSTAGE_ULYSSES_EXPERIMENT=$e timed "ktrace-$e" 60 $X $kt --seq 4096,16384 --placement device
+    XSTAGE_ULYSSES_EXPERIMENT=$e timed "ktrace-$e" 60 $X $kt --seq ${KTSEQ:-4096,16384} --placement device
   done
   XSTAGE_ULYSSES_EXPERIMENT=128 timed "ktrace-host" 60 $X $kt --seq 4096,32768 --placement host
   grep -H "^trace" "$OUT"/r/ktrace-*.log >"$OUT/r/ktrace-summary.txt"
+fi
+
+if [[ $stages == *kwarm* ]]; then  # the same 4k point first in the process and again after a longer load
+  timed kwarm 120 $X ulysses --variants attention-only,fused --stores vector16,bulk --orders rotated --flags at-exit \
+    --seq 4096,16384,65536,4096 --placement device --max-seconds 1 -o "$OUT/r/kwarm.json"
 fi
 
 if [[ $stages == *sass* ]]; then  # where the fused kernels' register spills sit (mainloop or tail)

@@ -27,29 +27,22 @@ struct UlyssesPacedEpilogue {
                 "the paced path publishes its flags lagged or at exit");
   using Params = UlyssesStoreParams;
 
-  // The tile whose rows wait in the staging buffer, in shared memory: thread
-  // 0 writes it in tile_done, between two CTA barriers of the kernel, and
-  // every thread reads it until the next tile_done. Only what changes at a
-  // send stays in registers (Pending): the consumers' mainloop is short of
-  // registers, and the first version, which kept all of this in every
-  // thread's registers, made the compiler reload parameters and rebuild
-  // thread ids at every KV step (+5% instructions at S = 16k; perf-log f9).
-  struct StagedTile {
-    TileCoord c;
-    int m0, rows;  // first row, rows of the tile (BLOCK_M, fewer at the end of the sequence)
+  // Every thread holds the same copy: the tile whose rows wait in the staging buffer.
+  struct Pending {
+    TileCoord c{0, 0, 0};
+    int m0 = 0;
+    int rows = 0;  // rows of the tile (BLOCK_M, fewer at the end of the sequence)
+    int sent = 0;  // rows sent so far
+    bool valid = false;
     // Where the rows go, worked out once a tile (a 64-bit division per 16-byte
     // chunk, or per KV step, costs the wgmma kernel's consumers more than the
     // stores themselves; docs/perf-log.md, f6).
-    ulysses_detail::RowRun dst;
-  };
-  __device__ __forceinline__ static StagedTile& staged() {
-    __shared__ StagedTile tile;
-    return tile;
-  }
-  struct Pending {
-    int next_step = -1;  // KV step of the next send (0 after tile_done: plan at step 0; -1: none due)
-    int sent = 0;        // rows of the staged tile sent so far
-    bool valid = false;  // a tile is staged (and, lagged, its flags not yet published)
+    ulysses_detail::RowRun dst{nullptr, 0, 0};
+    // The plan, made at the next tile's KV step 0: `slice` rows every
+    // `interval` steps, the next send at step `next_step` (-1: none due).
+    // A step that sends nothing costs one comparison.
+    int next_step = -1, interval = 1, slice = 0;
+    bool planned = false;
   };
   static constexpr bool kBeforeStore = kCompletion == Completion::lagged;
   static constexpr bool kOwnStaging = true;
@@ -59,36 +52,28 @@ struct UlyssesPacedEpilogue {
   __device__ __forceinline__ static void store_rows(const Params&, const TileCoord&, int, int, const uint16_t*, int) {}
   __device__ __forceinline__ static void store_lse(const Params&, const TileCoord&, int, int, int, float) {}
 
-  // KV step j of n of the next tile. The plan, from the rows and n alone: m
-  // = min(n, ceil(rows / paced_min_rows)) sends of ceil(rows / m) rows, n / m
-  // steps apart, the first at step n / m - 1, the last at m (n / m) - 1 <= n
-  // - 1. Sends of at least paced_min_rows rows, because the per-step
-  // bookkeeping of the first version (rows due at every step) cost the wgmma
-  // kernel ~40 instructions a warp a step, 4-5% of it (docs/perf-log.md,
-  // f8). A step that sends nothing costs one comparison.
+  // KV step j of n of the next tile. At step 0 the plan: m = min(n,
+  // ceil(rows / paced_min_rows)) sends of ceil(rows / m) rows, n / m steps
+  // apart, the last at step m (n / m) - 1 <= n - 1. Sends of at least
+  // paced_min_rows rows, because the per-step bookkeeping of the first
+  // version (rows due at every step) cost the wgmma kernel ~40 instructions a
+  // warp a step, 4-5% of it (docs/perf-log.md, f8).
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void mainloop_step(const Params& p, Pending& pend, const uint16_t* so, int j,
                                                        int n, int tid) {
     if (j != pend.next_step) return;
-    const int rows = staged().rows;
-    const int most = (rows + p.paced_min_rows - 1) / p.paced_min_rows;
-    const int m = most < n ? most : n;
-    const int interval = n / m;
-    if (j == 0 && interval > 1) {  // tile_done asked for the plan
-      pend.next_step = interval - 1;
-      return;
+    if (!pend.planned) {  // j == 0: tile_done set next_step to 0
+      const int most = (pend.rows + p.paced_min_rows - 1) / p.paced_min_rows;
+      const int m = most < n ? most : n;
+      pend.interval = n / m;
+      pend.slice = (pend.rows + m - 1) / m;
+      pend.planned = true;
+      pend.next_step = pend.interval - 1;
+      if (pend.next_step != 0) return;
     }
-    const int slice = (rows + m - 1) / m;
-    const int hi = rows - pend.sent > slice ? pend.sent + slice : rows;
+    const int hi = pend.rows - pend.sent > pend.slice ? pend.sent + pend.slice : pend.rows;
     send<D, SMEM_STRIDE, THREADS>(p, pend, so, hi, tid);
-    pend.next_step = hi < rows ? j + interval : -1;
-  }
-
-  // The KV step, j or later, at which mainloop_step has a send to make; n if
-  // none before the tile's mainloop ends. The wgmma kernel runs the steps
-  // before it without calling mainloop_step.
-  __device__ __forceinline__ static int next_send_step(const Pending& pend, int j, int n) {
-    return pend.next_step >= j ? pend.next_step : n;
+    pend.next_step = hi < pend.rows ? pend.next_step + pend.interval : -1;
   }
 
   // Whatever is left of the pending tile. The kernel then synchronises its
@@ -97,7 +82,7 @@ struct UlyssesPacedEpilogue {
   // staging buffer and every row is stored before the flags.
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void flush(const Params& p, Pending& pend, const uint16_t* so, int tid) {
-    if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, staged().rows, tid);
+    if (pend.valid) send<D, SMEM_STRIDE, THREADS>(p, pend, so, pend.rows, tid);
     pend.next_step = -1;
   }
 
@@ -107,14 +92,15 @@ struct UlyssesPacedEpilogue {
   }
 
   __device__ __forceinline__ static void tile_done(const Params& p, const TileCoord& c, int m0, int block_m, int,
-                                                   int tid, Pending& pend) {
+                                                   int, Pending& pend) {
+    pend.c = c;
+    pend.m0 = m0;
+    pend.rows = int(m0 + block_m < p.S ? block_m : p.S - m0);
     pend.sent = 0;
     pend.valid = true;
+    pend.planned = false;
     pend.next_step = 0;  // planned at the next tile's first KV step
-    if (tid == 0) {
-      const int rows = int(m0 + block_m < p.S ? block_m : p.S - m0);
-      staged() = {c, m0, rows, ulysses_detail::row_run(p, c, m0, rows, p.head_dim)};
-    }
+    pend.dst = ulysses_detail::row_run(p, c, m0, pend.rows, p.head_dim);
   }
 
   // After the last flush: the CTA's last tile.
@@ -133,14 +119,13 @@ struct UlyssesPacedEpilogue {
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void send(const Params& p, Pending& pend, const uint16_t* so, int hi, int tid) {
     constexpr int CHUNKS_PER_ROW = D / 8;  // 16-byte chunks; consecutive threads on consecutive chunks
-    const StagedTile& t = staged();
     const int lo = pend.sent;
     const int chunks = (hi - lo) * CHUNKS_PER_ROW;
     for (int k = tid; k < chunks; k += THREADS) {
       const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
       const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
-      uint16_t* row = t.dst.covers(r) ? t.dst.base + int64_t(r) * t.dst.pitch
-                                      : ulysses_detail::row_address(p, t.c, int64_t(t.m0) + r, D);
+      uint16_t* row = pend.dst.covers(r) ? pend.dst.base + int64_t(r) * pend.dst.pitch
+                                         : ulysses_detail::row_address(p, pend.c, int64_t(pend.m0) + r, D);
       ptx::st_global_v4_b32(row + col, v);
     }
     if (hi > lo) pend.sent = hi;
@@ -148,10 +133,9 @@ struct UlyssesPacedEpilogue {
 
   __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
     if (!pend.valid) return;
-    const StagedTile& t = staged();
-    const RankRange dst = ulysses_detail::tile_owners(p, t.m0, t.rows);
-    const int src = p.rank_base + t.c.b / p.batch, b = t.c.b % p.batch;
-    const int64_t idx = ulysses_flag_index(src, b, t.c.h, t.c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+    const RankRange dst = ulysses_detail::tile_owners(p, pend.m0, pend.rows);
+    const int src = p.rank_base + pend.c.b / p.batch, b = pend.c.b % p.batch;
+    const int64_t idx = ulysses_flag_index(src, b, pend.c.h, pend.c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
     for (int d = dst.first; d <= dst.last; ++d)
       ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
     pend.valid = false;

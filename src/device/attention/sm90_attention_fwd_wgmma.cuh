@@ -349,13 +349,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       softmax(0);  // O is zero: corr unused
       wgmma_detail::pack_p<BN>(pf, s);
       ++it;
-      // Steady state: S_j and O += P_{j-1} V_{j-1} in flight together. The
-      // epilogue's share (paced sends) runs between two steps, only before
-      // the steps it has one for, while the other warpgroup has the tensor
-      // cores: a per-step check inside the body cost the paced kernel ~16
-      // instructions a warp a step (3% at S = 16k), and a second copy of the
-      // body with the send inside made ptxas spill (docs/perf-log.md, f9).
-      auto steady_step = [&](int j) {
+      // Steady state: S_j and O += P_{j-1} V_{j-1} in flight together.
+      for (int j = 1; j < n_kv; ++j, ++it) {
         const uint32_t st = it % STAGES, ph = (it / STAGES) & 1;
         ptx::mbar_wait(k_full + st, ph);
         ptx::mbar_wait(v_full + pst, pph);
@@ -366,6 +361,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
         issue_pv(pst);
         ptx::wgmma_commit_group();
         turn_end(false);
+        epilogue_step(j);
         ptx::wgmma_wait_group<1>();  // S_j landed; the P V GEMM may still run
         ptx::fence_operands(s);
         release(k_empty + st);
@@ -378,19 +374,6 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
         rescale_rows<D / 8>(o, corr);
         wgmma_detail::pack_p<BN>(pf, s);
         pst = st, pph = ph;
-        ++it;
-      };
-      if constexpr (Epilogue::kOwnStaging) {
-        int send_at = Epilogue::next_send_step(pending, 1, n_kv);
-        for (int j = 1; j < n_kv; ++j) {
-          if (j == send_at) {
-            epilogue_step(j);
-            send_at = Epilogue::next_send_step(pending, j + 1, n_kv);
-          }
-          steady_step(j);
-        }
-      } else {
-        for (int j = 1; j < n_kv; ++j) steady_step(j);
       }
       // Tail: O += P_last V_last.
       ptx::mbar_wait(v_full + pst, pph);
