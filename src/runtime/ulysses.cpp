@@ -203,7 +203,7 @@ struct UlyssesAttention::Impl {
       for (int r : w.local_ranks()) make_group(r, 1);
     out_capacity = UlyssesLayout({B, max_S, H, D, P, 2}).max_shard_bytes();
     out = &w.alloc_symmetric(out_capacity);
-    flags = &w.alloc_flags(size_t(P * B * Hl * max_m));
+    flags = &w.alloc_flags(size_t(P * B * Hl) * size_t(attention::ulysses_flag_stride((max_S + P - 1) / P, bm)));
   }
 
   const Group& group_of(int rank) const {
@@ -236,7 +236,8 @@ struct UlyssesAttention::Impl {
     ep.out = out->device_table(li);
     ep.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
     ep.P = P, ep.rank_base = g.rank_base, ep.batch = int(B), ep.heads_per_rank = int(Hl), ep.head_dim = int(D);
-    ep.S = layout->shape().S, ep.chunk = layout->chunk_rows(), ep.m_blocks = m_blocks();
+    ep.S = layout->shape().S, ep.chunk = layout->chunk_rows();
+    ep.flag_stride = attention::ulysses_flag_stride(ep.chunk, bm);
     ep.epoch = epoch;
     return ep;
   }
@@ -565,21 +566,26 @@ std::string UlyssesAttention::check_against_local(const UlyssesRun& run) {
 std::string UlyssesAttention::check_flags(int d) const {
   const Impl& m = *impl_;
   const UlyssesLayout& l = layout();
-  const int M = m.m_blocks();
-  std::vector<uint64_t> flags(size_t(m.P * m.B * m.Hl * M));
+  const int64_t chunk = l.chunk_rows();
+  const int stride = attention::ulysses_flag_stride(chunk, m.bm);
+  std::vector<uint64_t> flags(size_t(m.P * m.B * m.Hl) * size_t(stride));
   XSTAGE_CUDA(cudaSetDevice(m.w.device_of(d)));
   XSTAGE_CUDA(cudaMemcpy(flags.data(), m.flags->ptrs[size_t(d)], flags.size() * sizeof(uint64_t), cudaMemcpyDefault));
-  const attention::RankRange mine = attention::ulysses_receiver_m_blocks(d, m.bm, l.shape().S, l.chunk_rows());
+  const attention::RankRange mine = attention::ulysses_receiver_m_blocks(d, m.bm, l.shape().S, chunk);
   for (int src = 0; src < m.P; ++src)
     for (int b = 0; b < int(m.B); ++b)
       for (int h = 0; h < int(m.Hl); ++h)
-        for (int mb = 0; mb < M; ++mb) {
-          const uint64_t v = flags[size_t(attention::ulysses_flag_index(src, b, h, mb, int(m.B), int(m.Hl), M))];
-          const bool expected = mb >= mine.first && mb <= mine.last;
+        for (int j = 0; j < stride; ++j) {  // slot j of the stream: m-block mine.first + j
+          const int mb = mine.first + j;
+          const int64_t stream = attention::ulysses_stream_index(src, b, h, int(m.B), int(m.Hl));
+          const uint64_t v = flags[size_t(stream * stride + j)];
+          const bool expected = mb <= mine.last;  // none for a rank without rows (last < first)
           if (expected != (v == m.epoch))
             return fmt::format("rank {}: the flag of (source {}, b {}, head {}, m-block {}) holds {}; this run's "
-                               "epoch is {}, and that tile's rows {} this rank",
-                               d, src, b, h, mb, v, m.epoch, expected ? "go to" : "do not go to");
+                               "epoch is {}, and {}",
+                               d, src, b, h, mb, v, m.epoch,
+                               expected ? "that tile's rows go to this rank"
+                                        : "the slot is past the m-blocks of this rank's rows (no tile sets it)");
         }
   return "";
 }

@@ -88,6 +88,40 @@ TEST(UlyssesFlags, WritersAndReceiversAgreeOnEveryTile) {
       }
 }
 
+// Destination d's flag array (ulysses_flag_index): the tiles that write to d
+// take distinct slots inside [0, streams x stride), and they are exactly the
+// slots a receiver waits on (slot j of a stream while j < its m-block span).
+TEST(UlyssesFlags, EachDestinationsSlotsAreTheTilesItWaitsFor) {
+  using namespace xstage::attention;
+  for (int P : {1, 2, 3, 8})
+    for (int64_t S : {1, 5, 127, 128, 129, 333, 1000, 4097})
+      for (int block_m : {64, 128, 192}) {
+        const int64_t chunk = (S + P - 1) / P;
+        const int stride = ulysses_flag_stride(chunk, block_m);
+        const int M = int((S + block_m - 1) / block_m), batch = 2, hpr = 3;
+        const int64_t slots = int64_t(P) * batch * hpr * stride;
+        for (int d = 0; d < P; ++d) {
+          std::set<int64_t> written;
+          for (int src = 0; src < P; ++src)
+            for (int b = 0; b < batch; ++b)
+              for (int h = 0; h < hpr; ++h)
+                for (int mb = 0; mb < M; ++mb) {
+                  const RankRange w = ulysses_tile_destinations(int64_t(mb) * block_m, block_m, S, chunk);
+                  if (d < w.first || d > w.last) continue;
+                  const int64_t i =
+                      ulysses_flag_index(ulysses_stream_index(src, b, h, batch, hpr), mb, d, block_m, chunk, stride);
+                  ASSERT_TRUE(i >= 0 && i < slots) << "P " << P << " S " << S << " rank " << d << " slot " << i;
+                  EXPECT_TRUE(written.insert(i).second) << "P " << P << " S " << S << " rank " << d << " slot " << i;
+                }
+          const RankRange r = ulysses_receiver_m_blocks(d, block_m, S, chunk);
+          std::set<int64_t> waited;
+          for (int64_t k = 0; k < slots; ++k)
+            if (k % stride <= r.last - r.first) waited.insert(k);
+          EXPECT_EQ(written, waited) << "P " << P << " S " << S << " block_m " << block_m << " rank " << d;
+        }
+      }
+}
+
 TEST(UlyssesFlags, RanksWithoutRowsWaitForNothing) {
   // S = 5 over P = 4: chunk 2, rank 3 owns no rows.
   const auto r = xstage::attention::ulysses_receiver_m_blocks(3, 128, 5, 2);

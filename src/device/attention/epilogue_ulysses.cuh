@@ -89,6 +89,11 @@ __device__ __forceinline__ uint16_t* row_address(const UlyssesStoreParams& p, co
   return base + ((int64_t(b) * t.S_d + t.local) * H_total + hg) * D;
 }
 
+// The flag stream (source rank, b, head) of tile c (ulysses_params.hpp).
+__device__ __forceinline__ int64_t tile_stream(const UlyssesStoreParams& p, const TileCoord& c) {
+  return ulysses_stream_index(p.rank_base + c.b / p.batch, c.b % p.batch, c.h, p.batch, p.heads_per_rank);
+}
+
 // Consecutive rows from row0 (of one tile or one warp): the first `run` of
 // them go to row0's destination at base + r * pitch; the others (a run that
 // straddles a shard boundary) need row_address. One 64-bit division for the
@@ -130,13 +135,13 @@ __device__ __forceinline__ void publish_every_tile(const UlyssesStoreParams& p, 
   for (int64_t t = blockIdx.x + int64_t(tid) * gridDim.x; t < sched.num_tiles(); t += step) {
     const TileCoord c = sched.tile(t);
     const RankRange dst = tile_owners(p, int64_t(c.m_block) * block_m, block_m);
-    const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
-    const int64_t idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+    const int64_t stream = tile_stream(p, c);
     for (int d = dst.first; d <= dst.last; ++d) {
+      uint64_t* flag = p.flags[d] + ulysses_flag_index(stream, c.m_block, d, p.block_m, p.chunk, p.flag_stride);
       if (p.experiment & kExperimentRelaxedPublish)
-        ptx::st_relaxed_sys_u64(p.flags[d] + idx, p.epoch);
+        ptx::st_relaxed_sys_u64(flag, p.epoch);
       else
-        ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
+        ptx::st_release_sys_u64(flag, p.epoch);
     }
   }
 }
@@ -193,9 +198,10 @@ struct UlyssesStoreEpilogue {
 
   __device__ __forceinline__ static void store_lse(const Params&, const TileCoord&, int, int, int, float) {}
 
-  // The flags of one finished tile: destinations d_first..d_last, one index.
+  // The flags of one finished tile: its stream and m-block, destinations d_first..d_last.
   struct Pending {
-    int64_t idx = 0;
+    int64_t stream = 0;
+    int m_block = 0;
     int d_first = 0, d_last = -1;  // empty
   };
   static constexpr bool kBeforeStore = kCompletion == Completion::lagged;
@@ -217,8 +223,8 @@ struct UlyssesStoreEpilogue {
                                                    int S_q, int tid, Pending& pend) {
     // At exit every flag is worked out again when the CTA has no tiles left.
     if (kCompletion == Completion::at_exit || tid != 0) return;
-    const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
-    pend.idx = ulysses_flag_index(src, b, c.h, c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+    pend.stream = ulysses_detail::tile_stream(p, c);
+    pend.m_block = c.m_block;
     const RankRange dst = ulysses_detail::tile_owners(p, m0, block_m);
     pend.d_first = dst.first;
     pend.d_last = dst.last;
@@ -252,7 +258,9 @@ struct UlyssesStoreEpilogue {
 
  private:
   __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
-    for (int d = pend.d_first; d <= pend.d_last; ++d) ptx::st_release_sys_u64(p.flags[d] + pend.idx, p.epoch);
+    for (int d = pend.d_first; d <= pend.d_last; ++d)
+      ptx::st_release_sys_u64(
+          p.flags[d] + ulysses_flag_index(pend.stream, pend.m_block, d, p.block_m, p.chunk, p.flag_stride), p.epoch);
     pend.d_last = pend.d_first - 1;  // published
   }
 };

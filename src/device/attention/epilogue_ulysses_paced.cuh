@@ -134,10 +134,10 @@ struct UlyssesPacedEpilogue {
   __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
     if (!pend.valid) return;
     const RankRange dst = ulysses_detail::tile_owners(p, pend.m0, pend.rows);
-    const int src = p.rank_base + pend.c.b / p.batch, b = pend.c.b % p.batch;
-    const int64_t idx = ulysses_flag_index(src, b, pend.c.h, pend.c.m_block, p.batch, p.heads_per_rank, p.m_blocks);
+    const int64_t stream = ulysses_detail::tile_stream(p, pend.c);
     for (int d = dst.first; d <= dst.last; ++d)
-      ptx::st_release_sys_u64(p.flags[d] + idx, p.epoch);
+      ptx::st_release_sys_u64(
+          p.flags[d] + ulysses_flag_index(stream, pend.c.m_block, d, p.block_m, p.chunk, p.flag_stride), p.epoch);
     pend.valid = false;
   }
 };

@@ -40,7 +40,7 @@ struct UlyssesStoreParams {
   int head_dim = 0;        // D
   int64_t S = 0;           // global sequence length (the launch's S_q and S_kv)
   int64_t chunk = 0;       // ceil(S / P)
-  int m_blocks = 0;        // ceil(S / BLOCK_M): flag index stride
+  int flag_stride = 0;     // a stream's slots in a destination's flag array (ulysses_flag_stride)
   uint64_t epoch = 0;      // value the flags of this run are set to (runs count up)
   int paced_min_rows = 8;  // paced: a send waits until this many rows are due (the last one excepted)
   // The receiver wait at the kernel's end (ulysses_wait.cuh): a zeroed
@@ -73,11 +73,24 @@ inline constexpr unsigned int kExperimentAcquireLoads = 64;     // flags polled 
 inline constexpr unsigned int kExperimentTrace = 128;           // time stamps of the kernel's end into p.trace
 inline constexpr unsigned int kExperimentWaitTwice = 1024;      // the wait runs again; trace slot 6: its cycles
 
-// Flag of (source rank, b, local head h, m-block) in every destination's flag
-// array; a destination waits for the m-blocks that overlap its rows.
-XSTAGE_HD inline int64_t ulysses_flag_index(int src, int b, int h, int m_block, int batch,
-                                                      int heads_per_rank, int m_blocks) {
-  return ((int64_t(src) * batch + b) * heads_per_rank + h) * m_blocks + m_block;
+// Destination d's flag array: stream after stream (src, b, h), each with
+// flag_stride slots, one per m-block overlapping d's rows from d's first
+// (flag_stride: the most m-blocks a shard overlaps). A receiver's flags are
+// then contiguous but for each stream's unused last slots, and its warps read
+// them in a few lines a load; laid out by global m-block, as they were first,
+// a warp's load at S = 4096 touched 8 lines and a flag cost the receiver
+// ~2.5x as much as at 16k (docs/perf-log.md, f9).
+XSTAGE_HD inline int ulysses_flag_stride(int64_t chunk, int block_m) {
+  return int((chunk + block_m - 1) / block_m) + 1;
+}
+XSTAGE_HD inline int64_t ulysses_stream_index(int src, int b, int h, int batch, int heads_per_rank) {
+  return (int64_t(src) * batch + b) * heads_per_rank + h;
+}
+// The flag of (stream, m-block) in destination d's array; m_block overlaps d's rows.
+XSTAGE_HD inline int64_t ulysses_flag_index(int64_t stream, int m_block, int d, int block_m, int64_t chunk,
+                                            int flag_stride) {
+  const int first = int(int64_t(d) * chunk / block_m);  // d's first m-block
+  return stream * flag_stride + (m_block - first);
 }
 
 // The ranks a tile's rows go to: rows [m0, min(m0 + block_m, S)) belong to

@@ -30,7 +30,7 @@ namespace xstage::attention {
 __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads,
                                                         bool traced = true) {
   const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
-  const int64_t most = streams * ((p.chunk + p.block_m - 1) / p.block_m + 1);  // flags of one rank, at most
+  const int64_t most = streams * p.flag_stride;  // slots of one rank's flag array
   const uint64_t start = ptx::globaltimer_ns();
   const bool trace = traced && (p.experiment & kExperimentTrace) && p.trace != nullptr;
   unsigned long long* slot = trace ? p.trace + kTraceMaxGrid : nullptr;
@@ -42,8 +42,8 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
     const int64_t k = g % most;
     const RankRange mb = ulysses_receiver_m_blocks(d, p.block_m, p.S, p.chunk);
     const int64_t span = mb.last - mb.first + 1;  // <= 0: an empty shard receives nothing
-    if (span <= 0 || k >= streams * span) continue;
-    const int64_t idx = (k / span) * p.m_blocks + mb.first + k % span;
+    if (k % p.flag_stride >= span) continue;  // a slot past the stream's m-blocks (all, for an empty shard)
+    const int64_t idx = k;
     const uint64_t* flag = p.flags[d] + idx;
     const bool acq = p.experiment & kExperimentAcquireLoads;
     uint64_t seen = acq ? ptx::ld_acquire_sys_u64(flag) : ptx::ld_relaxed_sys_u64(flag);
