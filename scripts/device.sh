@@ -269,7 +269,7 @@ fi
 if [[ $stages == *kexp* ]]; then  # what each part of the fused kernel's end costs: SM cycles with parts left out
   # XSTAGE_ULYSSES_EXPERIMENT bits (ulysses_params.hpp): 1 no receiver wait, 2 no acquire fence after it,
   # 4 at-exit flags without release, 8 no barrier before a CTA counts itself, 16 count but read no flag,
-  # 32 the first CTA to finish waits, 64 acquire loads and no fence. Not results: diagnostics.
+  # 32 the first CTA to finish waits. Not results: diagnostics.
   ncu_cyc="--clock-control none --cache-control none --csv --metrics sm__cycles_elapsed.max"
   ke="ulysses --variants attention-only,fused --stores vector16,bulk,paced --orders rotated --flags at-exit
     -n 3 -w 0 --max-seconds 0.001 --profile none --placement device"
@@ -296,7 +296,7 @@ fi
 
 if [[ $stages == *ktrace* ]]; then  # time stamps of the fused kernel's end (XSTAGE_ULYSSES_EXPERIMENT=128 and more)
   kt="ulysses --variants fused --stores vector16 --orders rotated --flags at-exit -n 3 -w 1 --profile none"
-  for e in ${KTRACE:-128 130 192}; do
+  for e in ${KTRACE:-128 130}; do
     XSTAGE_ULYSSES_EXPERIMENT=$e timed "ktrace-$e" 60 $X $kt --seq ${KTSEQ:-4096,16384} --placement device
   done
   XSTAGE_ULYSSES_EXPERIMENT=128 timed "ktrace-host" 60 $X $kt --seq 4096,32768 --placement host

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -203,7 +204,13 @@ struct UlyssesAttention::Impl {
       for (int r : w.local_ranks()) make_group(r, 1);
     out_capacity = UlyssesLayout({B, max_S, H, D, P, 2}).max_shard_bytes();
     out = &w.alloc_symmetric(out_capacity);
-    flags = &w.alloc_flags(size_t(P * B * Hl) * size_t(attention::ulysses_flag_stride((max_S + P - 1) / P, bm)));
+    const int64_t flag_slots = P * B * Hl * int64_t(attention::ulysses_flag_stride((max_S + P - 1) / P, bm));
+    // The receiver wait indexes the flags of all P ranks in 32 bits (ulysses_wait.cuh).
+    if (flag_slots * P > std::numeric_limits<int32_t>::max())
+      throw Error(fmt::format("ulysses: {} completion flags a rank x {} ranks do not fit the 32-bit indices of the "
+                              "receiver wait; expected at most {} in all (smaller B, H or S)",
+                              flag_slots, P, std::numeric_limits<int32_t>::max()));
+    flags = &w.alloc_flags(size_t(flag_slots));
   }
 
   const Group& group_of(int rank) const {

@@ -69,7 +69,6 @@ inline constexpr unsigned int kExperimentRelaxedPublish = 4;    // at-exit flags
 inline constexpr unsigned int kExperimentCountAtOnce = 8;       // a CTA counts itself without the barrier first
 inline constexpr unsigned int kExperimentNoFlagLoop = 16;       // the last CTA counts, then reads no flag
 inline constexpr unsigned int kExperimentFirstWaits = 32;       // the first CTA to finish waits, not the last
-inline constexpr unsigned int kExperimentAcquireLoads = 64;     // flags polled with ld.acquire, no fence after
 inline constexpr unsigned int kExperimentTrace = 128;           // time stamps of the kernel's end into p.trace
 inline constexpr unsigned int kExperimentWaitTwice = 1024;      // the wait runs again; trace slot 6: its cycles
 

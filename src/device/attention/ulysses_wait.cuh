@@ -20,55 +20,77 @@
 
 namespace xstage::attention {
 
-// The flags of the receivers [p.recv_rank_first, + p.recv_ranks), every
-// (rank, flag) pair of them spread over `threads` threads, polled with
-// relaxed loads and ended by one acquire fence. On a timeout the first thread to time
-// out fills p.timeout_record (rank, flag, values) and every thread that times
-// out stops waiting: the kernel ends and the host aborts with the record
+// The flags of the receivers [p.recv_rank_first, + p.recv_ranks): their
+// slots (ulysses_flag_index) laid rank after rank, slot g to thread g %
+// threads, polled with relaxed loads and ended by one acquire fence. A thread
+// loads kBatch slots before it looks at any (independent loads and 32-bit
+// index arithmetic, no 64-bit division: the first version, which waited for
+// each flag before it worked out the next one's address, took ~2k cycles a
+// flag, perf-log f9) and polls one by one only a batch with a flag not yet
+// set. On a timeout the first thread to time out fills p.timeout_record
+// (rank, flag, values) and every thread that times out stops waiting: the
+// kernel ends and the host aborts with the record
 // (UlyssesAttention::check_receivers). No printf here: a call in the fused
 // kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
 __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads,
                                                         bool traced = true) {
-  const int64_t streams = int64_t(p.P) * p.batch * p.heads_per_rank;  // (src, b, h)
-  const int64_t most = streams * p.flag_stride;  // slots of one rank's flag array
+  constexpr int kBatch = 4;
+  // 32 bits: the host checks that S and every rank's slot count fit.
+  const int stride = p.flag_stride, per_rank = p.P * p.batch * p.heads_per_rank * stride;
+  const int total = p.recv_ranks * per_rank, chunk = int(p.chunk), S = int(p.S);
+  // Slot g: rank recv_rank_first + g / per_rank, slot k = g % per_rank of its
+  // array; a flag to wait for while k % stride < the rank's m-block span.
+  auto locate = [&](int g, int& d, int& k) -> bool {
+    const int r = g / per_rank;
+    d = p.recv_rank_first + r, k = g - r * per_rank;
+    const int begin = d * chunk, end = min(begin + chunk, S);
+    const int span = end > begin ? (end - 1) / p.block_m - begin / p.block_m + 1 : 0;
+    return k % stride < span;
+  };
   const uint64_t start = ptx::globaltimer_ns();
   const bool trace = traced && (p.experiment & kExperimentTrace) && p.trace != nullptr;
   unsigned long long* slot = trace ? p.trace + kTraceMaxGrid : nullptr;
   const uint64_t c0 = ptx::clock_cycles();
   bool first = true;
   unsigned long long sleeps = 0, loads = 0;
-  for (int64_t g = tid; g < p.recv_ranks * most; g += threads) {
-    const int d = p.recv_rank_first + int(g / most);
-    const int64_t k = g % most;
-    const RankRange mb = ulysses_receiver_m_blocks(d, p.block_m, p.S, p.chunk);
-    const int64_t span = mb.last - mb.first + 1;  // <= 0: an empty shard receives nothing
-    if (k % p.flag_stride >= span) continue;  // a slot past the stream's m-blocks (all, for an empty shard)
-    const int64_t idx = k;
-    const uint64_t* flag = p.flags[d] + idx;
-    const bool acq = p.experiment & kExperimentAcquireLoads;
-    uint64_t seen = acq ? ptx::ld_acquire_sys_u64(flag) : ptx::ld_relaxed_sys_u64(flag);
-    if (trace) {
-      ++loads;
-      if (first && seen != ~uint64_t(0)) atomicMax(slot + 1, (unsigned long long)(ptx::clock_cycles() - c0));
-      first = false;
-    }
-    while (seen < p.recv_epoch) {
-      const uint64_t waited = ptx::globaltimer_ns() - start;
-      if (waited > p.timeout_ns) {
-        FlagTimeoutRecord* r = p.timeout_record;
-        if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
-          r->rank = d, r->flag = int(idx), r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
-          r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = seen;
-        }
-        return;
+  for (int g0 = tid; g0 < total; g0 += kBatch * threads) {
+    uint64_t least = ~uint64_t(0);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int g = g0 + u * threads;
+      int d, k;
+      if (g < total && locate(g, d, k)) {
+        least = min(least, ptx::ld_relaxed_sys_u64(p.flags[d] + k));
+        if (trace) ++loads;
       }
-      __nanosleep(64);
-      ++sleeps;
-      seen = acq ? ptx::ld_acquire_sys_u64(flag) : ptx::ld_relaxed_sys_u64(flag);
+    }
+    if (trace && first && least != 0) atomicMax(slot + 1, (unsigned long long)(ptx::clock_cycles() - c0));
+    first = false;
+    if (least >= p.recv_epoch) continue;
+    for (int u = 0; u < kBatch; ++u) {  // a flag of the batch not set yet: poll them one by one
+      const int g = g0 + u * threads;
+      int d, k;
+      if (g >= total || !locate(g, d, k)) continue;
+      const uint64_t* flag = p.flags[d] + k;
+      uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
+      while (seen < p.recv_epoch) {
+        const uint64_t waited = ptx::globaltimer_ns() - start;
+        if (waited > p.timeout_ns) {
+          FlagTimeoutRecord* r = p.timeout_record;
+          if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
+            r->rank = d, r->flag = k, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
+            r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = seen;
+          }
+          return;
+        }
+        __nanosleep(64);
+        ++sleeps;
+        seen = ptx::ld_relaxed_sys_u64(flag);
+      }
     }
   }
   if (trace) atomicMax(slot + 2, (unsigned long long)(ptx::clock_cycles() - c0));
-  if (!(p.experiment & (kExperimentNoAcquireFence | kExperimentAcquireLoads))) ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
+  if (!(p.experiment & kExperimentNoAcquireFence)) ptx::fence_acq_rel_sys();  // acquire: what the flags published is visible from here on
   if (trace) {
     atomicMax(slot + 3, (unsigned long long)(ptx::clock_cycles() - c0));
     atomicAdd(slot + 4, sleeps);
