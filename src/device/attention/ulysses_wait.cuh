@@ -24,19 +24,14 @@ namespace xstage::attention {
 // slots (ulysses_flag_index) laid rank after rank, slot g to thread g %
 // threads, polled with relaxed loads and ended by one acquire fence. A thread
 // loads kBatch slots before it looks at any (independent loads and 32-bit
-// index arithmetic: the first version, which waited for each flag before it
-// worked out the next one's address, took ~2k cycles a flag) and polls one by
-// one only a batch with a flag not yet set. Scope: a flag that a tile of this
-// launch set (its source is one of the launch's ranks, the receivers) is read
-// at GPU scope; another GPU's at system scope, and then the fence is
-// system-wide too. On the H200 a system-scope load or fence costs ~3 us at
-// the end of the kernel, and with every flag read at system scope the wait
-// was ~2.5% of the kernel at S = 4096 (perf-log f9). On a timeout the first
-// thread to time out fills p.timeout_record (rank, flag, values) and every
-// thread that times out stops waiting: the kernel ends and the host aborts
-// with the record (UlyssesAttention::check_receivers). No printf here: a call
-// in the fused kernel made ptxas spill ~300 bytes a thread in its mainloop
-// (perf-log f8).
+// index arithmetic, no 64-bit division: the first version, which waited for
+// each flag before it worked out the next one's address, took ~2k cycles a
+// flag, perf-log f9) and polls one by one only a batch with a flag not yet
+// set. On a timeout the first thread to time out fills p.timeout_record
+// (rank, flag, values) and every thread that times out stops waiting: the
+// kernel ends and the host aborts with the record
+// (UlyssesAttention::check_receivers). No printf here: a call in the fused
+// kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
 __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads,
                                                         bool traced = true) {
   constexpr int kBatch = 4;
@@ -45,21 +40,13 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
   const int total = p.recv_ranks * per_rank, chunk = int(p.chunk), S = int(p.S);
   // Slot g: rank recv_rank_first + g / per_rank, slot k = g % per_rank of its
   // array; a flag to wait for while k % stride < the rank's m-block span.
-  // `remote`: its source rank is not one of this launch's.
-  const int streams_of_src = p.batch * p.heads_per_rank;
-  auto locate = [&](int g, int& d, int& k, bool& remote) -> bool {
+  auto locate = [&](int g, int& d, int& k) -> bool {
     const int r = g / per_rank;
     d = p.recv_rank_first + r, k = g - r * per_rank;
     const int begin = d * chunk, end = min(begin + chunk, S);
     const int span = end > begin ? (end - 1) / p.block_m - begin / p.block_m + 1 : 0;
-    const int src = k / stride / streams_of_src;
-    remote = src < p.recv_rank_first || src >= p.recv_rank_first + p.recv_ranks;
     return k % stride < span;
   };
-  auto load = [](const uint64_t* flag, bool remote) {
-    return remote ? ptx::ld_relaxed_sys_u64(flag) : ptx::ld_relaxed_gpu_u64(flag);
-  };
-  bool any_remote = false;
   const uint64_t start = ptx::globaltimer_ns();
   const bool trace = traced && (p.experiment & kExperimentTrace) && p.trace != nullptr;
   unsigned long long* slot = trace ? p.trace + kTraceMaxGrid : nullptr;
@@ -72,10 +59,8 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
     for (int u = 0; u < kBatch; ++u) {
       const int g = g0 + u * threads;
       int d, k;
-      bool remote;
-      if (g < total && locate(g, d, k, remote)) {
-        any_remote |= remote;
-        least = min(least, load(p.flags[d] + k, remote));
+      if (g < total && locate(g, d, k)) {
+        least = min(least, ptx::ld_relaxed_sys_u64(p.flags[d] + k));
         if (trace) ++loads;
       }
     }
@@ -85,10 +70,9 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
     for (int u = 0; u < kBatch; ++u) {  // a flag of the batch not set yet: poll them one by one
       const int g = g0 + u * threads;
       int d, k;
-      bool remote;
-      if (g >= total || !locate(g, d, k, remote)) continue;
+      if (g >= total || !locate(g, d, k)) continue;
       const uint64_t* flag = p.flags[d] + k;
-      uint64_t seen = load(flag, remote);
+      uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
       while (seen < p.recv_epoch) {
         const uint64_t waited = ptx::globaltimer_ns() - start;
         if (waited > p.timeout_ns) {
@@ -101,18 +85,13 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
         }
         __nanosleep(64);
         ++sleeps;
-        seen = load(flag, remote);
+        seen = ptx::ld_relaxed_sys_u64(flag);
       }
     }
   }
   if (trace) atomicMax(slot + 2, (unsigned long long)(ptx::clock_cycles() - c0));
   // Acquire: what the flags published is visible from here on.
-  if (!(p.experiment & kExperimentNoAcquireFence)) {
-    if (any_remote)
-      ptx::fence_acq_rel_sys();
-    else
-      ptx::fence_acq_rel_gpu();
-  }
+  if (!(p.experiment & kExperimentNoAcquireFence)) ptx::fence_acq_rel_sys();
   if (trace) {
     atomicMax(slot + 3, (unsigned long long)(ptx::clock_cycles() - c0));
     atomicAdd(slot + 4, sleeps);

@@ -28,16 +28,6 @@ __device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t* flag) {
   return v;
 }
 
-// The same at GPU scope: enough when the writer runs on this GPU (then
-// follow with fence_acq_rel_gpu). A system-scope load costs more: ~3 us a
-// round trip to device memory at the end of a fused kernel on the H200
-// (docs/perf-log.md, f9).
-__device__ __forceinline__ uint64_t ld_relaxed_gpu_u64(const uint64_t* flag) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");
-  return v;
-}
-
 __device__ __forceinline__ uint64_t ld_acquire_sys_u64(const uint64_t* flag) {
   uint64_t v;
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");
