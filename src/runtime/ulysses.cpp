@@ -156,7 +156,8 @@ struct UlyssesAttention::Impl {
     attention::FlagTimeoutRecord* timeout_record = nullptr;  // what its wait timed out on, if it did
     unsigned long long* trace = nullptr;  // kExperimentTrace only: time stamps of the last launch's end
   };
-  static constexpr int kTraceMaxGrid = attention::kTraceMaxGrid;
+  static constexpr size_t kTraceBytes =
+      sizeof(unsigned long long) * size_t(attention::kTraceMaxGrid + attention::kTraceSlots);
 
   World& w;
   int64_t B, H, D, max_S, Hl;
@@ -196,6 +197,8 @@ struct UlyssesAttention::Impl {
       g.timeout_record =
           static_cast<attention::FlagTimeoutRecord*>(w.alloc_local(rank_base, sizeof(attention::FlagTimeoutRecord)));
       XSTAGE_CUDA(cudaMemset(g.timeout_record, 0, sizeof(attention::FlagTimeoutRecord)));
+      if (experiment_bits() & attention::kExperimentTrace)
+        g.trace = static_cast<unsigned long long*>(w.alloc_local(rank_base, kTraceBytes));
       groups.push_back(g);
     };
     if (w.backend() == Backend::emulated)
@@ -296,14 +299,9 @@ struct UlyssesAttention::Impl {
     ep.timeout_ns = static_cast<uint64_t>(run.timeout_s * 1e9);
     ep.recv_epoch = run.test_receivers_time_out ? ep.epoch + 1000 : ep.epoch;
     ep.experiment = experiment_bits();
-    if (ep.experiment & attention::kExperimentTrace) {
-      auto& gm = const_cast<Group&>(g);
-      if (gm.trace == nullptr)
-        gm.trace = static_cast<unsigned long long*>(
-            w.alloc_local(g.rank_base, sizeof(unsigned long long) * (kTraceMaxGrid + attention::kTraceSlots)));
-      XSTAGE_CUDA(cudaMemsetAsync(gm.trace, 0, sizeof(unsigned long long) * (kTraceMaxGrid + attention::kTraceSlots),
-                                  g.stream));
-      ep.trace = gm.trace;
+    if (g.trace != nullptr) {
+      XSTAGE_CUDA(cudaMemsetAsync(g.trace, 0, kTraceBytes, g.stream));
+      ep.trace = g.trace;
     }
     check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, kernel_id, g.stream),
                fmt::format("fused Ulysses attention launch ({} kernel, ranks {}..{}, S = {}, D = {})",
