@@ -267,13 +267,12 @@ if [[ $stages == *utests* ]]; then  # the attention and Ulysses GPU tests alone
 fi
 
 if [[ $stages == *kexp* ]]; then  # what each part of the fused kernel's end costs: SM cycles with parts left out
-  # XSTAGE_ULYSSES_EXPERIMENT bits (ulysses_params.hpp): 1 no receiver wait, 2 no acquire fence after it,
-  # 4 at-exit flags without release, 8 no barrier before a CTA counts itself, 16 count but read no flag,
-  # 32 the first CTA to finish waits. Not results: diagnostics.
+  # XSTAGE_ULYSSES_EXPERIMENT bits (ulysses_params.hpp): 1 no receiver wait, 2 no acquire fence after it.
+  # Not results: diagnostics (more bits at the commits of results/h200/ulysses-kernel-end.txt).
   ncu_cyc="--clock-control none --cache-control none --csv --metrics sm__cycles_elapsed.max"
   ke="ulysses --variants attention-only,fused --stores vector16,bulk,paced --orders rotated --flags at-exit
     -n 3 -w 0 --max-seconds 0.001 --profile none --placement device"
-  for e in ${KEXP:-0 1 2 4 8}; do
+  for e in ${KEXP:-0 1 2}; do
     seqs=4096; [ $e = 0 ] && seqs=4096,16384
     XSTAGE_ULYSSES_EXPERIMENT=$e timed "kexp-$e" 120 ncu $ncu_cyc $X $ke --seq $seqs
   done

@@ -442,9 +442,9 @@ void UlyssesAttention::check_receivers() const {
         fmt::print(stderr,
                    "trace: {} CTAs counted over {} ns (last two {} ns apart); wait began {} ns after the last "
                    "count; first flag back after {} cycles, loop done after {}, fence done after {}; {} loads, "
-                   "{} sleeps; a second wait {} cycles\n",
+                   "{} sleeps\n",
                    done.size(), done.back() - done.front(), done.size() > 1 ? done.back() - done[done.size() - 2] : 0,
-                   w[0] > done.back() ? w[0] - done.back() : 0, w[1], w[2], w[3], w[5], w[4], w[6]);
+                   w[0] > done.back() ? w[0] - done.back() : 0, w[1], w[2], w[3], w[5], w[4]);
     }
     attention::FlagTimeoutRecord r;
     XSTAGE_CUDA(cudaSetDevice(g.device));

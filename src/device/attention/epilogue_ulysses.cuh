@@ -137,11 +137,8 @@ __device__ __forceinline__ void publish_every_tile(const UlyssesStoreParams& p, 
     const RankRange dst = tile_owners(p, int64_t(c.m_block) * block_m, block_m);
     const int64_t stream = tile_stream(p, c);
     for (int d = dst.first; d <= dst.last; ++d) {
-      uint64_t* flag = p.flags[d] + ulysses_flag_index(stream, c.m_block, d, p.block_m, p.chunk, p.flag_stride);
-      if (p.experiment & kExperimentRelaxedPublish)
-        ptx::st_relaxed_sys_u64(flag, p.epoch);
-      else
-        ptx::st_release_sys_u64(flag, p.epoch);
+      ptx::st_release_sys_u64(p.flags[d] + ulysses_flag_index(stream, c.m_block, d, p.block_m, p.chunk, p.flag_stride),
+                              p.epoch);
     }
   }
 }

@@ -53,24 +53,19 @@ struct UlyssesStoreParams {
   uint64_t timeout_ns = 0;
   uint64_t recv_epoch = 0;  // what the receivers wait for: epoch (tests: a later one, to time out)
   // Performance experiments only (XSTAGE_ULYSSES_EXPERIMENT, kExperiment*
-  // bits): parts of the kernel's end left out to see what they cost. A run
-  // with any bit set is not a result: its completion is not guaranteed.
+  // bits; docs/perf-log.md, f9): parts of the kernel's end left out to see
+  // what they cost, or time stamps of it. A run with bit 1 or 2 set is not a
+  // result: its completion is not guaranteed. (Bits 4-32 and 1024 of f9
+  // lived in commits 71ad905-b5d71da.)
   unsigned int experiment = 0;
-  // kExperimentTrace: [kTraceMaxGrid] when each CTA counted itself
-  // (globaltimer ns), then kTraceSlots slots of the waiting CTA
-  // (ulysses_wait.cuh); zeroed before each launch.
+  // kExperimentTrace: ulysses_wait_trace.cuh; zeroed before each launch.
   unsigned long long* trace = nullptr;
 };
 inline constexpr int kTraceMaxGrid = 4096, kTraceSlots = 8;
 
-inline constexpr unsigned int kExperimentNoWait = 1;            // no receiver wait at the end
-inline constexpr unsigned int kExperimentNoAcquireFence = 2;    // the wait ends without its acquire fence
-inline constexpr unsigned int kExperimentRelaxedPublish = 4;    // at-exit flags stored relaxed, no release fence
-inline constexpr unsigned int kExperimentCountAtOnce = 8;       // a CTA counts itself without the barrier first
-inline constexpr unsigned int kExperimentNoFlagLoop = 16;       // the last CTA counts, then reads no flag
-inline constexpr unsigned int kExperimentFirstWaits = 32;       // the first CTA to finish waits, not the last
-inline constexpr unsigned int kExperimentTrace = 128;           // time stamps of the kernel's end into p.trace
-inline constexpr unsigned int kExperimentWaitTwice = 1024;      // the wait runs again; trace slot 6: its cycles
+inline constexpr unsigned int kExperimentNoWait = 1;          // no receiver wait at the end
+inline constexpr unsigned int kExperimentNoAcquireFence = 2;  // the wait ends without its acquire fence
+inline constexpr unsigned int kExperimentTrace = 128;         // time stamps of the kernel's end into p.trace
 
 // Destination d's flag array: stream after stream (src, b, h), each with
 // flag_stride slots, one per m-block overlapping d's rows from d's first

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "device/attention/ulysses_params.hpp"
+#include "device/attention/ulysses_wait_trace.cuh"
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/timer.cuh"
@@ -32,8 +33,7 @@ namespace xstage::attention {
 // kernel ends and the host aborts with the record
 // (UlyssesAttention::check_receivers). No printf here: a call in the fused
 // kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
-__device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads,
-                                                        bool traced = true) {
+__device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads) {
   constexpr int kBatch = 4;
   // 32 bits: the host checks that S and every rank's slot count fit.
   const int stride = p.flag_stride, per_rank = p.P * p.batch * p.heads_per_rank * stride;
@@ -48,11 +48,7 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
     return k % stride < span;
   };
   const uint64_t start = ptx::globaltimer_ns();
-  const bool trace = traced && (p.experiment & kExperimentTrace) && p.trace != nullptr;
-  unsigned long long* slot = trace ? p.trace + kTraceMaxGrid : nullptr;
-  const uint64_t c0 = ptx::clock_cycles();
-  bool first = true;
-  unsigned long long sleeps = 0, loads = 0;
+  WaitTrace trace(p);
   for (int g0 = tid; g0 < total; g0 += kBatch * threads) {
     uint64_t least = ~uint64_t(0);
 #pragma unroll
@@ -61,11 +57,10 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
       int d, k;
       if (g < total && locate(g, d, k)) {
         least = min(least, ptx::ld_relaxed_sys_u64(p.flags[d] + k));
-        if (trace) ++loads;
+        trace.load();
       }
     }
-    if (trace && first && least != 0) atomicMax(slot + 1, (unsigned long long)(ptx::clock_cycles() - c0));
-    first = false;
+    trace.batch_back(least);
     if (least >= p.recv_epoch) continue;
     for (int u = 0; u < kBatch; ++u) {  // a flag of the batch not set yet: poll them one by one
       const int g = g0 + u * threads;
@@ -84,19 +79,15 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
           return;
         }
         __nanosleep(64);
-        ++sleeps;
+        trace.sleep();
         seen = ptx::ld_relaxed_sys_u64(flag);
       }
     }
   }
-  if (trace) atomicMax(slot + 2, (unsigned long long)(ptx::clock_cycles() - c0));
+  trace.loop_done();
   // Acquire: what the flags published is visible from here on.
   if (!(p.experiment & kExperimentNoAcquireFence)) ptx::fence_acq_rel_sys();
-  if (trace) {
-    atomicMax(slot + 3, (unsigned long long)(ptx::clock_cycles() - c0));
-    atomicAdd(slot + 4, sleeps);
-    atomicAdd(slot + 5, loads);
-  }
+  trace.fence_done();
 }
 
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
@@ -104,32 +95,23 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
 // next launch, which stream order puts after this one) waits for the flags of
 // the launch's receivers. A CTA counts itself after a barrier its epilogue
 // threads pass once they have published their flags, so on one GPU the last
-// CTA finds the flags set at its first look; across GPUs it waits for the other ranks' kernels. No CTA
-// waits while another still has tiles, so a grid larger than what fits at
-// once cannot deadlock on it.
+// CTA finds the flags set at its first look; across GPUs it waits for the
+// other ranks' kernels. No CTA waits while another still has tiles, so a grid
+// larger than what fits at once cannot deadlock on it.
 template <int THREADS, class Bar>
 __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams& p, int tid, Bar&& bar) {
   if (p.ctas_done == nullptr || p.recv_ranks < 1 || (p.experiment & kExperimentNoWait)) return;
   __shared__ int last;
-  if (!(p.experiment & kExperimentCountAtOnce)) bar();  // every flag of this CTA published
+  bar();  // every flag of this CTA published
   if (tid == 0) {
-    if ((p.experiment & kExperimentTrace) && p.trace != nullptr && blockIdx.x < kTraceMaxGrid)
-      p.trace[blockIdx.x] = ptx::globaltimer_ns();
-    const unsigned int n = atomicAdd(p.ctas_done, 1u);
-    last = (p.experiment & kExperimentFirstWaits) ? n == 0 : n == gridDim.x - 1;
-    if (n == gridDim.x - 1) *p.ctas_done = 0u;
+    trace_count(p);
+    last = atomicAdd(p.ctas_done, 1u) == gridDim.x - 1;
+    if (last) *p.ctas_done = 0u;
   }
   bar();
-  if (!last || (p.experiment & kExperimentNoFlagLoop)) return;
-  if ((p.experiment & kExperimentTrace) && p.trace != nullptr && tid == 0)
-    p.trace[kTraceMaxGrid] = ptx::globaltimer_ns();  // slot 0: the wait starts
+  if (!last) return;
+  if (tid == 0) trace_wait_start(p);
   wait_for_receiver_flags(p, tid, THREADS);
-  if ((p.experiment & kExperimentWaitTwice) && (p.experiment & kExperimentTrace) && p.trace != nullptr) {
-    bar();
-    const uint64_t c0 = ptx::clock_cycles();
-    wait_for_receiver_flags(p, tid, THREADS, false);
-    atomicMax(p.trace + kTraceMaxGrid + 6, (unsigned long long)(ptx::clock_cycles() - c0));
-  }
 }
 
 }  // namespace xstage::attention

@@ -15,11 +15,6 @@ __device__ __forceinline__ void st_release_sys_u64(uint64_t* flag, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(v) : "memory");
 }
 
-// Without release: for performance experiments that leave the fence out.
-__device__ __forceinline__ void st_relaxed_sys_u64(uint64_t* flag, uint64_t v) {
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(v) : "memory");
-}
-
 // Polling without acquire: follow the last poll with fence_acq_rel_sys (an
 // acquire pattern) before reading the data the flags publish.
 __device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t* flag) {
