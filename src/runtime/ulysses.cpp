@@ -123,9 +123,6 @@ unsigned int experiment_bits() {
   return bits;
 }
 
-}  // namespace
-
-namespace {
 constexpr double kLog2e = 1.4426950408889634;
 
 void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {

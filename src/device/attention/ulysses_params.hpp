@@ -69,11 +69,11 @@ inline constexpr unsigned int kExperimentTrace = 128;         // time stamps of 
 
 // Destination d's flag array: stream after stream (src, b, h), each with
 // flag_stride slots, one per m-block overlapping d's rows from d's first
-// (flag_stride: the most m-blocks a shard overlaps). A receiver's flags are
-// then contiguous but for each stream's unused last slots, and its warps read
-// them in a few lines a load; laid out by global m-block, as they were first,
-// a warp's load at S = 4096 touched 8 lines and a flag cost the receiver
-// ~2.5x as much as at 16k (docs/perf-log.md, f9).
+// (flag_stride: the most m-blocks a shard overlaps). The array holds only
+// flags d reads (P times fewer slots than one per global m-block, as the
+// first layout had), contiguous but for each stream's unused last slots, so
+// a receiver's warp reads its flags in a few lines a load. (Measured: the
+// layout alone did not make the wait faster; docs/perf-log.md, f9.)
 XSTAGE_HD inline int ulysses_flag_stride(int64_t chunk, int block_m) {
   return int((chunk + block_m - 1) / block_m) + 1;
 }
