@@ -5,7 +5,8 @@
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
 #           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm
 #   (default: build tests sanitize probe a2a)
-# Without the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
+# Stages are whole words ("tests" does not run "utests"). Without the build
+# stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
 # --prebuilt), and GPU tests straight from the GoogleTest binary.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 commit=$(cat COMMIT 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 nccl_root=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
 B=build-dev
-if [[ $stages != *build* && -x prebuilt/xstage ]]; then B=prebuilt; fi
+if [[ " $stages " != *" build "* && -x prebuilt/xstage ]]; then B=prebuilt; fi
 summary=()
 note() { summary+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
 timed() {  # name, timeout seconds, command...
@@ -35,7 +36,7 @@ timed() {  # name, timeout seconds, command...
   nvcc --version | tail -2; cmake --version | head -1
 } >"$OUT/r/env.txt" 2>&1
 
-if [[ $stages == *build* ]]; then
+if [[ " $stages " == *" build "* ]]; then
   mkdir -p "$B/nccl/lib"
   ln -sf "$nccl_root/lib/libnccl.so.2" "$B/nccl/lib/libnccl.so"
   ln -sfn "$nccl_root/include" "$B/nccl/include"
@@ -57,7 +58,7 @@ gpu_tests() {  # name, timeout seconds, test-name pattern (a regex of words join
   fi
 }
 
-if [[ $stages == *tests* ]]; then
+if [[ " $stages " == *" tests "* ]]; then
   if [ -f "$B/CTestTestfile.cmake" ]; then
     timed tests 300 ctest --test-dir $B --output-on-failure -j4
   else
@@ -66,7 +67,7 @@ if [[ $stages == *tests* ]]; then
   grep -E "tests passed|tests failed|Skipped|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/tests.log" | tail -25 >"$OUT/r/tests-summary.txt"
 fi
 
-if [[ $stages == *sanitize* ]]; then
+if [[ " $stages " == *" sanitize "* ]]; then
   san="compute-sanitizer --error-exitcode 9 --print-limit 20"
   small="--transport host --K 5 --V 100000 --G 0,2us --bursts 3 --quiet --bootstrap 0 -o /tmp/san"
   for tool in memcheck racecheck synccheck; do
@@ -83,12 +84,12 @@ if [[ $stages == *sanitize* ]]; then
   done
 fi
 
-if [[ $stages == *probe* ]]; then
+if [[ " $stages " == *" probe "* ]]; then
   timed probe 300 $X probe --transport host,local --sweep quick -o "$OUT/r/probe"
   tail -40 "$OUT/r/probe.log" >"$OUT/r/probe-summary.txt"
 fi
 
-if [[ $stages == *diag* ]]; then  # one-off diagnostics of the host path's stage (per-burst spans)
+if [[ " $stages " == *" diag "* ]]; then  # one-off diagnostics of the host path's stage (per-burst spans)
   d="$OUT/r/diag"; mkdir -p "$d"
   P="$X probe --transport host --K 132 --bursts 96 --quiet --bootstrap 0"
   {
@@ -102,13 +103,13 @@ if [[ $stages == *diag* ]]; then  # one-off diagnostics of the host path's stage
   note diag "rc=$?" "r/diag"
 fi
 
-if [[ $stages == *multi* || $stages == *peerprobe* ]]; then  # several GPUs: the NVLink X-Stage
+if [[ " $stages " == *" multi "* || " $stages " == *" peerprobe "* ]]; then  # several GPUs: the NVLink X-Stage
   nvidia-smi topo -m >"$OUT/r/topo.txt" 2>&1
   timed probe-peer 300 $X probe --transport peer --sweep quick -o "$OUT/r/probe-peer"
   tail -40 "$OUT/r/probe-peer.log" >"$OUT/r/probe-peer-summary.txt"
 fi
 
-if [[ $stages == *multi* ]]; then  # several GPUs: peer and nccl backends
+if [[ " $stages " == *" multi "* ]]; then  # several GPUs: peer and nccl backends
   timed a2a-peer 240 $X a2a --backend peer --placement device -b 1M -e 1G -f 2 -n 20 -w 5 --check \
     -o "$OUT/r/a2a-peer.csv"
   n=$(nvidia-smi -L | wc -l)
@@ -116,7 +117,7 @@ if [[ $stages == *multi* ]]; then  # several GPUs: peer and nccl backends
     "$PWD/$X a2a --backend nccl -b 1M -e 1G -f 2 -n 20 -w 5 --check -o $OUT/r/a2a-nccl-rank\$RANK.csv"
 fi
 
-if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and the side-by-side with torch SDPA
+if [[ " $stages " == *" attn "* ]]; then  # attention forward: tests, sanitizers, and the side-by-side with torch SDPA
   gpu_tests attn-tests 240 Attention
   for tool in memcheck racecheck synccheck; do
     timed "san-$tool-attn" 120 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
@@ -128,7 +129,7 @@ if [[ $stages == *attn* ]]; then  # attention forward: tests, sanitizers, and th
   tail -15 "$OUT/r/attn-bench.log" >"$OUT/r/attn-summary.txt"
 fi
 
-if [[ $stages == *ucheck* || $stages == *usan* ]]; then  # fused Ulysses attention: sanitizers, both kernels
+if [[ " $stages " == *" ucheck "* || " $stages " == *" usan "* ]]; then  # fused Ulysses attention: sanitizers, both kernels
   u_small="ulysses --ranks 4 --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --stores vector16,bulk,paced
     --flags lagged,at-exit --paced-rows 1,16"
   for tool in memcheck racecheck synccheck; do
@@ -142,7 +143,7 @@ if [[ $stages == *ucheck* || $stages == *usan* ]]; then  # fused Ulysses attenti
   grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*ulysses*.log >"$OUT/r/u-san-summary.txt"
 fi
 
-if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, torch SDPA on the full problem, store paths
+if [[ " $stages " == *" ucheck "* ]]; then  # fused Ulysses attention: tests, torch SDPA on the full problem, store paths
   gpu_tests u-tests 300 "Attention|Ulysses"
   grep -E "tests passed|tests failed|Failed|PASSED|FAILED" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
   timed u-sdpa 300 python3 bench/ulysses_vs_sdpa.py --xstage $X --out "$OUT/r/ulysses-vs-sdpa.json"
@@ -153,13 +154,13 @@ if [[ $stages == *ucheck* ]]; then  # fused Ulysses attention: tests, torch SDPA
   tail -8 "$OUT/r/u-quick.log" >"$OUT/r/u-quick-summary.txt"
 fi
 
-if [[ $stages == *ustores* ]]; then  # quick look at the fused kernel's store paths and flag timings
+if [[ " $stages " == *" ustores "* ]]; then  # quick look at the fused kernel's store paths and flag timings
   timed u-stores 200 $X ulysses --kernel mma --seq 4096,16384 --placement host --flags lagged,eager,at-exit \
     --stores vector16,vector16-wt,bulk --orders rotated --variants attention-only,fused -n 5 -o "$OUT/r/ulysses-stores.json"
   tail -4 "$OUT/r/u-stores.log" >"$OUT/r/u-stores-summary.txt"
 fi
 
-if [[ $stages == *usweep* ]]; then  # the sequence sweep of the fused-attention issue, both placements
+if [[ " $stages " == *" usweep "* ]]; then  # the sequence sweep of the fused-attention issue, both placements
   timed u-sdpa 300 python3 bench/ulysses_vs_sdpa.py --xstage $X --out "$OUT/r/ulysses-vs-sdpa.json"
   tail -8 "$OUT/r/u-sdpa.log" >"$OUT/r/u-sdpa-summary.txt"
   for pl in host device; do
@@ -169,7 +170,7 @@ if [[ $stages == *usweep* ]]; then  # the sequence sweep of the fused-attention 
   done
 fi
 
-if [[ $stages == *upaired* ]]; then  # the sweep timed in interleaved rounds, the GPU's clocks logged beside it
+if [[ " $stages " == *" upaired "* ]]; then  # the sweep timed in interleaved rounds, the GPU's clocks logged beside it
   for pl in host device; do
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,nounits -lms 200 \
       >"$OUT/r/clocks-$pl.csv" 2>&1 &
@@ -182,12 +183,12 @@ if [[ $stages == *upaired* ]]; then  # the sweep timed in interleaved rounds, th
   done
 fi
 
-if [[ $stages == *u2quick* ]]; then  # the fused kernel's receiver wait across GPUs: the multi-GPU Ulysses tests only
+if [[ " $stages " == *" u2quick "* ]]; then  # the fused kernel's receiver wait across GPUs: the multi-GPU Ulysses tests only
   gpu_tests u2-tests 200 "UlyssesPeer|UlyssesNccl"
   grep -E "tests passed|tests failed|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/u2-tests.log" | tail -8 >"$OUT/r/u2-tests-summary.txt"
 fi
 
-if [[ $stages == *ux2* ]]; then  # fused Ulysses attention on every GPU of the machine (peer, then nccl)
+if [[ " $stages " == *" ux2 "* ]]; then  # fused Ulysses attention on every GPU of the machine (peer, then nccl)
   n=$(nvidia-smi -L | wc -l)
   gpu_tests u-x2-tests 240 "UlyssesPeer|UlyssesNccl|PeerBackend|NcclBackend"
   grep -E "tests passed|tests failed|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/u-x2-tests.log" | tail -8 >"$OUT/r/u-x2-tests-summary.txt"
@@ -201,7 +202,7 @@ if [[ $stages == *ux2* ]]; then  # fused Ulysses attention on every GPU of the m
   tail -5 "$OUT/r/u-nccl.log" >"$OUT/r/u-nccl-summary.txt"
 fi
 
-if [[ $stages == *nvsweep* ]]; then  # issue 7: fused Ulysses over NVLink, P = every GPU, the sequence sweep
+if [[ " $stages " == *" nvsweep "* ]]; then  # issue 7: fused Ulysses over NVLink, P = every GPU, the sequence sweep
   n=$(nvidia-smi -L | wc -l)
   timed u-sdpa-peer 200 python3 bench/ulysses_vs_sdpa.py --xstage $X --backend peer --out "$OUT/r/ulysses-vs-sdpa-peer.json"
   tail -6 "$OUT/r/u-sdpa-peer.log" >"$OUT/r/u-sdpa-peer-summary.txt"
@@ -213,7 +214,7 @@ if [[ $stages == *nvsweep* ]]; then  # issue 7: fused Ulysses over NVLink, P = e
   tail -9 "$OUT/r/u-sweep-nccl.log" >"$OUT/r/u-sweep-nccl-summary.txt"
 fi
 
-if [[ $stages == *usdpa* ]]; then  # fused Ulysses against torch SDPA: emulated ranks, and peer on 2+ GPUs
+if [[ " $stages " == *" usdpa "* ]]; then  # fused Ulysses against torch SDPA: emulated ranks, and peer on 2+ GPUs
   timed u-sdpa 300 python3 bench/ulysses_vs_sdpa.py --xstage $X --out "$OUT/r/ulysses-vs-sdpa.json"
   tail -8 "$OUT/r/u-sdpa.log" >"$OUT/r/u-sdpa-summary.txt"
   if (($(nvidia-smi -L | wc -l) > 1)); then
@@ -222,7 +223,7 @@ if [[ $stages == *usdpa* ]]; then  # fused Ulysses against torch SDPA: emulated 
   fi
 fi
 
-if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel against the fused ones, same shape
+if [[ " $stages " == *" kprof "* ]]; then  # Nsight Compute: the local attention kernel against the fused ones, same shape
   ncu_args="--clock-control none --kernel-name-base demangled -c 1 --section SpeedOfLight --section WarpStateStats
     --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis --section LaunchStats
     --metrics sm__inst_executed.sum,sm__cycles_elapsed.max,lts__t_sector_hit_rate.pct,dram__bytes_read.sum"
@@ -233,7 +234,7 @@ if [[ $stages == *kprof* ]]; then  # Nsight Compute: the local attention kernel 
   cat "$OUT/r/kprof-local.log" "$OUT/r/kprof-paced.log" "$OUT/r/kprof-vec.log" >"$OUT/r/kprof.log"
 fi
 
-if [[ $stages == *kcycles* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
+if [[ " $stages " == *" kcycles "* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
   gpu_tests kc-tests 200 "Ulysses"
   ncu_cyc="--clock-control none --cache-control none --csv --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,dram__bytes_read.sum,lts__t_sector_hit_rate.pct"
   kc="ulysses --variants attention-only,fused --stores vector16,paced --paced-rows 16 --orders rotated
@@ -246,7 +247,7 @@ if [[ $stages == *kcycles* ]]; then  # Nsight Compute: each kernel's duration an
   timed kflags-host 150 $X $kf --seq 4096,8192,16384,32768,65536 --placement host -o "$OUT/r/kflags-host.json"
 fi
 
-if [[ $stages == *upower* ]]; then  # host path, S = 32k: fused vs attention-only alone, clocks and power beside; cycles at base clock
+if [[ " $stages " == *" upower "* ]]; then  # host path, S = 32k: fused vs attention-only alone, clocks and power beside; cycles at base clock
   for v in attention-only fused; do
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,nounits -lms 100 \
       >"$OUT/r/power-$v.csv" 2>&1 &
@@ -261,12 +262,12 @@ if [[ $stages == *upower* ]]; then  # host path, S = 32k: fused vs attention-onl
     --seq 32768 --placement host
 fi
 
-if [[ $stages == *utests* ]]; then  # the attention and Ulysses GPU tests alone
+if [[ " $stages " == *" utests "* ]]; then  # the attention and Ulysses GPU tests alone
   gpu_tests u-tests 300 "Attention|Ulysses"
   grep -E "tests passed|tests failed|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/u-tests.log" | tail -8 >"$OUT/r/u-tests-summary.txt"
 fi
 
-if [[ $stages == *kexp* ]]; then  # what each part of the fused kernel's end costs: SM cycles with parts left out
+if [[ " $stages " == *" kexp "* ]]; then  # what each part of the fused kernel's end costs: SM cycles with parts left out
   # XSTAGE_ULYSSES_EXPERIMENT bits (ulysses_params.hpp): 1 no receiver wait, 2 no acquire fence after it.
   # Not results: diagnostics (more bits at the commits of results/h200/ulysses-kernel-end.txt).
   ncu_cyc="--clock-control none --cache-control none --csv --metrics sm__cycles_elapsed.max"
@@ -278,7 +279,7 @@ if [[ $stages == *kexp* ]]; then  # what each part of the fused kernel's end cos
   done
 fi
 
-if [[ $stages == *ksrc* ]]; then  # Nsight Compute source counters: where the fused kernels spend what the local one does not
+if [[ " $stages " == *" ksrc "* ]]; then  # Nsight Compute source counters: where the fused kernels spend what the local one does not
   ks="ulysses --variants attention-only,fused --orders rotated --flags at-exit -n 1 -w 0 --max-seconds 0.001
     --profile none --placement device"
   src_sections="--section SourceCounters --section WarpStateStats --section InstructionStats --section LaunchStats"
@@ -293,7 +294,7 @@ if [[ $stages == *ksrc* ]]; then  # Nsight Compute source counters: where the fu
   done
 fi
 
-if [[ $stages == *ktrace* ]]; then  # time stamps of the fused kernel's end (XSTAGE_ULYSSES_EXPERIMENT=128 and more)
+if [[ " $stages " == *" ktrace "* ]]; then  # time stamps of the fused kernel's end (XSTAGE_ULYSSES_EXPERIMENT=128 and more)
   kt="ulysses --variants fused --stores vector16 --orders rotated --flags at-exit -n 3 -w 1 --profile none"
   for e in ${KTRACE:-128 130}; do
     XSTAGE_ULYSSES_EXPERIMENT=$e timed "ktrace-$e" 60 $X $kt --seq ${KTSEQ:-4096,16384} --placement device
@@ -302,16 +303,16 @@ if [[ $stages == *ktrace* ]]; then  # time stamps of the fused kernel's end (XST
   grep -H "^trace" "$OUT"/r/ktrace-*.log >"$OUT/r/ktrace-summary.txt"
 fi
 
-if [[ $stages == *kwarm* ]]; then  # the same 4k point first in the process and again after a longer load
+if [[ " $stages " == *" kwarm "* ]]; then  # the same 4k point first in the process and again after a longer load
   timed kwarm 120 $X ulysses --variants attention-only,fused --stores vector16,bulk --orders rotated --flags at-exit \
     --seq 4096,16384,65536,4096 --placement device --max-seconds 1 -o "$OUT/r/kwarm.json"
 fi
 
-if [[ $stages == *sass* ]]; then  # where the fused kernels' register spills sit (mainloop or tail)
+if [[ " $stages " == *" sass "* ]]; then  # where the fused kernels' register spills sit (mainloop or tail)
   timed sass 120 bash -c "cuobjdump -sass $X | python3 scripts/sass_spills.py Epilogue"
 fi
 
-if [[ $stages == *d64* ]]; then  # head dim 64: the three-consumer-warpgroup kernels, tests, sanitizers, cuDNN
+if [[ " $stages " == *" d64 "* ]]; then  # head dim 64: the three-consumer-warpgroup kernels, tests, sanitizers, cuDNN
   gpu_tests d64-tests 240 "AttentionFwd"
   grep -E "tests passed|tests failed|Failed|PASSED|FAILED" "$OUT/r/d64-tests.log" | tail -6 >"$OUT/r/d64-tests-summary.txt"
   for k in wgmma-m192 wgmma-m192-overlap; do
@@ -328,11 +329,11 @@ if [[ $stages == *d64* ]]; then  # head dim 64: the three-consumer-warpgroup ker
   grep -v "^check" "$OUT/r/d64-bench.log" | tail -12 >"$OUT/r/d64-bench-summary.txt"
 fi
 
-if [[ $stages == *report* ]]; then  # README's main job on a GPU machine
+if [[ " $stages " == *" report "* ]]; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
 
-if [[ $stages == *bench* ]] && [ -x $B/bench_simulator ]; then
+if [[ " $stages " == *" bench "* ]] && [ -x $B/bench_simulator ]; then
   timed bench-sim 60 $B/bench_simulator
 fi
 
