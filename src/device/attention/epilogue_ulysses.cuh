@@ -94,6 +94,13 @@ __device__ __forceinline__ int64_t tile_stream(const UlyssesStoreParams& p, cons
   return ulysses_stream_index(p.rank_base + c.b / p.batch, c.b % p.batch, c.h, p.batch, p.heads_per_rank);
 }
 
+// Sets the flag of (stream, m-block) in destination d to this run's epoch,
+// releasing every store the CTA barrier before it ordered.
+__device__ __forceinline__ void publish_flag(const UlyssesStoreParams& p, int d, int64_t stream, int m_block) {
+  ptx::st_release_sys_u64(p.flags[d] + ulysses_flag_index(stream, m_block, d, p.block_m, p.chunk, p.flag_stride),
+                          p.epoch);
+}
+
 // Consecutive rows from row0 (of one tile or one warp): the first `run` of
 // them go to row0's destination at base + r * pitch; the others (a run that
 // straddles a shard boundary) need row_address. One 64-bit division for the
@@ -136,10 +143,7 @@ __device__ __forceinline__ void publish_every_tile(const UlyssesStoreParams& p, 
     const TileCoord c = sched.tile(t);
     const RankRange dst = tile_owners(p, int64_t(c.m_block) * block_m, block_m);
     const int64_t stream = tile_stream(p, c);
-    for (int d = dst.first; d <= dst.last; ++d) {
-      ptx::st_release_sys_u64(p.flags[d] + ulysses_flag_index(stream, c.m_block, d, p.block_m, p.chunk, p.flag_stride),
-                              p.epoch);
-    }
+    for (int d = dst.first; d <= dst.last; ++d) publish_flag(p, d, stream, c.m_block);
   }
 }
 
@@ -255,9 +259,7 @@ struct UlyssesStoreEpilogue {
 
  private:
   __device__ __forceinline__ static void publish(const Params& p, Pending& pend) {
-    for (int d = pend.d_first; d <= pend.d_last; ++d)
-      ptx::st_release_sys_u64(
-          p.flags[d] + ulysses_flag_index(pend.stream, pend.m_block, d, p.block_m, p.chunk, p.flag_stride), p.epoch);
+    for (int d = pend.d_first; d <= pend.d_last; ++d) ulysses_detail::publish_flag(p, d, pend.stream, pend.m_block);
     pend.d_last = pend.d_first - 1;  // published
   }
 };

@@ -135,9 +135,7 @@ struct UlyssesPacedEpilogue {
     if (!pend.valid) return;
     const RankRange dst = ulysses_detail::tile_owners(p, pend.m0, pend.rows);
     const int64_t stream = ulysses_detail::tile_stream(p, pend.c);
-    for (int d = dst.first; d <= dst.last; ++d)
-      ptx::st_release_sys_u64(
-          p.flags[d] + ulysses_flag_index(stream, pend.c.m_block, d, p.block_m, p.chunk, p.flag_stride), p.epoch);
+    for (int d = dst.first; d <= dst.last; ++d) ulysses_detail::publish_flag(p, d, stream, pend.c.m_block);
     pend.valid = false;
   }
 };
