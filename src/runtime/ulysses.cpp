@@ -149,7 +149,6 @@ struct UlyssesAttention::Impl {
     Stream stream = nullptr;
     uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // the first rank's shard
     int* order[2] = {nullptr, nullptr};                               // [TileOrder]: P * max_m_blocks
-    unsigned int* ctas_done = nullptr;  // the fused kernel's count of finished CTAs (its receiver wait)
     attention::FlagTimeoutRecord* timeout_record = nullptr;  // what its wait timed out on, if it did
     unsigned long long* trace = nullptr;  // kExperimentTrace only: time stamps of the last launch's end
   };
@@ -188,9 +187,7 @@ struct UlyssesAttention::Impl {
       g.v = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
       g.o = static_cast<uint16_t*>(w.alloc_local(rank_base, bytes));
       for (auto& t : g.order) t = static_cast<int*>(w.alloc_local(rank_base, size_t(P * max_m) * sizeof(int)));
-      g.ctas_done = static_cast<unsigned int*>(w.alloc_local(rank_base, sizeof(unsigned int)));
       XSTAGE_CUDA(cudaSetDevice(g.device));
-      XSTAGE_CUDA(cudaMemset(g.ctas_done, 0, sizeof(unsigned int)));  // the last CTA of each run resets it
       g.timeout_record =
           static_cast<attention::FlagTimeoutRecord*>(w.alloc_local(rank_base, sizeof(attention::FlagTimeoutRecord)));
       XSTAGE_CUDA(cudaMemset(g.timeout_record, 0, sizeof(attention::FlagTimeoutRecord)));
@@ -287,9 +284,9 @@ struct UlyssesAttention::Impl {
         (path == attention::StorePath::vector16_wt || path == attention::StorePath::vector16_cs))
       throw Error(fmt::format("ulysses: store path {} runs on the mma attention kernel only (--kernel mma)",
                               to_string(run.store)));
-    // The kernel's last CTA waits for the flags of the ranks this launch
+    // The grid's last CTA waits for the flags of the ranks this launch
     // receives for (device/attention/ulysses_wait.cuh): the receiver side.
-    ep.ctas_done = g.ctas_done;
+    ep.receive = 1;
     ep.timeout_record = g.timeout_record;
     ep.recv_rank_first = g.rank_base, ep.recv_ranks = g.n;
     ep.block_m = bm;
@@ -435,13 +432,18 @@ void UlyssesAttention::check_receivers() const {
         if (t[size_t(i)] != 0) done.push_back(t[size_t(i)]);
       std::sort(done.begin(), done.end());
       const unsigned long long* w = t.data() + attention::kTraceMaxGrid;
-      if (!done.empty())
+      if (!done.empty()) {
+        const auto signed_ns = [](unsigned long long a, unsigned long long b) {
+          return static_cast<long long>(a) - static_cast<long long>(b);
+        };
         fmt::print(stderr,
-                   "trace: {} CTAs counted over {} ns (last two {} ns apart); wait began {} ns after the last "
-                   "count; first flag back after {} cycles, loop done after {}, fence done after {}; {} loads, "
-                   "{} sleeps\n",
+                   "trace: {} CTAs published over {} ns (last two {} ns apart); wait began {} ns after the last "
+                   "publish, its loop done {} ns after it; first flag back after {} cycles, loop done after {}, "
+                   "fence done after {}; {} loads, {} sleeps\n",
                    done.size(), done.back() - done.front(), done.size() > 1 ? done.back() - done[done.size() - 2] : 0,
-                   w[0] > done.back() ? w[0] - done.back() : 0, w[1], w[2], w[3], w[5], w[4]);
+                   signed_ns(w[0], done.back()), w[6] != 0 ? signed_ns(w[6], done.back()) : 0, w[1], w[2], w[3], w[5],
+                   w[4]);
+      }
     }
     attention::FlagTimeoutRecord r;
     XSTAGE_CUDA(cudaSetDevice(g.device));

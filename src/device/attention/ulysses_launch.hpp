@@ -1,6 +1,6 @@
 #pragma once
-// Launches of the fused Ulysses attention (its last CTA waits for the
-// receivers' flags: ep.ctas_done, device/attention/ulysses_wait.cuh), callable
+// Launches of the fused Ulysses attention (with ep.receive, the grid's last
+// CTA waits for the receivers' flags: device/attention/ulysses_wait.cuh), callable
 // from host C++; each returns a cudaError_t as int (0 on success). The host
 // side (src/runtime/ulysses.cpp) validates and builds the parameters.
 #include <cuda_runtime_api.h>

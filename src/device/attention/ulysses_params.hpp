@@ -43,10 +43,10 @@ struct UlyssesStoreParams {
   int flag_stride = 0;     // a stream's slots in a destination's flag array (ulysses_flag_stride)
   uint64_t epoch = 0;      // value the flags of this run are set to (runs count up)
   int paced_min_rows = 8;  // paced: a send waits until this many rows are due (the last one excepted)
-  // The receiver wait at the kernel's end (ulysses_wait.cuh): a zeroed
-  // counter of the launch's finished CTAs (nullptr: no wait in the kernel),
-  // the ranks whose flags it waits for, and the timeout of each flag.
-  unsigned int* ctas_done = nullptr;
+  // The receiver wait at the kernel's end (ulysses_wait.cuh): whether the
+  // kernel waits (0: no receiver side in it), the ranks whose flags it waits
+  // for, and the timeout of each flag.
+  int receive = 0;
   FlagTimeoutRecord* timeout_record = nullptr;  // where a timed-out wait says what it waited for
   int recv_rank_first = 0, recv_ranks = 0;
   int block_m = 128;  // the kernel's BLOCK_M: the m-blocks a receiver waits for

@@ -4,13 +4,12 @@
 // to the run's epoch, with a timeout that names the rank, the flag and the
 // values (no silent hang: the host aborts with them).
 //
-// The fused kernels wait at their end, in the CTA that finishes last
-// (ulysses_receive_at_end): no second launch, nothing polls while tiles are
-// still computed, and a rank's kernel ends only when its data has arrived.
-// Measured on the H200 (docs/perf-log.md, f8, f9): with device buffers at
-// S = 4096 the first version, a few dependent system-scope loads a thread
-// over about 800 flags, cost ~2% of the kernel's cycles; the separate wait
-// kernel it replaced cost ~1% (~3 us and a launch gap).
+// The fused kernels wait at their end, in the grid's last CTA, which runs
+// out of tiles first (ulysses_receive_at_end): no second launch, and a
+// rank's kernel ends only when its data has arrived. Measured on the H200
+// (docs/perf-log.md, f8-f10): with device buffers at S = 4096 a separate
+// wait kernel cost ~1% (~3 us and a launch gap), the wait in the CTA that
+// finished last ~2% (~11k SM cycles after the last tile).
 #include <cstdint>
 
 #include "device/attention/ulysses_params.hpp"
@@ -91,25 +90,24 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
 }
 
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
-// them): the CTA that counts itself last (p.ctas_done, reset by it for the
-// next launch, which stream order puts after this one) waits for the flags of
-// the launch's receivers. A CTA counts itself after a barrier its epilogue
-// threads pass once they have published their flags, so on one GPU the last
-// CTA finds the flags set at its first look; across GPUs it waits for the
-// other ranks' kernels. No CTA waits while another still has tiles, so a grid
-// larger than what fits at once cannot deadlock on it.
+// them): the grid's last CTA waits for the flags of the launch's receivers.
+// Tile t runs on CTA t % gridDim.x, so the last CTA has the fewest tiles of
+// a persistent grid: it finishes first (or with the others) and polls while
+// the rest compute their last tiles. Its cold code (the first pass over the
+// flags) runs off the kernel's critical path, and the last flag published is
+// seen one poll later. (The first version let the CTA that counted itself
+// last wait: an atomic count, a barrier and the wait's first pass, all after
+// the last tile, cost ~11k SM cycles at S = 4096: docs/perf-log.md, f9, f10.)
+// It holds only its own SM: every other CTA keeps its SM, and one that is not
+// resident yet runs when another finishes, so the wait cannot deadlock.
 template <int THREADS, class Bar>
 __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams& p, int tid, Bar&& bar) {
-  if (p.ctas_done == nullptr || p.recv_ranks < 1 || (p.experiment & kExperimentNoWait)) return;
-  __shared__ int last;
-  bar();  // every flag of this CTA published
-  if (tid == 0) {
-    trace_count(p);
-    last = atomicAdd(p.ctas_done, 1u) == gridDim.x - 1;
-    if (last) *p.ctas_done = 0u;
+  if (!p.receive || p.recv_ranks < 1 || (p.experiment & kExperimentNoWait)) return;
+  if (tracing(p)) {  // when this CTA's flags are all published
+    bar();
+    if (tid == 0) trace_published(p);
   }
-  bar();
-  if (!last) return;
+  if (blockIdx.x != gridDim.x - 1) return;
   if (tid == 0) trace_wait_start(p);
   wait_for_receiver_flags(p, tid, THREADS);
 }

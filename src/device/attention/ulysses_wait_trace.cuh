@@ -1,11 +1,12 @@
 #pragma once
 // Time stamps of the fused kernel's end, for performance experiments only
 // (XSTAGE_ULYSSES_EXPERIMENT with kExperimentTrace; docs/perf-log.md, f9):
-// when each CTA counts itself (globaltimer, slot blockIdx.x of p.trace) and,
-// from the waiting CTA, clock64 cycles from the start of its wait until its
-// first batch of flags is back (slot kTraceMaxGrid + 1), its loop is done
-// (+ 2) and its fence is done (+ 3), the sleeps and loads (+ 4, + 5), the
-// maximum or sum over its threads. Every call is a no-op when not tracing.
+// when each CTA has published its flags (globaltimer, slot blockIdx.x of
+// p.trace) and, from the waiting CTA, when its wait begins (globaltimer, slot
+// kTraceMaxGrid), clock64 cycles from then until its first batch of flags is
+// back (+ 1), its loop is done (+ 2) and its fence is done (+ 3), the sleeps
+// and loads (+ 4, + 5), the maximum or sum over its threads, and the
+// globaltimer when its loop is done (+ 6). No-ops when not tracing.
 #include <cstdint>
 
 #include "device/attention/ulysses_params.hpp"
@@ -17,8 +18,8 @@ __device__ __forceinline__ bool tracing(const UlyssesStoreParams& p) {
   return (p.experiment & kExperimentTrace) && p.trace != nullptr;
 }
 
-// When this CTA counts itself (slot blockIdx.x), and when the wait begins (slot kTraceMaxGrid).
-__device__ __forceinline__ void trace_count(const UlyssesStoreParams& p) {
+// When this CTA's flags are published (slot blockIdx.x), and when the wait begins (slot kTraceMaxGrid).
+__device__ __forceinline__ void trace_published(const UlyssesStoreParams& p) {
   if (tracing(p) && blockIdx.x < kTraceMaxGrid) p.trace[blockIdx.x] = ptx::globaltimer_ns();
 }
 __device__ __forceinline__ void trace_wait_start(const UlyssesStoreParams& p) {
@@ -48,7 +49,9 @@ struct WaitTrace {
     first = false;
   }
   __device__ __forceinline__ void loop_done() {
-    if (slot) atomicMax(slot + 2, (unsigned long long)(ptx::clock_cycles() - c0));
+    if (!slot) return;
+    atomicMax(slot + 2, (unsigned long long)(ptx::clock_cycles() - c0));
+    atomicMax(slot + 6, (unsigned long long)ptx::globaltimer_ns());
   }
   __device__ __forceinline__ void fence_done() {
     if (!slot) return;
