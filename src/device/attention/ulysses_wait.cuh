@@ -23,13 +23,15 @@ namespace xstage::attention {
 // The flags of the receivers [p.recv_rank_first, + p.recv_ranks): their
 // slots (ulysses_flag_index) laid rank after rank, slot g to thread g %
 // threads, polled with relaxed loads and ended by one acquire fence. A thread
-// loads kBatch slots before it looks at any (independent loads and 32-bit
-// index arithmetic, no 64-bit division: the first version, which waited for
-// each flag before it worked out the next one's address, took ~2k cycles a
-// flag, perf-log f9) and polls one by one only a batch with a flag not yet
-// set. On a timeout the first thread to time out fills p.timeout_record
-// (rank, flag, values) and every thread that times out stops waiting: the
-// kernel ends and the host aborts with the record
+// polls kBatch slots at a time, all loads in flight before it looks at any,
+// and reloads the whole batch until every flag in it is set: at the kernel's
+// end a system-scope load takes microseconds to come back, so a batch polled
+// flag by flag would pay one of those per flag after the last one lands
+// (measured: loop done ~11 us after the last flag was published, perf-log
+// f10). Index arithmetic in 32 bits, no 64-bit division (the first version
+// took ~2k cycles a flag, f9). On a timeout the first thread to time out
+// fills p.timeout_record (rank, flag, values) and every thread that times out
+// stops waiting: the kernel ends and the host aborts with the record
 // (UlyssesAttention::check_receivers). No printf here: a call in the fused
 // kernel made ptxas spill ~300 bytes a thread in its mainloop (perf-log f8).
 __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams& p, int tid, int threads) {
@@ -49,38 +51,39 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
   const uint64_t start = ptx::globaltimer_ns();
   WaitTrace trace(p);
   for (int g0 = tid; g0 < total; g0 += kBatch * threads) {
-    uint64_t least = ~uint64_t(0);
+    const uint64_t* flag[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int g = g0 + u * threads;
       int d, k;
-      if (g < total && locate(g, d, k)) {
-        least = min(least, ptx::ld_relaxed_sys_u64(p.flags[d] + k));
-        trace.load();
-      }
+      flag[u] = g < total && locate(g, d, k) ? p.flags[d] + k : nullptr;
     }
-    trace.batch_back(least);
-    if (least >= p.recv_epoch) continue;
-    for (int u = 0; u < kBatch; ++u) {  // a flag of the batch not set yet: poll them one by one
-      const int g = g0 + u * threads;
-      int d, k;
-      if (g >= total || !locate(g, d, k)) continue;
-      const uint64_t* flag = p.flags[d] + k;
-      uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
-      while (seen < p.recv_epoch) {
-        const uint64_t waited = ptx::globaltimer_ns() - start;
-        if (waited > p.timeout_ns) {
-          FlagTimeoutRecord* r = p.timeout_record;
-          if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
-            r->rank = d, r->flag = k, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
-            r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = seen;
-          }
-          return;
-        }
-        __nanosleep(64);
-        trace.sleep();
-        seen = ptx::ld_relaxed_sys_u64(flag);
+    for (;;) {
+      uint64_t least = ~uint64_t(0);
+      int least_g = g0;  // the slot that holds it (unrolled selects: no array indexed at run time)
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (flag[u] == nullptr) continue;
+        const uint64_t seen = ptx::ld_relaxed_sys_u64(flag[u]);
+        trace.load();
+        least_g = seen < least ? g0 + u * threads : least_g;
+        least = seen < least ? seen : least;
       }
+      trace.batch_back(least);
+      if (least >= p.recv_epoch) break;
+      const uint64_t waited = ptx::globaltimer_ns() - start;
+      if (waited > p.timeout_ns) {
+        FlagTimeoutRecord* r = p.timeout_record;
+        int d, k;
+        locate(least_g, d, k);
+        if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
+          r->rank = d, r->flag = k, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
+          r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = least;
+        }
+        return;
+      }
+      __nanosleep(64);
+      trace.sleep();
     }
   }
   trace.loop_done();
