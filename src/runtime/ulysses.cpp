@@ -135,6 +135,7 @@ void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {
   // with 32-bit divisions (device/attention/epilogue_ulysses.cuh).
   if (max_S > (int64_t(1) << 31) - 1)
     throw Error(fmt::format("ulysses: S = {}: expected at most 2^31 - 1 tokens", max_S));
+  // Tile indices: 32 bits in the fused kernels' flag walk at exit (tile32; BLOCK_M >= 128).
   const int64_t tiles = B * ((max_S + 127) / 128) * H;
   if (tiles > (int64_t(1) << 31) - 1)
     throw Error(fmt::format("ulysses: B * H * ceil(S / 128) = {} tiles: expected at most 2^31 - 1", tiles));

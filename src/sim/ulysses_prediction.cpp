@@ -40,10 +40,14 @@ UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelSha
     if (p.repeat > 0) programs.push_back(p);
   }
   const SimResult r = simulate(stage_from_profile(profile), programs);
+  // A receiver sees the last byte one store-to-visibility latency (the
+  // profile's latency_ns, what a fence after a drained burst still waits)
+  // after the stage has drained it: in both variants, when anything is sent.
+  const double visible_ns = s.payload_bytes > 0 ? profile.latency_ns : 0.0;
   UlyssesPrediction out;
-  out.fused_us = std::max(r.total_ns, r.drained_ns) * 1e-3;
+  out.fused_us = (std::max(r.total_ns, r.drained_ns) + visible_ns) * 1e-3;
   out.residual_us = out.fused_us - s.attention_only_us;
-  out.sequential_us = s.attention_only_us + s.payload_bytes / profile.R_Bps * 1e6;
+  out.sequential_us = s.attention_only_us + (s.payload_bytes / profile.R_Bps * 1e9 + visible_ns) * 1e-3;
   out.stalled_us = r.stalled_ns * 1e-3;
   return out;
 }

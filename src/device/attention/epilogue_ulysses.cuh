@@ -78,15 +78,18 @@ __device__ __forceinline__ RowTarget row_target(const UlyssesStoreParams& p, int
   return t;
 }
 
-// Element pointer of (row, head of tile c) in its destination's shard.
-__device__ __forceinline__ uint16_t* row_address(const UlyssesStoreParams& p, const TileCoord& c, int64_t row,
-                                                 int D) {
+// Element pointer of (row t, head of tile c) in its destination's shard.
+__device__ __forceinline__ uint16_t* target_address(const UlyssesStoreParams& p, const TileCoord& c,
+                                                    const RowTarget& t, int D) {
   const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
   const int H_total = p.P * p.heads_per_rank;
   const int hg = src * p.heads_per_rank + c.h;
-  const RowTarget t = row_target(p, row);
   uint16_t* base = static_cast<uint16_t*>(p.out[t.d]);
   return base + ((int64_t(b) * t.S_d + t.local) * H_total + hg) * D;
+}
+__device__ __forceinline__ uint16_t* row_address(const UlyssesStoreParams& p, const TileCoord& c, int64_t row,
+                                                 int D) {
+  return target_address(p, c, row_target(p, row), D);
 }
 
 // The flag stream (source rank, b, head) of tile c (ulysses_params.hpp).
@@ -119,7 +122,7 @@ __device__ __forceinline__ RowRun row_run(const UlyssesStoreParams& p, const Til
   if (row0 >= p.S) return {nullptr, 0, 0};
   const RowTarget t = row_target(p, row0);
   const int64_t left = t.S_d - t.local;
-  return {row_address(p, c, row0, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
+  return {target_address(p, c, t, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
 }
 
 // A system-scope load: served by the memory that owns the address, not a cache.
@@ -138,9 +141,11 @@ __device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const void* p) {
 template <int THREADS, class Scheduler>
 __device__ __forceinline__ void publish_every_tile(const UlyssesStoreParams& p, const Scheduler& sched, int block_m,
                                                    int tid) {
-  const int64_t step = int64_t(THREADS) * gridDim.x;
-  for (int64_t t = blockIdx.x + int64_t(tid) * gridDim.x; t < sched.num_tiles(); t += step) {
-    const TileCoord c = sched.tile(t);
+  // 32-bit tile indices (the host checks the count fits): at the kernel's
+  // very end the 64-bit divisions of tile(t) are on its critical path.
+  const uint32_t step = uint32_t(THREADS) * gridDim.x, tiles = uint32_t(sched.num_tiles());
+  for (uint32_t t = blockIdx.x + uint32_t(tid) * gridDim.x; t < tiles; t += step) {
+    const TileCoord c = sched.tile32(t);
     const RankRange dst = tile_owners(p, int64_t(c.m_block) * block_m, block_m);
     const int64_t stream = tile_stream(p, c);
     for (int d = dst.first; d <= dst.last; ++d) publish_flag(p, d, stream, c.m_block);

@@ -37,6 +37,17 @@ struct LinearTileScheduler {
     c.b = int(t / H);
     return c;
   }
+  // tile(t) in 32-bit arithmetic, for t < 2^31 (the fused kernels: the host
+  // checks their tile count). Not used by the producer: 32-bit schedulers
+  // there made the kernels' code slower (docs/perf-log.md, f8).
+  __device__ TileCoord tile32(uint32_t t) const {
+    TileCoord c;
+    c.m_block = int(t % uint32_t(m_blocks));
+    t /= uint32_t(m_blocks);
+    c.h = int(t % uint32_t(H));
+    c.b = int(t / uint32_t(H));
+    return c;
+  }
 
   // CTAs to launch; the kernel loops when this is smaller than num_tiles().
   // Persistent: as many CTAs as fit at once, each walking every gridDim-th

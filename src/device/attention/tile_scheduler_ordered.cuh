@@ -34,6 +34,17 @@ struct OrderedTileScheduler {
     c.m_block = __ldg(sp.order + int64_t(src) * m_blocks + i);
     return c;
   }
+  // tile(t) in 32-bit arithmetic, for t < 2^31 (LinearTileScheduler::tile32).
+  __device__ TileCoord tile32(uint32_t t) const {
+    TileCoord c;
+    const int i = int(t % uint32_t(m_blocks));
+    t /= uint32_t(m_blocks);
+    c.h = int(t % uint32_t(H));
+    c.b = int(t / uint32_t(H));
+    const int src = sp.rank_base + int(uint32_t(c.b) / uint32_t(sp.batch));
+    c.m_block = __ldg(sp.order + src * m_blocks + i);
+    return c;
+  }
 
   // Persistent: as many CTAs as fit at once, each walking every gridDim-th
   // tile (the same order one CTA per tile would run in).

@@ -81,9 +81,11 @@ XSTAGE_HD inline int64_t ulysses_stream_index(int src, int b, int h, int batch, 
   return (int64_t(src) * batch + b) * heads_per_rank + h;
 }
 // The flag of (stream, m-block) in destination d's array; m_block overlaps d's rows.
+// d * chunk < S < 2^31 (the host checks S): a 32-bit division, not the long
+// 64-bit routine (it runs at the fused kernel's very end, perf-log f10).
 XSTAGE_HD inline int64_t ulysses_flag_index(int64_t stream, int m_block, int d, int block_m, int64_t chunk,
                                             int flag_stride) {
-  const int first = int(int64_t(d) * chunk / block_m);  // d's first m-block
+  const int first = int(uint32_t(d) * uint32_t(chunk) / uint32_t(block_m));  // d's first m-block
   return stream * flag_stride + (m_block - first);
 }
 
