@@ -78,18 +78,15 @@ __device__ __forceinline__ RowTarget row_target(const UlyssesStoreParams& p, int
   return t;
 }
 
-// Element pointer of (row t, head of tile c) in its destination's shard.
-__device__ __forceinline__ uint16_t* target_address(const UlyssesStoreParams& p, const TileCoord& c,
-                                                    const RowTarget& t, int D) {
+// Element pointer of (row, head of tile c) in its destination's shard.
+__device__ __forceinline__ uint16_t* row_address(const UlyssesStoreParams& p, const TileCoord& c, int64_t row,
+                                                 int D) {
   const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
   const int H_total = p.P * p.heads_per_rank;
   const int hg = src * p.heads_per_rank + c.h;
+  const RowTarget t = row_target(p, row);
   uint16_t* base = static_cast<uint16_t*>(p.out[t.d]);
   return base + ((int64_t(b) * t.S_d + t.local) * H_total + hg) * D;
-}
-__device__ __forceinline__ uint16_t* row_address(const UlyssesStoreParams& p, const TileCoord& c, int64_t row,
-                                                 int D) {
-  return target_address(p, c, row_target(p, row), D);
 }
 
 // The flag stream (source rank, b, head) of tile c (ulysses_params.hpp).
@@ -122,7 +119,7 @@ __device__ __forceinline__ RowRun row_run(const UlyssesStoreParams& p, const Til
   if (row0 >= p.S) return {nullptr, 0, 0};
   const RowTarget t = row_target(p, row0);
   const int64_t left = t.S_d - t.local;
-  return {target_address(p, c, t, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
+  return {row_address(p, c, row0, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
 }
 
 // A system-scope load: served by the memory that owns the address, not a cache.
