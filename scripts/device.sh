@@ -171,12 +171,14 @@ if [[ " $stages " == *" usweep "* ]]; then  # the sequence sweep of the fused-at
 fi
 
 if [[ " $stages " == *" upaired "* ]]; then  # the sweep timed in interleaved rounds, the GPU's clocks logged beside it
-  for pl in host device; do
+  # 31 rounds where they fit in 2 s a configuration (an odd count: the median is one round's value);
+  # at S = 4096 a round's configurations take ~0.4 ms each, and 10 rounds left the median residual +-1 point.
+  for pl in ${UPL:-host device}; do
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,nounits -lms 200 \
       >"$OUT/r/clocks-$pl.csv" 2>&1 &
     smi=$!
     timed "u-sweep-$pl" 280 $X ulysses --sweep --placement $pl --variants attention-only,sequential,fused,coupled \
-      --stores vector16,bulk,paced --orders linear,rotated --flags lagged,at-exit --max-seconds 3 \
+      --stores vector16,bulk,paced --orders linear,rotated --flags lagged,at-exit -n 31 --max-seconds 2 \
       -o "$OUT/r/ulysses-$pl.json"
     kill $smi 2>/dev/null; wait $smi 2>/dev/null
     tail -9 "$OUT/r/u-sweep-$pl.log" >"$OUT/r/u-sweep-$pl-summary.txt"
