@@ -7,10 +7,11 @@
 // attention-only time split evenly over the waves, less the backpressure-free
 // issue time T0 of the tile's store, which the simulator adds back with any
 // stall) and storing each tile's output (its bytes) right after computing it.
-// The run ends when the last byte is remotely visible (the receivers wait on
-// flags): drained by the stage, plus the profile's store-to-visibility
-// latency. The sequential variant is attention-only plus the whole payload at
-// the drain rate R, plus the same latency.
+// The run ends when the receivers know the last byte is visible: drained by
+// the stage, then a flag stored after a fence (two store-to-visibility
+// latencies of the profile). The sequential variant is attention-only plus
+// the whole payload at the drain rate R, plus one latency (its last stores
+// complete).
 #include <cstdint>
 
 #include "xstage/profile.hpp"
@@ -26,7 +27,7 @@ struct UlyssesKernelShape {
 };
 
 struct UlyssesPrediction {
-  double fused_us = 0;       // last byte visible (drained + latency_ns)
+  double fused_us = 0;       // receivers know the last byte arrived (drained + 2 latency_ns)
   double residual_us = 0;    // fused - attention-only
   double sequential_us = 0;  // attention-only + payload / R + latency_ns
   double stalled_us = 0;     // summed over tiles: time the issuers lost to a full stage

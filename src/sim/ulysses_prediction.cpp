@@ -40,14 +40,18 @@ UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelSha
     if (p.repeat > 0) programs.push_back(p);
   }
   const SimResult r = simulate(stage_from_profile(profile), programs);
-  // A receiver sees the last byte one store-to-visibility latency (the
-  // profile's latency_ns, what a fence after a drained burst still waits)
-  // after the stage has drained it: in both variants, when anything is sent.
-  const double visible_ns = s.payload_bytes > 0 ? profile.latency_ns : 0.0;
+  // The end of a run is what its receivers can know, in units of the
+  // profile's latency_ns (the store-to-visibility latency: what a fence after
+  // a drained burst still waits). The all-to-all's last stores are complete
+  // one latency after their drain (its kernel's end is such a fence). The
+  // fused kernel's receivers learn of the last byte from a flag: the writer's
+  // fence returns one latency after the drain, then the flag it stores takes
+  // another to reach the polling receiver. Nothing sent: nothing to wait for.
+  const double latency_ns = s.payload_bytes > 0 ? profile.latency_ns : 0.0;
   UlyssesPrediction out;
-  out.fused_us = (std::max(r.total_ns, r.drained_ns) + visible_ns) * 1e-3;
+  out.fused_us = (std::max(r.total_ns, r.drained_ns) + 2 * latency_ns) * 1e-3;
   out.residual_us = out.fused_us - s.attention_only_us;
-  out.sequential_us = s.attention_only_us + (s.payload_bytes / profile.R_Bps * 1e9 + visible_ns) * 1e-3;
+  out.sequential_us = s.attention_only_us + (s.payload_bytes / profile.R_Bps * 1e9 + latency_ns) * 1e-3;
   out.stalled_us = r.stalled_ns * 1e-3;
   return out;
 }
