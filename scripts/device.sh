@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll
 #   (default: build tests sanitize probe a2a)
 # Stages are whole words ("tests" does not run "utests"). Without the build
 # stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
@@ -303,6 +303,15 @@ if [[ " $stages " == *" ktrace "* ]]; then  # time stamps of the fused kernel's 
   done
   XSTAGE_ULYSSES_EXPERIMENT=128 timed "ktrace-host" 60 $X $kt --seq 4096,32768 --placement host
   grep -H "^trace" "$OUT"/r/ktrace-*.log >"$OUT/r/ktrace-summary.txt"
+fi
+
+if [[ " $stages " == *" kpoll "* ]]; then  # host 32k: does the receiver's polling cost the others? (bits: 1 no wait, 256 slow poll)
+  for e in ${KPOLL:-0 256 1 0}; do
+    XSTAGE_ULYSSES_EXPERIMENT=$e timed "kpoll-$e" 100 $X ulysses --variants attention-only,fused --stores paced,vector16 \
+      --orders linear --flags at-exit --seq ${KPSEQ:-32768} --placement host -n 31 --max-seconds 2 --profile none \
+      -o "$OUT/r/kpoll-$e.json"
+  done
+  grep -h -A4 "attn-only" "$OUT"/r/kpoll-*.log >"$OUT/r/kpoll-summary.txt"
 fi
 
 if [[ " $stages " == *" kwarm "* ]]; then  # the same 4k point first in the process and again after a longer load

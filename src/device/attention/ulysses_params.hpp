@@ -66,6 +66,7 @@ inline constexpr int kTraceMaxGrid = 4096, kTraceSlots = 8;
 inline constexpr unsigned int kExperimentNoWait = 1;          // no receiver wait at the end
 inline constexpr unsigned int kExperimentNoAcquireFence = 2;  // the wait ends without its acquire fence
 inline constexpr unsigned int kExperimentTrace = 128;         // time stamps of the kernel's end into p.trace
+inline constexpr unsigned int kExperimentSlowPoll = 256;      // the receiver polls every ~2 us, not ~64 ns
 
 // Destination d's flag array: stream after stream (src, b, h), each with
 // flag_stride slots, one per m-block overlapping d's rows from d's first

@@ -82,7 +82,7 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
         }
         return;
       }
-      __nanosleep(64);
+      __nanosleep(p.experiment & kExperimentSlowPoll ? 2000 : 64);
       trace.sleep();
     }
   }
