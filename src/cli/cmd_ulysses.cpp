@@ -102,10 +102,11 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"profile", rep.profile},
           {"block_m", rep.block_m},
           {"concurrent_tiles", rep.tiles_concurrent},
-          {"timing", fmt::format("interleaved: up to {} rounds (fewer, at least 3, when a round is longer than {} s "
-                                 "per configuration), each running every configuration once back to back, after "
-                                 "{} warm-up round(s); CUDA events; time_us is the median over rounds, residuals "
-                                 "the median of per-round ratios to attention-only",
+          {"timing", fmt::format("paired, interleaved: up to {} rounds (fewer, at least 3, when a round is longer "
+                                 "than {} s per configuration), each running every configuration once back to back, "
+                                 "each right after an attention-only run, after {} warm-up round(s); CUDA events; "
+                                 "time_us is the median over runs, residuals the median of each run's ratio to the "
+                                 "attention-only run just before it",
                                  o.iters, o.max_seconds_per_point, o.warmup)},
           {"rows", rows},
           {"summary", summary}};

@@ -83,6 +83,68 @@ inline std::vector<std::vector<double>> interleaved_us(World& w, int warmup, int
   return t;
 }
 
+// Times every body right after a run of body `base` (attention-only): each
+// round runs, for every other body b (round r starts at b = r mod n), base
+// then b, back to back on the lead stream, one event pair per run. A pair
+// shares the GPU's clock and power state, so b / base - 1 of a pair is free of
+// the drift that interleaving alone leaves between two runs of one round:
+// under the H200's power cap the SM clock moves by several percent within a
+// second (docs/perf-log.md, f7, f10). Returns, per body, its times by round
+// (`t`; for base, every run of it) and, for the others, the base run just
+// before each (`before`).
+struct PairedTimes {
+  std::vector<std::vector<double>> t, before;
+};
+inline PairedTimes paired_after_base_us(World& w, int warmup, int rounds, size_t base,
+                                        const std::vector<std::function<void()>>& bodies) {
+  const size_t n = bodies.size();
+  std::vector<std::function<void()>> seq;  // the runs in order: (base, b) pairs, or base alone
+  std::vector<size_t> who;                  // the body of each run
+  auto add = [&](size_t b) {
+    seq.push_back(bodies[b]);
+    who.push_back(b);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    if (n == 1) add(base);
+    for (size_t k = 0; k < n; ++k) {
+      const size_t b = (k + size_t(r)) % n;
+      if (b == base) continue;
+      add(base);
+      add(b);
+    }
+  }
+  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
+  auto once = [&](const std::function<void()>& body) {
+    w.fork();
+    body();
+    w.join();
+  };
+  for (int i = 0; i < warmup; ++i)
+    for (size_t b = 0; b < n; ++b) once(bodies[b]);
+  w.barrier();
+  std::vector<cudaEvent_t> ev(2 * seq.size());
+  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
+  for (size_t i = 0; i < seq.size(); ++i) {
+    XSTAGE_CUDA(cudaEventRecord(ev[2 * i], w.lead_stream()));
+    once(seq[i]);
+    XSTAGE_CUDA(cudaEventRecord(ev[2 * i + 1], w.lead_stream()));
+  }
+  w.barrier();
+  std::vector<double> flat(seq.size());
+  for (size_t i = 0; i < seq.size(); ++i) {
+    float ms = 0;
+    XSTAGE_CUDA(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    flat[i] = w.max_over_ranks(ms * 1e3);
+  }
+  for (auto& e : ev) (void)cudaEventDestroy(e);
+  PairedTimes out{std::vector<std::vector<double>>(n), std::vector<std::vector<double>>(n)};
+  for (size_t i = 0; i < seq.size(); ++i) {
+    out.t[who[i]].push_back(flat[i]);
+    if (who[i] != base) out.before[who[i]].push_back(flat[i - 1]);  // i > 0: base came first
+  }
+  return out;
+}
+
 // The median of a sample (the upper one of an even count, as median_us).
 inline double median_of(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());

@@ -178,18 +178,29 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     }
     // The rounds: as many as fit max_seconds per configuration (at least 3,
     // at most iters), every configuration once per round.
+    // With attention-only among them, each other configuration runs right
+    // after one of its runs and is paired with it (timing.hpp): a round then
+    // also holds one attention-only run per other configuration.
     double round_s = 0;
     for (double x : once_s) round_s += x;
+    if (att_row && runs.size() > 1) round_s += double(runs.size() - 2) * once_s[*att_row - first_row];
     const int rounds =
         std::clamp(int(o.max_seconds_per_point * double(runs.size()) / std::max(round_s, 1e-6)), std::min(3, o.iters),
                    o.iters);
     std::vector<std::function<void()>> bodies;
     for (const UlyssesRun& run : runs) bodies.push_back([&ua, &run] { ua.enqueue(run); });
-    const auto times = interleaved_us(w, o.warmup, rounds, bodies);
+    PairedTimes timed;
+    if (att_row) {
+      timed = paired_after_base_us(w, o.warmup, rounds, *att_row - first_row, bodies);
+    } else {
+      timed.t = interleaved_us(w, o.warmup, rounds, bodies);
+      timed.before.assign(runs.size(), {});
+    }
+    const auto& times = timed.t;
     ua.check_receivers();
     for (size_t i = 0; i < runs.size(); ++i) {
       UlyssesBenchRow& row = rep.rows[first_row + i];
-      row.iters = rounds;
+      row.iters = int(times[i].size());  // attention-only: one run per other configuration a round
       row.time_us = median_of(times[i]);
       row.time_min_us = *std::min_element(times[i].begin(), times[i].end());
       row.time_max_us = *std::max_element(times[i].begin(), times[i].end());
@@ -222,10 +233,10 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
         if (!b || rep.rows[i].time_us < rep.rows[*b].time_us) b = i;
       return b;
     };
-    // Per round, a variant against attention-only timed in the same round.
+    // Per round, a variant against the attention-only run just before it.
     auto paired = [&](size_t row) {
       std::vector<double> rel;
-      const auto& a = times[*att_row - first_row];
+      const auto& a = timed.before[row - first_row];
       const auto& x = times[row - first_row];
       for (size_t r = 0; r < a.size(); ++r) rel.push_back(x[r] / a[r] - 1.0);
       return rel;
