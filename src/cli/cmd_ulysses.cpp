@@ -1,6 +1,7 @@
 // xstage ulysses: Ulysses attention with the output all-to-all, in four
 // variants (attention-only, sequential, fused, coupled), checked, timed and
 // predicted over a sequence-length sweep.
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -63,6 +64,23 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
 
 std::string fixed(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
 
+// How the report was timed (ulysses_bench.cpp): paired with attention-only when it ran.
+std::string timing_note(const UlyssesBenchReport& rep, const UlyssesBenchOptions& o) {
+  const bool paired = std::any_of(rep.rows.begin(), rep.rows.end(),
+                                  [](const UlyssesBenchRow& r) { return r.variant == "attention-only"; });
+  const std::string rounds = fmt::format(
+      "up to {} rounds (fewer, at least 3, when a round is longer than {} s per configuration), each running every "
+      "configuration once back to back",
+      o.iters, o.max_seconds_per_point);
+  if (!paired)
+    return fmt::format("interleaved: {}, after {} warm-up round(s); CUDA events; time_us is the median over rounds",
+                       rounds, o.warmup);
+  return fmt::format("paired, interleaved: {}, each right after an attention-only run, after {} warm-up round(s); "
+                     "CUDA events; time_us is the median over runs, residuals the median of each run's ratio to the "
+                     "attention-only run just before it",
+                     rounds, o.warmup);
+}
+
 nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : rep.rows) {
@@ -102,12 +120,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"profile", rep.profile},
           {"block_m", rep.block_m},
           {"concurrent_tiles", rep.tiles_concurrent},
-          {"timing", fmt::format("paired, interleaved: up to {} rounds (fewer, at least 3, when a round is longer "
-                                 "than {} s per configuration), each running every configuration once back to back, "
-                                 "each right after an attention-only run, after {} warm-up round(s); CUDA events; "
-                                 "time_us is the median over runs, residuals the median of each run's ratio to the "
-                                 "attention-only run just before it",
-                                 o.iters, o.max_seconds_per_point, o.warmup)},
+          {"timing", timing_note(rep, o)},
           {"rows", rows},
           {"summary", summary}};
 }
@@ -195,7 +208,9 @@ void add_ulysses_command(CLI::App& app) {
                               kDefaultPacedRows))
       ->delimiter(',');
   sub->add_option("--a2a", a->a2a, "Sequential all-to-all versions (default every available one)")->delimiter(',');
-  sub->add_option("-n,--iters", a->iters, "Timed iterations per point (the median)")->capture_default_str();
+  sub->add_option("-n,--iters", a->iters,
+                  "Timed rounds per point (the median); attention-only runs once before each other variant a round")
+      ->capture_default_str();
   sub->add_option("-w,--warmup", a->warmup, "Untimed iterations first")->capture_default_str();
   sub->add_option("--max-seconds", a->max_seconds, "Fewer iterations (>= 3) when a point would take longer")
       ->capture_default_str();
@@ -203,7 +218,8 @@ void add_ulysses_command(CLI::App& app) {
                                      "against an fp64 CPU reference (relative error <= 1e-2)");
   sub->add_option("--check-rows", a->check_rows, "Rows per rank for the fp64 check")->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
-  sub->add_option("--timeout", a->timeout_s, "Seconds a receiver waits on a flag before aborting")
+  sub->add_option("--timeout", a->timeout_s,
+                  "Seconds the receiver wait may take before aborting (it starts during the kernel's last tiles)")
       ->capture_default_str();
   sub->add_option("--profile", a->profile, "Profile for the prediction (name or file; 'none': no prediction; "
                                            "default: the path's embedded profile)");

@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "runtime/paired_schedule.hpp"
 #include "xstage/device.hpp"
 #include "xstage/world.hpp"
 
@@ -84,7 +85,7 @@ inline std::vector<std::vector<double>> interleaved_us(World& w, int warmup, int
 }
 
 // Times every body right after a run of body `base` (attention-only): each
-// round runs, for every other body b (round r starts at b = r mod n), base
+// round runs, for every other body b (round r starts r bodies further along), base
 // then b, back to back on the lead stream, one event pair per run. A pair
 // shares the GPU's clock and power state, so b / base - 1 of a pair is free of
 // the drift that interleaving alone leaves between two runs of one round:
@@ -98,21 +99,9 @@ struct PairedTimes {
 inline PairedTimes paired_after_base_us(World& w, int warmup, int rounds, size_t base,
                                         const std::vector<std::function<void()>>& bodies) {
   const size_t n = bodies.size();
-  std::vector<std::function<void()>> seq;  // the runs in order: (base, b) pairs, or base alone
-  std::vector<size_t> who;                  // the body of each run
-  auto add = [&](size_t b) {
-    seq.push_back(bodies[b]);
-    who.push_back(b);
-  };
-  for (int r = 0; r < rounds; ++r) {
-    if (n == 1) add(base);
-    for (size_t k = 0; k < n; ++k) {
-      const size_t b = (k + size_t(r)) % n;
-      if (b == base) continue;
-      add(base);
-      add(b);
-    }
-  }
+  const std::vector<size_t> who = paired_schedule(n, base, rounds);  // the body of each run, in order
+  std::vector<std::function<void()>> seq;
+  for (size_t b : who) seq.push_back(bodies[b]);
   XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
   auto once = [&](const std::function<void()>& body) {
     w.fork();

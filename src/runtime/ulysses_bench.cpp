@@ -103,7 +103,8 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       return r;
     };
     // Every configuration is checked and run once as it is registered, then
-    // all of them are timed together, interleaved (timing.hpp), so that the
+    // all of them are timed together, interleaved, each right after an
+    // attention-only run when that is among them (timing.hpp), so that the
     // GPU's clock settling under load reaches every variant alike.
     std::vector<UlyssesRun> runs;  // runs[i] is row first_row + i
     std::vector<double> once_s;

@@ -14,6 +14,7 @@
 #include "xstage/error.hpp"
 #include "xstage/profile.hpp"
 #include "xstage/ulysses.hpp"
+#include "runtime/paired_schedule.hpp"
 #include "xstage/ulysses_bench.hpp"
 #include "xstage/ulysses_prediction.hpp"
 
@@ -277,4 +278,41 @@ TEST(UlyssesPredictCli, RepredictsARecordedReportWithAnyProfile) {
   const CliRun empty = run_cli("ulysses-predict " + path);
   EXPECT_EQ(empty.rc, 2) << empty.out;
   EXPECT_NE(empty.out.find("expected non-empty \"rows\""), std::string::npos) << empty.out;
+}
+
+TEST(PairedTiming, EveryOtherRunFollowsARunOfTheBaseAndEachRunsOnceARound) {
+  for (size_t n : {1u, 2u, 5u})
+    for (size_t base : {size_t(0), n - 1}) {
+      const int rounds = 4;
+      const auto who = xstage::paired_schedule(n, base, rounds);
+      ASSERT_EQ(who.size(), n == 1 ? size_t(rounds) : 2 * (n - 1) * rounds) << n << " " << base;
+      std::vector<int> runs(n, 0);
+      for (size_t i = 0; i < who.size(); ++i) {
+        ASSERT_LT(who[i], n);
+        ++runs[who[i]];
+        if (who[i] != base) {
+          ASSERT_GT(i, 0u);
+          EXPECT_EQ(who[i - 1], base) << "run " << i << " of n = " << n;
+        }
+      }
+      for (size_t b = 0; b < n; ++b)
+        EXPECT_EQ(runs[b], b == base ? (n == 1 ? rounds : int(n - 1) * rounds) : rounds) << b;
+      // The rounds start one body further along each time.
+      if (n > 2) EXPECT_NE(who[1], who[2 * (n - 1) + 1]);
+    }
+}
+
+TEST(UlyssesFlags, SlotArithmeticHoldsAtTheLongestSequence) {
+  // S = 2^31 - 1 (the host's limit) over P = 8: d * chunk near 2^31, in 32 bits.
+  const int64_t S = (int64_t(1) << 31) - 1, P = 8, chunk = (S + P - 1) / P;
+  const int block_m = 128, stride = xstage::attention::ulysses_flag_stride(chunk, block_m);
+  for (int d = 0; d < P; ++d) {
+    const int first = int(int64_t(d) * chunk / block_m);
+    const int m_block = int(std::min(S - 1, int64_t(d) * chunk + chunk - 1) / block_m);  // d's last m-block
+    EXPECT_EQ(xstage::attention::ulysses_flag_index(3, first, d, block_m, chunk, stride), 3 * int64_t(stride)) << d;
+    EXPECT_EQ(xstage::attention::ulysses_flag_index(3, m_block, d, block_m, chunk, stride),
+              3 * int64_t(stride) + (m_block - first))
+        << d;
+    EXPECT_LT(m_block - first, stride) << d;
+  }
 }

@@ -45,7 +45,8 @@ struct UlyssesStoreParams {
   int paced_min_rows = 8;  // paced: a send waits until this many rows are due (the last one excepted)
   // The receiver wait at the kernel's end (ulysses_wait.cuh): whether the
   // kernel waits (0: no receiver side in it), the ranks whose flags it waits
-  // for, and the timeout of each flag.
+  // for, and how long the wait may take (it starts while the other CTAs
+  // compute their last tiles).
   int receive = 0;
   FlagTimeoutRecord* timeout_record = nullptr;  // where a timed-out wait says what it waited for
   int recv_rank_first = 0, recv_ranks = 0;

@@ -4,12 +4,13 @@
 // to the run's epoch, with a timeout that names the rank, the flag and the
 // values (no silent hang: the host aborts with them).
 //
-// The fused kernels wait at their end, in the grid's last CTA, which runs
-// out of tiles first (ulysses_receive_at_end): no second launch, and a
-// rank's kernel ends only when its data has arrived. Measured on the H200
-// (docs/perf-log.md, f8-f10): with device buffers at S = 4096 a separate
-// wait kernel cost ~1% (~3 us and a launch gap), the wait in the CTA that
-// finished last ~2% (~11k SM cycles after the last tile).
+// The fused kernels wait at their end, in the grid's last CTA, which has
+// the fewest tiles (ulysses_receive_at_end): no second launch, and a rank's
+// kernel ends only when its data has arrived. Measured on the H200
+// (docs/perf-log.md, f8-f10) with device buffers at S = 4096: a separate
+// wait kernel cost ~1% (~3 us and a launch gap); the earlier in-kernel wait,
+// in the CTA that counted itself last, ~2% (~11k SM cycles after the last
+// tile); this one ~1% (~3-5k).
 #include <cstdint>
 
 #include "device/attention/ulysses_params.hpp"
@@ -95,14 +96,18 @@ __device__ __forceinline__ void wait_for_receiver_flags(const UlyssesStoreParams
 // At the end of a fused kernel, by its epilogue threads (`bar` synchronises
 // them): the grid's last CTA waits for the flags of the launch's receivers.
 // Tile t runs on CTA t % gridDim.x, so the last CTA has the fewest tiles of
-// a persistent grid: it finishes first (or with the others) and polls while
-// the rest compute their last tiles. Its cold code (the first pass over the
+// a persistent grid: when the tiles do not divide evenly it finishes a tile
+// earlier than the first CTAs, else with them, and polls while the rest
+// compute their last tiles. Its cold code (the first pass over the
 // flags) runs off the kernel's critical path, and the last flag published is
 // seen one poll later. (The first version let the CTA that counted itself
 // last wait: an atomic count, a barrier and the wait's first pass, all after
 // the last tile, cost ~11k SM cycles at S = 4096: docs/perf-log.md, f9, f10.)
-// It holds only its own SM: every other CTA keeps its SM, and one that is not
-// resident yet runs when another finishes, so the wait cannot deadlock.
+// It holds one CTA slot: every other CTA keeps its own, and one not yet
+// resident runs when another finishes, so the wait cannot deadlock as long
+// as the GPU offers the launch at least two slots (a partition of one SM
+// with room for one CTA would need the wait kernel back). The timeout counts
+// from the start of the wait, which includes the other CTAs' last tiles.
 template <int THREADS, class Bar>
 __device__ __forceinline__ void ulysses_receive_at_end(const UlyssesStoreParams& p, int tid, Bar&& bar) {
   if (!p.receive || p.recv_ranks < 1 || (p.experiment & kExperimentNoWait)) return;
