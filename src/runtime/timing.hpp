@@ -45,6 +45,38 @@ inline double median_us(World& w, int warmup, int iters, Body&& body) {
   return w.max_over_ranks(t[iters / 2]);
 }
 
+// Runs bodies[order[0]], bodies[order[1]], ... back to back on the lead
+// stream, one event pair per run, after `warmup` runs of every body. Returns
+// each run's time in microseconds, the largest over ranks.
+inline std::vector<double> timed_runs_us(World& w, int warmup, const std::vector<std::function<void()>>& bodies,
+                                         const std::vector<size_t>& order) {
+  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
+  auto once = [&](size_t b) {
+    w.fork();
+    bodies[b]();
+    w.join();
+  };
+  for (int i = 0; i < warmup; ++i)
+    for (size_t b = 0; b < bodies.size(); ++b) once(b);
+  w.barrier();
+  std::vector<cudaEvent_t> ev(2 * order.size());
+  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
+  for (size_t i = 0; i < order.size(); ++i) {
+    XSTAGE_CUDA(cudaEventRecord(ev[2 * i], w.lead_stream()));
+    once(order[i]);
+    XSTAGE_CUDA(cudaEventRecord(ev[2 * i + 1], w.lead_stream()));
+  }
+  w.barrier();
+  std::vector<double> t(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    float ms = 0;
+    XSTAGE_CUDA(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    t[i] = w.max_over_ranks(ms * 1e3);
+  }
+  for (auto& e : ev) (void)cudaEventDestroy(e);
+  return t;
+}
+
 // Times several bodies interleaved: `rounds` rounds, each running every body
 // once (round r starts at body r mod n), back to back on the lead stream, one
 // event pair per run. Slow drifts of the GPU (clock and power settling under
@@ -52,41 +84,19 @@ inline double median_us(World& w, int warmup, int iters, Body&& body) {
 // Returns times[body][round] in microseconds, each the largest over ranks.
 inline std::vector<std::vector<double>> interleaved_us(World& w, int warmup, int rounds,
                                                        const std::vector<std::function<void()>>& bodies) {
-  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
   const size_t n = bodies.size();
-  std::vector<cudaEvent_t> ev(2 * n * size_t(rounds));
-  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
-  auto once = [&](size_t b) {
-    w.fork();
-    bodies[b]();
-    w.join();
-  };
-  for (int i = 0; i < warmup; ++i)
-    for (size_t b = 0; b < n; ++b) once(b);
-  w.barrier();
+  std::vector<size_t> order;
   for (int r = 0; r < rounds; ++r)
-    for (size_t k = 0; k < n; ++k) {
-      const size_t b = (k + size_t(r)) % n;
-      XSTAGE_CUDA(cudaEventRecord(ev[2 * (b * size_t(rounds) + size_t(r))], w.lead_stream()));
-      once(b);
-      XSTAGE_CUDA(cudaEventRecord(ev[2 * (b * size_t(rounds) + size_t(r)) + 1], w.lead_stream()));
-    }
-  w.barrier();
-  std::vector<std::vector<double>> t(n, std::vector<double>(size_t(rounds)));
-  for (size_t b = 0; b < n; ++b)
-    for (int r = 0; r < rounds; ++r) {
-      const size_t i = 2 * (b * size_t(rounds) + size_t(r));
-      float ms = 0;
-      XSTAGE_CUDA(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
-      t[b][size_t(r)] = w.max_over_ranks(ms * 1e3);
-    }
-  for (auto& e : ev) (void)cudaEventDestroy(e);
+    for (size_t k = 0; k < n; ++k) order.push_back((k + size_t(r)) % n);
+  const std::vector<double> flat = timed_runs_us(w, warmup, bodies, order);
+  std::vector<std::vector<double>> t(n);
+  for (size_t i = 0; i < order.size(); ++i) t[order[i]].push_back(flat[i]);
   return t;
 }
 
 // Times every body right after a run of body `base` (attention-only): each
-// round runs, for every other body b (round r starts r bodies further along), base
-// then b, back to back on the lead stream, one event pair per run. A pair
+// round runs, for every other body b (round r starts r bodies further along),
+// base then b, back to back on the lead stream, one event pair per run. A pair
 // shares the GPU's clock and power state, so b / base - 1 of a pair is free of
 // the drift that interleaving alone leaves between two runs of one round:
 // under the H200's power cap the SM clock moves by several percent within a
@@ -98,38 +108,12 @@ struct PairedTimes {
 };
 inline PairedTimes paired_after_base_us(World& w, int warmup, int rounds, size_t base,
                                         const std::vector<std::function<void()>>& bodies) {
-  const size_t n = bodies.size();
-  const std::vector<size_t> who = paired_schedule(n, base, rounds);  // the body of each run, in order
-  std::vector<std::function<void()>> seq;
-  for (size_t b : who) seq.push_back(bodies[b]);
-  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
-  auto once = [&](const std::function<void()>& body) {
-    w.fork();
-    body();
-    w.join();
-  };
-  for (int i = 0; i < warmup; ++i)
-    for (size_t b = 0; b < n; ++b) once(bodies[b]);
-  w.barrier();
-  std::vector<cudaEvent_t> ev(2 * seq.size());
-  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
-  for (size_t i = 0; i < seq.size(); ++i) {
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i], w.lead_stream()));
-    once(seq[i]);
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i + 1], w.lead_stream()));
-  }
-  w.barrier();
-  std::vector<double> flat(seq.size());
-  for (size_t i = 0; i < seq.size(); ++i) {
-    float ms = 0;
-    XSTAGE_CUDA(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    flat[i] = w.max_over_ranks(ms * 1e3);
-  }
-  for (auto& e : ev) (void)cudaEventDestroy(e);
-  PairedTimes out{std::vector<std::vector<double>>(n), std::vector<std::vector<double>>(n)};
-  for (size_t i = 0; i < seq.size(); ++i) {
-    out.t[who[i]].push_back(flat[i]);
-    if (who[i] != base) out.before[who[i]].push_back(flat[i - 1]);  // i > 0: base came first
+  const std::vector<size_t> order = paired_schedule(bodies.size(), base, rounds);
+  const std::vector<double> flat = timed_runs_us(w, warmup, bodies, order);
+  PairedTimes out{std::vector<std::vector<double>>(bodies.size()), std::vector<std::vector<double>>(bodies.size())};
+  for (size_t i = 0; i < order.size(); ++i) {
+    out.t[order[i]].push_back(flat[i]);
+    if (order[i] != base) out.before[order[i]].push_back(flat[i - 1]);  // i > 0: base came first
   }
   return out;
 }
