@@ -253,7 +253,7 @@ struct UlyssesStoreEpilogue {
     ulysses_detail::finish_flags<kCompletion, THREADS>(p, sched, block_m, tid, [&] { publish(p, pend); });
   }
 
-  // After finish: the last CTA waits for the receivers' flags (ulysses_wait.cuh).
+  // After finish: the grid's last CTA waits for the receivers' flags (ulysses_wait.cuh).
   template <int THREADS, class Bar>
   __device__ __forceinline__ static void receive(const Params& p, int tid, Bar&& bar) {
     ulysses_receive_at_end<THREADS>(p, tid, bar);
