@@ -35,10 +35,13 @@ bool is_fused(UlyssesVariant v);  // fused or coupled
 // vector16: st.global.v4 from registers (write-back: L2 may keep host lines
 // dirty); vector16-wt / vector16-cs: with the write-through / streaming cache
 // operator; bulk: TMA bulk copies of whole rows from shared memory; paced:
-// 16-byte stores spread in slices over the next tile's mainloop (flags lagged).
-enum class EpilogueStore { vector16, vector16_wt, vector16_cs, bulk, paced };
+// 16-byte stores spread in slices over the next tile's mainloop (flags lagged
+// or at exit); paced-bulk: the same slices sent with TMA bulk copies by the
+// producer warpgroup of the wgmma kernel (flags at exit; perf-log f11).
+enum class EpilogueStore { vector16, vector16_wt, vector16_cs, bulk, paced, paced_bulk };
 std::string to_string(EpilogueStore s);
 EpilogueStore parse_epilogue_store(std::string_view text);
+bool is_paced(EpilogueStore s);  // paced or paced-bulk: sends in slices of paced_rows
 
 // When the fused variant publishes a tile's completion flags: lagged (just
 // before the CTA's next tile's stores, so its release fence finds the stores
@@ -70,6 +73,13 @@ struct UlyssesRun {
   bool test_receivers_time_out = false;  // tests only: receivers wait for a flag value no run sets
   double timeout_s = 60;                          // receivers' flag waits
 };
+
+// Whether the fused kernel runs a store path with a variant and flag timing
+// (the coupled variant has its own timing, `flags` is not looked at), on the
+// attention kernel (AttentionKernel::mma_sync or wgmma_pingpong); when not, a
+// sentence that says why.
+std::optional<std::string> ulysses_combination_error(EpilogueStore store, UlyssesVariant variant, FlagTiming flags,
+                                                     AttentionKernel kernel);
 
 // The paced path's default slice: 16 rows (4 KiB an SM at D = 128, one
 // 16-byte store per consumer thread), chosen by measurement (docs/perf-log.md, f8).

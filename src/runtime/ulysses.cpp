@@ -50,17 +50,38 @@ std::string to_string(EpilogueStore s) {
     case EpilogueStore::vector16_cs: return "vector16-cs";
     case EpilogueStore::bulk: return "bulk";
     case EpilogueStore::paced: return "paced";
+    case EpilogueStore::paced_bulk: return "paced-bulk";
   }
   return "?";
 }
 
+bool is_paced(EpilogueStore s) { return s == EpilogueStore::paced || s == EpilogueStore::paced_bulk; }
+
+std::optional<std::string> ulysses_combination_error(EpilogueStore store, UlyssesVariant variant, FlagTiming flags,
+                                                     AttentionKernel kernel) {
+  const bool mma = kernel == AttentionKernel::mma_sync;
+  if (mma && store == EpilogueStore::paced_bulk)
+    return "the paced-bulk store path is sent by the wgmma kernel's producer warpgroup; the mma kernel has none";
+  if (!mma && (store == EpilogueStore::vector16_wt || store == EpilogueStore::vector16_cs))
+    return fmt::format("store path {} runs on the mma attention kernel only (--kernel mma)", to_string(store));
+  if (variant == UlyssesVariant::coupled && is_paced(store))
+    return fmt::format("the {} store path has no coupled form (coupled waits for each whole tile's stores)",
+                       to_string(store));
+  if (variant == UlyssesVariant::fused && store == EpilogueStore::paced && flags == FlagTiming::eager)
+    return "the paced store path publishes its flags lagged or at exit, not eager";
+  if (variant == UlyssesVariant::fused && store == EpilogueStore::paced_bulk && flags != FlagTiming::at_exit)
+    return fmt::format("the paced-bulk store path publishes its flags at exit only, not {}", to_string(flags));
+  return std::nullopt;
+}
+
 EpilogueStore parse_epilogue_store(std::string_view t) {
   for (auto s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs, EpilogueStore::bulk,
-                 EpilogueStore::paced})
+                 EpilogueStore::paced, EpilogueStore::paced_bulk})
     if (t == to_string(s)) return s;
   throw Error(fmt::format("store path '{}': expected vector16 (16-byte stores from registers), vector16-wt, "
-                          "vector16-cs (the same, write-through or streaming) or bulk (TMA bulk copies from shared "
-                          "memory) or paced (16-byte stores spread over the next tile's mainloop)",
+                          "vector16-cs (the same, write-through or streaming), bulk (TMA bulk copies from shared "
+                          "memory), paced (16-byte stores spread over the next tile's mainloop) or paced-bulk (the "
+                          "same slices, TMA bulk copies from the producer warpgroup)",
                           t));
 }
 
@@ -266,7 +287,7 @@ struct UlyssesAttention::Impl {
     sp.batch = int(B), sp.rank_base = g.rank_base;
     const attention::StorePath paths[] = {attention::StorePath::vector16, attention::StorePath::vector16_wt,
                                           attention::StorePath::vector16_cs, attention::StorePath::bulk,
-                                          attention::StorePath::paced};
+                                          attention::StorePath::paced, attention::StorePath::paced_bulk};
     const auto path = paths[static_cast<int>(run.store)];
     if (run.paced_rows < 0)
       throw Error(fmt::format("ulysses: paced rows: expected >= 0 (0: the default {}), got {}", kDefaultPacedRows,
@@ -276,15 +297,9 @@ struct UlyssesAttention::Impl {
                                              attention::Completion::at_exit};
     const auto completion = run.variant == UlyssesVariant::coupled ? attention::Completion::coupled
                                                                    : timings[static_cast<int>(run.flags)];
-    if (path == attention::StorePath::paced && completion != attention::Completion::lagged &&
-        completion != attention::Completion::at_exit)
-      throw Error(fmt::format("ulysses: the paced store path publishes its flags lagged or at exit; {} with {} "
-                              "flags is not a combination it runs",
-                              to_string(run.variant), to_string(run.flags)));
-    if (kernel != AttentionKernel::mma_sync &&
-        (path == attention::StorePath::vector16_wt || path == attention::StorePath::vector16_cs))
-      throw Error(fmt::format("ulysses: store path {} runs on the mma attention kernel only (--kernel mma)",
-                              to_string(run.store)));
+    if (const auto why = ulysses_combination_error(run.store, run.variant, run.flags, kernel))
+      throw Error(fmt::format("ulysses: {} with store path {} and {} flags is not a combination the kernel runs: {}",
+                              to_string(run.variant), to_string(run.store), to_string(run.flags), *why));
     // The grid's last CTA waits for the flags of the ranks this launch
     // receives for (device/attention/ulysses_wait.cuh): the receiver side.
     ep.receive = 1;

@@ -47,10 +47,14 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
     if (r < 1) throw Error(fmt::format("--paced-rows: expected rows >= 1, got {}", r));
   if (o.kernel != AttentionKernel::mma_sync && o.kernel != AttentionKernel::wgmma_pingpong)
     throw Error(fmt::format("--kernel {}: the fused attention runs on mma or wgmma", to_string(o.kernel)));
-  if (o.kernel != AttentionKernel::mma_sync)
-    for (EpilogueStore st : o.stores)
-      if (st == EpilogueStore::vector16_wt || st == EpilogueStore::vector16_cs)
-        throw Error(fmt::format("--stores {}: runs on the mma kernel only (add --kernel mma)", to_string(st)));
+  // Every store path asked for runs fused with one of the flag timings asked for.
+  const auto flags = o.flags.empty() ? std::vector{FlagTiming::at_exit} : o.flags;
+  for (EpilogueStore st : o.stores) {
+    std::optional<std::string> why;
+    for (FlagTiming ft : flags)
+      if (!(why = ulysses_combination_error(st, UlyssesVariant::fused, ft, o.kernel))) break;
+    if (why) throw Error(fmt::format("--stores {} with --kernel {}: {}", to_string(st), to_string(o.kernel), *why));
+  }
   if (o.profile.empty()) o.profile = default_ulysses_profile(o.world.backend, o.world.placement);
   if (o.profile != "none") (void)load_profile(o.profile);  // fails early, naming the file
 }
@@ -67,8 +71,9 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::attention_only, UlyssesVariant::sequential,
                                                          UlyssesVariant::fused, UlyssesVariant::coupled}
                                            : o.variants;
-  const auto stores =
+  auto stores =
       o.stores.empty() ? std::vector{EpilogueStore::vector16, EpilogueStore::bulk, EpilogueStore::paced} : o.stores;
+  if (o.stores.empty() && o.kernel != AttentionKernel::mma_sync) stores.push_back(EpilogueStore::paced_bulk);
   const auto orders = o.orders.empty() ? std::vector{TileOrder::linear, TileOrder::rotated} : o.orders;
   // At exit: the best or as good on every path measured (docs/perf-log.md, f8).
   const auto flag_timings = o.flags.empty() ? std::vector{FlagTiming::at_exit} : o.flags;
@@ -158,12 +163,10 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
         for (EpilogueStore s : stores)
           for (TileOrder ord : (v == UlyssesVariant::coupled ? std::vector{TileOrder::rotated} : orders))
             for (FlagTiming ft : (v == UlyssesVariant::coupled ? std::vector{FlagTiming::eager} : flag_timings)) {
-              // The paced path publishes lagged or at exit and has no coupled form.
-              if (s == EpilogueStore::paced &&
-                  (v == UlyssesVariant::coupled || (ft != FlagTiming::lagged && ft != FlagTiming::at_exit)))
-                continue;
+              // The paced paths have no coupled form and fewer flag timings.
+              if (ulysses_combination_error(s, v, ft, o.kernel)) continue;
               const std::vector<int> slices =
-                  s != EpilogueStore::paced ? std::vector<int>{0}
+                  !is_paced(s) ? std::vector<int>{0}
                   : o.paced_rows.empty()    ? std::vector<int>{kDefaultPacedRows}
                                             : o.paced_rows;
               for (int rows : slices) {
@@ -208,20 +211,17 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     }
     if (!o.dump_dir.empty() && S == o.seqs.front()) {
       // The first fused configuration the sweep runs (store paths, then flag
-      // timings, in the order given; the paced path only with lagged or
-      // at-exit flags): the dump checks the configuration the command was given.
+      // timings, in the order given; validation saw that one runs): the dump
+      // checks the configuration the command was given.
       UlyssesRun run{UlyssesVariant::fused};
       run.order = orders.front();
-      run.store = EpilogueStore::paced, run.flags = FlagTiming::lagged;  // if nothing else asked for fits
-      const auto paced_flags = std::find_if(flag_timings.begin(), flag_timings.end(), [](FlagTiming f) {
-        return f == FlagTiming::lagged || f == FlagTiming::at_exit;
-      });
+      bool found = false;
       for (EpilogueStore st : stores)
-        if (st != EpilogueStore::paced || paced_flags != flag_timings.end()) {
-          run.store = st;
-          run.flags = st == EpilogueStore::paced ? *paced_flags : flag_timings.front();
-          break;
-        }
+        for (FlagTiming ft : flag_timings)
+          if (!found && !ulysses_combination_error(st, UlyssesVariant::fused, ft, o.kernel)) {
+            run.store = st, run.flags = ft;
+            found = true;
+          }
       run.timeout_s = o.timeout_s;
       if (!o.paced_rows.empty()) run.paced_rows = o.paced_rows.front();
       ua.poison_outputs();

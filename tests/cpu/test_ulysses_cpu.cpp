@@ -206,7 +206,32 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --kernel wgmma-n192", "--kernel wgmma-n192: the fused attention runs on mma or wgmma");
   expect_error("ulysses --kernel tensor", "attention kernel: expected auto, mma, wgmma");
   expect_error("ulysses --paced-rows 0", "--paced-rows: expected rows >= 1, got 0");
-  expect_error("ulysses --stores vector16-wt", "--stores vector16-wt: runs on the mma kernel only (add --kernel mma)");
+  expect_error("ulysses --stores vector16-wt",
+               "--stores vector16-wt with --kernel wgmma-pingpong: store path vector16-wt runs on the mma attention kernel only");
+  expect_error("ulysses --stores paced-bulk --kernel mma", "the mma kernel has none");
+  expect_error("ulysses --stores paced-bulk --flags lagged,eager", "publishes its flags at exit only, not eager");
+}
+
+TEST(UlyssesCombinations, EachStorePathRunsWhereItsKernelAndFlagsAllowIt) {
+  const auto ok = [](EpilogueStore s, UlyssesVariant v, FlagTiming f, AttentionKernel k) {
+    return !ulysses_combination_error(s, v, f, k).has_value();
+  };
+  const auto fused = UlyssesVariant::fused, coupled = UlyssesVariant::coupled;
+  const auto wgmma = AttentionKernel::wgmma_pingpong, mma = AttentionKernel::mma_sync;
+  for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit})
+    for (AttentionKernel k : {wgmma, mma}) {
+      EXPECT_TRUE(ok(EpilogueStore::vector16, fused, f, k));
+      EXPECT_TRUE(ok(EpilogueStore::bulk, fused, f, k));
+      EXPECT_EQ(ok(EpilogueStore::vector16_wt, fused, f, k), k == mma);
+      EXPECT_EQ(ok(EpilogueStore::paced, fused, f, k), f != FlagTiming::eager);
+      EXPECT_EQ(ok(EpilogueStore::paced_bulk, fused, f, k), k == wgmma && f == FlagTiming::at_exit);
+      EXPECT_TRUE(ok(EpilogueStore::vector16, coupled, f, k));
+      EXPECT_FALSE(ok(EpilogueStore::paced, coupled, f, k));
+      EXPECT_FALSE(ok(EpilogueStore::paced_bulk, coupled, f, k));
+    }
+  EXPECT_EQ(parse_epilogue_store("paced-bulk"), EpilogueStore::paced_bulk);
+  EXPECT_TRUE(is_paced(EpilogueStore::paced_bulk));
+  EXPECT_FALSE(is_paced(EpilogueStore::bulk));
 }
 
 TEST(UlyssesCli, WithoutAGpuSaysSoOnOneLine) {

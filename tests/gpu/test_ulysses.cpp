@@ -46,7 +46,8 @@ std::vector<Case> all_cases() {
   return out;
 }
 
-// Every variant the kernel runs (the wgmma kernel has no vector16-wt / -cs).
+// Every variant the kernel runs (the wgmma kernel has no vector16-wt / -cs,
+// the mma kernel no paced-bulk; ulysses_combination_error says which).
 std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
   std::vector<UlyssesRun> runs;
   for (A2aVersion a : {A2aVersion::copy_engine, A2aVersion::store_kernel}) {
@@ -56,14 +57,11 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
   }
   for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
     for (EpilogueStore s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs,
-                            EpilogueStore::bulk, EpilogueStore::paced})
+                            EpilogueStore::bulk, EpilogueStore::paced, EpilogueStore::paced_bulk})
       for (TileOrder o : {TileOrder::linear, TileOrder::rotated})
         for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
-          if (v == UlyssesVariant::coupled && f != FlagTiming::lagged) continue;
-          if (s == EpilogueStore::paced && (v == UlyssesVariant::coupled || f == FlagTiming::eager)) continue;  // coupled has its own timing
-          if (kernel != AttentionKernel::mma_sync &&
-              (s == EpilogueStore::vector16_wt || s == EpilogueStore::vector16_cs))
-            continue;
+          if (v == UlyssesVariant::coupled && f != FlagTiming::lagged) continue;  // coupled has its own timing
+          if (ulysses_combination_error(s, v, f, kernel)) continue;
           UlyssesRun r{v};
           r.store = s, r.order = o, r.flags = f, r.timeout_s = 20;
           runs.push_back(r);
@@ -111,14 +109,15 @@ TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
   // 64, and more rows than a tile has (all of it at the flush).
   auto world = World::create({Backend::emulated, 4, Placement::host, 0});
   for (int D : {64, 128}) {
-    UlyssesAttention ua(*world, 1, 4, D, 3001);
+    UlyssesAttention ua(*world, 2, 8, D, 3001);  // 384 tiles: several a CTA (sends during a next tile)
     ua.set_sequence(3001);
     ua.fill_inputs(uint64_t(77 + D));
-    for (int rows : {1, 3, kDefaultPacedRows, 64, 1000}) {
-      UlyssesRun r{UlyssesVariant::fused};
-      r.store = EpilogueStore::paced, r.paced_rows = rows, r.timeout_s = 20;
-      EXPECT_EQ(ua.check_against_local(r), "") << "D " << D << " rows " << rows;
-    }
+    for (EpilogueStore s : {EpilogueStore::paced, EpilogueStore::paced_bulk})
+      for (int rows : {1, 3, kDefaultPacedRows, 64, 1000}) {
+        UlyssesRun r{UlyssesVariant::fused};
+        r.store = s, r.flags = FlagTiming::at_exit, r.paced_rows = rows, r.timeout_s = 20;
+        EXPECT_EQ(ua.check_against_local(r), "") << to_string(s) << " D " << D << " rows " << rows;
+      }
     UlyssesRun bad{UlyssesVariant::fused};
     bad.store = EpilogueStore::paced, bad.paced_rows = -1;
     EXPECT_THROW(ua.run(bad), Error);

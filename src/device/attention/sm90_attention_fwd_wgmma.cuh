@@ -32,6 +32,7 @@
 // finish once the CTA has no tiles left.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -144,6 +145,18 @@ __device__ __forceinline__ void pack_p(uint32_t (&pf)[BN / 16][4], const float (
   }
 }
 
+// Whether an epilogue policy has the producer send the staged rows
+// (kProducerSends: epilogue_ulysses_producer_paced.cuh); its Sender is the
+// producer thread's state, an empty struct for every other policy.
+template <class E, class = void>
+struct ProducerSends : std::false_type {
+  struct Sender {};
+};
+template <class E>
+struct ProducerSends<E, std::void_t<decltype(E::kProducerSends)>> : std::bool_constant<E::kProducerSends> {
+  using Sender = typename E::Sender;
+};
+
 }  // namespace wgmma_detail
 
 template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>,
@@ -165,6 +178,11 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   uint64_t* v_full = bars + 2 + STAGES;
   uint64_t* k_empty = bars + 2 + 2 * STAGES;
   uint64_t* v_empty = bars + 2 + 3 * STAGES;
+  // The staging buffer's hand-over when the producer sends the rows (kSends).
+  uint64_t* o_full = bars + 2 + 4 * STAGES;
+  uint64_t* o_empty = o_full + 1;
+  constexpr bool kSends = wgmma_detail::ProducerSends<Epilogue>::value;
+  uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
   TileCoord* tile_slot = reinterpret_cast<TileCoord*>(smem + Cfg::OFF_TILE);
   static_assert(sizeof(TileCoord) <= 16, "the tile slot holds 16 bytes");
 
@@ -178,6 +196,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       ptx::mbar_init(k_empty + s, Cfg::CONSUMER_WARPS);
       ptx::mbar_init(v_empty + s, Cfg::CONSUMER_WARPS);
     }
+    ptx::mbar_init(o_full, 1);
+    ptx::mbar_init(o_empty, 1);
     ptx::mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier: the roles split below
@@ -193,10 +213,12 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       ptx::tma_prefetch_descriptor(&tm.q);
       ptx::tma_prefetch_descriptor(&tm.k);
       ptx::tma_prefetch_descriptor(&tm.v);
+      typename wgmma_detail::ProducerSends<Epilogue>::Sender snd{};
       uint32_t it = 0, tc = 0;
       for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
         const TileCoord c = sched.tile(t);
         ptx::mbar_wait(q_empty, (tc & 1) ^ 1);  // both consumer warpgroups are done with the last Q
+        if constexpr (kSends) Epilogue::producer_plan(ep, snd, n_kv);
         // The tile's coordinates for the consumers, published by the arrive
         // (release at CTA scope) that their wait on q_full acquires: they
         // need not repeat the scheduler's divisions and table loads on the
@@ -221,8 +243,13 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
           for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
             ptx::tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.v, v_full + s,
                              cb * 64, j * BN, c.h, c.b);
+          // The previous tile's rows, a slice every few steps (the loads of
+          // step j are on their way; the consumers are at most STAGES behind).
+          if constexpr (kSends) Epilogue::template producer_step<D, ST>(ep, snd, so, j, o_full, o_empty);
         }
+        if constexpr (kSends) Epilogue::producer_tile_loaded(ep, snd, c, BM);
       }
+      if constexpr (kSends) Epilogue::template producer_finish<D, ST>(ep, snd, so, o_full, o_empty);
     }
     return;
   }
@@ -280,7 +307,6 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   }
 
   typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile
-  uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
   uint32_t it = 0, tc = 0;
   for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
     const bool last_tile = t + gridDim.x >= num_tiles;
@@ -401,6 +427,9 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     const float inv[2] = {1.f / sm.l[0], 1.f / sm.l[1]};
     rescale_rows<D / 8>(o, inv);
     const int wrow = cwg * 64 + wwarp * 16;  // first row of this warp in the tile
+    if constexpr (kSends) {  // the producer's copies have read the previous tile's rows
+      if (tc > 0) ptx::mbar_wait(o_empty, (tc - 1) & 1);
+    }
     uint16_t* srows = so + wrow * ST;
     stage_o_rows<D, ST>(srows, o, lane);
     __syncwarp();
@@ -412,12 +441,18 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       Epilogue::store_lse(ep, c, row0 + g + 8, p.S_q, p.H, sm.lse(1, p.scale_log2));
     }
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // every consumer warp's rows are stored (or issued)
+    if constexpr (kSends) {  // ... or staged and fenced for the producer's copies
+      if (ctid == 0) ptx::mbar_arrive(o_full);
+    }
     Epilogue::tile_done(ep, c, m0, BM, p.S_q, ctid, pending);
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // the next tile's staging overwrites the rows
   }
   if constexpr (Epilogue::kOwnStaging) {
     Epilogue::template flush<D, ST, NCT>(ep, pending, so, ctid);
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);
+  }
+  if constexpr (kSends) {  // every copy of the CTA complete (the producer's last arrival)
+    if (tc > 0) ptx::mbar_wait(o_empty, (tc - 1) & 1);
   }
   Epilogue::template finish<NCT>(ep, pending, sched, BM, p.S_q, ctid);
   Epilogue::template receive<NCT>(ep, ctid, [] { ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT); });

@@ -4,6 +4,7 @@
 // and head dim (ulysses_launch*.cu), so that no file compiles them all.
 #include "device/attention/epilogue_ulysses.cuh"
 #include "device/attention/epilogue_ulysses_paced.cuh"
+#include "device/attention/epilogue_ulysses_producer_paced.cuh"
 #include "device/attention/launch_attention.cuh"
 #include "device/attention/launch_attention_wgmma.cuh"
 #include "device/attention/tile_scheduler_ordered.cuh"
@@ -64,6 +65,15 @@ int launch_d(const MainloopParams& p, const UlyssesStoreParams& ep, const Ordere
       if (completion == Completion::at_exit)
         return launch_epilogue<D, kWgmma, UlyssesPacedEpilogue<Completion::at_exit>>(p, ep, sp, stream);
       return int(cudaErrorInvalidValue);
+    case StorePath::paced_bulk:
+      // Sent by the wgmma kernel's producer warpgroup (the mma kernel has
+      // none); flags at exit only.
+      if constexpr (kWgmma) {
+        if (completion != Completion::at_exit) return int(cudaErrorInvalidValue);
+        return launch_epilogue<D, kWgmma, UlyssesProducerPacedEpilogue>(p, ep, sp, stream);
+      } else {
+        return int(cudaErrorNotSupported);
+      }
   }
   return int(cudaErrorInvalidValue);
 }
