@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx
 #   (default: build tests sanitize probe a2a)
 # Stages are whole words ("tests" does not run "utests"). Without the build
 # stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
@@ -196,6 +196,12 @@ if [[ " $stages " == *" upb "* ]]; then  # paced against paced-bulk (perf-log f1
       --stores bulk,paced,paced-bulk --orders linear --flags at-exit -n 15 --max-seconds 1 -o "$OUT/r/ulysses-pb-$pl.json"
     tail -9 "$OUT/r/u-pb-$pl.log" >"$OUT/r/u-pb-$pl-summary.txt"
   done
+fi
+
+if [[ " $stages " == *" upbx "* ]]; then  # paced-bulk's cost against its slice count (perf-log f11): a diagnostic
+  timed u-pbx 200 $X ulysses --seq 4096,16384 --placement device --variants attention-only,fused \
+    --stores bulk,paced,paced-bulk --paced-rows 16,64,1000 --orders linear --flags at-exit -n 15 --max-seconds 1 \
+    -o "$OUT/r/ulysses-pbx.json"
 fi
 
 if [[ " $stages " == *" u2quick "* ]]; then  # the fused kernel's receiver wait across GPUs: the multi-GPU Ulysses tests only

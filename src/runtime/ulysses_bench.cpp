@@ -71,9 +71,8 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::attention_only, UlyssesVariant::sequential,
                                                          UlyssesVariant::fused, UlyssesVariant::coupled}
                                            : o.variants;
-  auto stores =
+  const auto stores =
       o.stores.empty() ? std::vector{EpilogueStore::vector16, EpilogueStore::bulk, EpilogueStore::paced} : o.stores;
-  if (o.stores.empty() && o.kernel != AttentionKernel::mma_sync) stores.push_back(EpilogueStore::paced_bulk);
   const auto orders = o.orders.empty() ? std::vector{TileOrder::linear, TileOrder::rotated} : o.orders;
   // At exit: the best or as good on every path measured (docs/perf-log.md, f8).
   const auto flag_timings = o.flags.empty() ? std::vector{FlagTiming::at_exit} : o.flags;

@@ -189,7 +189,11 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   const int tid = threadIdx.x;
   if (tid == 0) {
     ptx::mbar_init(q_full, 1);
-    ptx::mbar_init(q_empty, Cfg::CONSUMER_WARPS);
+    // Every consumer thread arrives on q_empty: each has read the tile slot
+    // before its own arrival, so the producer's next write of the slot is
+    // ordered after every read without leaning on warp convergence (racecheck
+    // flagged the per-warp arrival once CTAs ran several tiles).
+    ptx::mbar_init(q_empty, Cfg::CONSUMER_THREADS);
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbar_init(k_full + s, 1);
       ptx::mbar_init(v_full + s, 1);
@@ -317,7 +321,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     float corr[2];
     ptx::mbar_wait(q_full, tc & 1);
     // The producer wrote it before the arrive this wait saw; it writes the
-    // next one only after every consumer warp has released this Q (q_empty).
+    // next one only after every consumer thread has released this Q (q_empty).
     const TileCoord c = *tile_slot;
     const int m0 = c.m_block * BM;
 
@@ -346,7 +350,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(s);
         release(k_empty + st);
-        if (j == n_kv - 1) release(q_empty);
+        if (j == n_kv - 1) ptx::mbar_arrive(q_empty);
         softmax(j);
         rescale_rows<D / 8>(o, corr);
         wgmma_detail::pack_p<BN>(pf, s);
@@ -371,7 +375,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(s);
       release(k_empty + pst);
-      if (n_kv == 1) release(q_empty);
+      if (n_kv == 1) ptx::mbar_arrive(q_empty);
       softmax(0);  // O is zero: corr unused
       wgmma_detail::pack_p<BN>(pf, s);
       ++it;
@@ -391,7 +395,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
         ptx::wgmma_wait_group<1>();  // S_j landed; the P V GEMM may still run
         ptx::fence_operands(s);
         release(k_empty + st);
-        if (j == n_kv - 1) release(q_empty);
+        if (j == n_kv - 1) ptx::mbar_arrive(q_empty);
         softmax(j);
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(o);
