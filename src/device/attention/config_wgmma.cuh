@@ -75,7 +75,9 @@ struct Sm90WgmmaAttnConfig {
   // The coordinates of the tile whose Q is loaded (the producer writes them
   // before q_full; the consumers read them after waiting on it).
   static constexpr uint32_t OFF_TILE = OFF_BAR + ((NUM_BARRIERS * 8 + 15) / 16) * 16;
-  static constexpr size_t SMEM_BYTES = size_t(OFF_TILE) + 16 + 1024;  // + alignment slack
+  // The KV steps the loader has issued (read by a sender warp: epilogue_ulysses_producer_paced.cuh).
+  static constexpr uint32_t OFF_PROGRESS = OFF_TILE + 16;
+  static constexpr size_t SMEM_BYTES = size_t(OFF_PROGRESS) + 16 + 1024;  // + alignment slack
 
   // Named barriers: 0 is __syncthreads; 1 the consumers' epilogue; 2 + w the
   // ping-pong turn of consumer warpgroup w (turns go round 0, 1, .., 0).

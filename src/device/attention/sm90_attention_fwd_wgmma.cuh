@@ -145,17 +145,12 @@ __device__ __forceinline__ void pack_p(uint32_t (&pf)[BN / 16][4], const float (
   }
 }
 
-// Whether an epilogue policy has the producer send the staged rows
-// (kProducerSends: epilogue_ulysses_producer_paced.cuh); its Sender is the
-// producer thread's state, an empty struct for every other policy.
+// Whether an epilogue policy has a warp of the producer warpgroup send the
+// staged rows (kProducerSends: epilogue_ulysses_producer_paced.cuh).
 template <class E, class = void>
-struct ProducerSends : std::false_type {
-  struct Sender {};
-};
+struct ProducerSends : std::false_type {};
 template <class E>
-struct ProducerSends<E, std::void_t<decltype(E::kProducerSends)>> : std::bool_constant<E::kProducerSends> {
-  using Sender = typename E::Sender;
-};
+struct ProducerSends<E, std::void_t<decltype(E::kProducerSends)>> : std::bool_constant<E::kProducerSends> {};
 
 }  // namespace wgmma_detail
 
@@ -183,6 +178,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   uint64_t* o_empty = o_full + 1;
   constexpr bool kSends = wgmma_detail::ProducerSends<Epilogue>::value;
   uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
+  // KV steps the loader has issued, over the CTA's tiles (the sender's pace).
+  volatile uint32_t* progress = reinterpret_cast<volatile uint32_t*>(smem + Cfg::OFF_PROGRESS);
   TileCoord* tile_slot = reinterpret_cast<TileCoord*>(smem + Cfg::OFF_TILE);
   static_assert(sizeof(TileCoord) <= 16, "the tile slot holds 16 bytes");
 
@@ -202,6 +199,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     }
     ptx::mbar_init(o_full, 1);
     ptx::mbar_init(o_empty, 1);
+    *progress = 0;
     ptx::mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier: the roles split below
@@ -217,12 +215,10 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       ptx::tma_prefetch_descriptor(&tm.q);
       ptx::tma_prefetch_descriptor(&tm.k);
       ptx::tma_prefetch_descriptor(&tm.v);
-      typename wgmma_detail::ProducerSends<Epilogue>::Sender snd{};
       uint32_t it = 0, tc = 0;
       for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
         const TileCoord c = sched.tile(t);
         ptx::mbar_wait(q_empty, (tc & 1) ^ 1);  // both consumer warpgroups are done with the last Q
-        if constexpr (kSends) Epilogue::producer_plan(ep, snd, n_kv);
         // The tile's coordinates for the consumers, published by the arrive
         // (release at CTA scope) that their wait on q_full acquires: they
         // need not repeat the scheduler's divisions and table loads on the
@@ -247,13 +243,12 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
           for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
             ptx::tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.v, v_full + s,
                              cb * 64, j * BN, c.h, c.b);
-          // The previous tile's rows, a slice every few steps (the loads of
-          // step j are on their way; the consumers are at most STAGES behind).
-          if constexpr (kSends) Epilogue::template producer_step<D, ST>(ep, snd, so, j, o_full, o_empty);
+          if constexpr (kSends) *progress = it + 1;  // the sender's pace: step it is on its way
         }
-        if constexpr (kSends) Epilogue::producer_tile_loaded(ep, snd, c, BM);
       }
-      if constexpr (kSends) Epilogue::template producer_finish<D, ST>(ep, snd, so, o_full, o_empty);
+    } else if (tid / 32 == 1) {
+      if constexpr (kSends)
+        Epilogue::template sender<D, ST>(ep, sched, n_kv, BM, so, o_full, o_empty, progress, tid & 31);
     }
     return;
   }
