@@ -88,7 +88,7 @@ struct UlyssesProducerPacedEpilogue {
   template <int D, int SMEM_STRIDE, class Scheduler>
   __device__ __forceinline__ static void sender(const Params& p, const Scheduler& sched, int n_kv, int block_m,
                                                 const uint16_t* so, uint64_t* o_full, uint64_t* o_empty,
-                                                const volatile uint32_t* progress, int lane) {
+                                                uint32_t* progress, int lane) {
     const uint32_t tiles = uint32_t(sched.num_tiles());
     uint32_t k = 0;
     for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x, ++k) {
@@ -111,7 +111,9 @@ struct UlyssesProducerPacedEpilogue {
       const uint32_t base = (k + 1) * uint32_t(n_kv);  // tile k+1's first step
       for (int i = 0, lo = 0; lo < rows; ++i, lo += slice) {
         const uint32_t due = base + uint32_t((i + 1) * interval);  // step (i+1) interval - 1 issued
-        while (*progress < due) __nanosleep(128);
+        if (lane == 0)
+          while (atomicAdd_block(progress, 0u) < due) __nanosleep(128);
+        __syncwarp();
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, lo, lo + slice < rows ? lo + slice : rows, lane);
       }
       ptx::bulk_wait_group_read_all();  // this lane's copies have read the buffer

@@ -7,6 +7,8 @@
 //     issues TMA loads of the tile's Q (once) and of the K and V tiles into a
 //     ring of STAGES slots, each slot with full/empty mbarriers for K and for
 //     V separately; it gives its registers to the consumers (setmaxnreg);
+//     with an epilogue that has the producer send (kProducerSends), its warp 1
+//     sends the staged output rows (epilogue_ulysses_producer_paced.cuh);
 //   - warpgroups 1 and 2 are consumers of 64 query rows each:
 //     S = Q K^T by wgmma with both operands in (128-byte swizzled) shared
 //     memory, online softmax in registers (the wgmma accumulator layout per
@@ -178,8 +180,9 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   uint64_t* o_empty = o_full + 1;
   constexpr bool kSends = wgmma_detail::ProducerSends<Epilogue>::value;
   uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
-  // KV steps the loader has issued, over the CTA's tiles (the sender's pace).
-  volatile uint32_t* progress = reinterpret_cast<volatile uint32_t*>(smem + Cfg::OFF_PROGRESS);
+  // KV steps the loader has issued, over the CTA's tiles (the sender's pace;
+  // written and read with atomics: plain volatile accesses are a data race).
+  uint32_t* progress = reinterpret_cast<uint32_t*>(smem + Cfg::OFF_PROGRESS);
   TileCoord* tile_slot = reinterpret_cast<TileCoord*>(smem + Cfg::OFF_TILE);
   static_assert(sizeof(TileCoord) <= 16, "the tile slot holds 16 bytes");
 
@@ -243,7 +246,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
           for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
             ptx::tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.v, v_full + s,
                              cb * 64, j * BN, c.h, c.b);
-          if constexpr (kSends) *progress = it + 1;  // the sender's pace: step it is on its way
+          if constexpr (kSends) atomicExch_block(progress, it + 1);  // the sender's pace: step it is on its way
         }
       }
     } else if (tid / 32 == 1) {
