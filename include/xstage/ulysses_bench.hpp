@@ -32,6 +32,9 @@ struct UlyssesBenchOptions {
   double timeout_s = 60;
   std::string dump_dir;  // "": none; else the first S's inputs and fused output as .npy (UlyssesAttention::dump_npy)
   std::string profile;  // for the prediction; "" = the embedded profile of the path, "none" = no prediction
+  // The profile of the GPU's own memory, whose store T0 the attention-only
+  // time contains (the prediction takes it out of each tile); "" = "h200-local".
+  std::string local_profile;
   AttentionKernel kernel = AttentionKernel::wgmma_pingpong;  // or mma_sync (UlyssesAttention)
 };
 
@@ -74,6 +77,7 @@ struct UlyssesBenchSummary {  // one per S: the best of each variant
 struct UlyssesBenchReport {
   bool leader = true;
   std::string world, profile, kernel;
+  std::string local_profile;  // whose store T0 the prediction takes out of each tile; "none" with no prediction
   DeviceInfo device;
   int tiles_concurrent = 0, block_m = 0;
   std::vector<UlyssesBenchRow> rows;

@@ -5,8 +5,9 @@
 // The fused kernel is fed to the X-Stage simulator as the GPU runs it: K
 // concurrent tile slots, each computing its tiles one after another (the
 // attention-only time split evenly over the waves, less the backpressure-free
-// issue time T0 of the tile's store, which the simulator adds back with any
-// stall) and storing each tile's output (its bytes) right after computing it.
+// issue time T0 of the tile's local store, which that time contains; the
+// simulator adds the profiled path's store back with any stall) and storing
+// each tile's output (its bytes) right after computing it.
 // The run ends when the receivers know the last byte is visible: drained by
 // the stage, then a flag stored after a fence (two store-to-visibility
 // latencies of the profile). The sequential variant is attention-only plus
@@ -33,8 +34,13 @@ struct UlyssesPrediction {
   double stalled_us = 0;     // summed over tiles: time the issuers lost to a full stage
 };
 
+// `local`: the profile of the attention-only run's own store path (the GPU's
+// memory); nullptr: `profile` itself, right where both are the same path. The
+// attention-only time contains that local store's T0, not the profiled path's,
+// so only the T0 taken out of each tile comes from it.
 // Throws xstage::Error for a shape with no tiles, slots or time.
-UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& shape);
+UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& shape,
+                                  const Profile* local = nullptr);
 
 // The kernel shape of one GPU of a Ulysses run, from the problem alone.
 // emulated: all P ranks run on the GPU and every destination is the

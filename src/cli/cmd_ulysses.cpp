@@ -19,7 +19,7 @@ namespace xstage::cli {
 namespace {
 
 struct UlyssesArgs {
-  std::string backend = "emulated", placement, profile, out_file, dump_dir, kernel = "wgmma";
+  std::string backend = "emulated", placement, profile, local_profile, out_file, dump_dir, kernel = "wgmma";
   int ranks = -1, iters = 10, warmup = 1, check_rows = 8;
   int64_t batch = 1, heads = 24, head_dim = 128;
   std::vector<int64_t> seqs;
@@ -56,6 +56,7 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   o.iters = a.iters, o.warmup = a.warmup, o.max_seconds_per_point = a.max_seconds;
   o.check = a.check, o.check_rows = a.check_rows, o.seed = a.seed, o.timeout_s = a.timeout_s;
   o.profile = a.profile;
+  o.local_profile = a.local_profile;
   o.dump_dir = a.dump_dir;
   o.kernel = parse_attention_kernel(a.kernel);
   validate_ulysses_options(o);
@@ -118,6 +119,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"world", rep.world},
           {"kernel", rep.kernel},
           {"profile", rep.profile},
+          {"local_profile", rep.local_profile},
           {"block_m", rep.block_m},
           {"concurrent_tiles", rep.tiles_concurrent},
           {"timing", timing_note(rep, o)},
@@ -156,8 +158,8 @@ void run_ulysses(const UlyssesArgs& a) {
     }
     case Format::table: break;
   }
-  std::cout << fmt::format("{} ({}): {}; {} attention kernel; prediction from profile {}\n", rep.device.name,
-                           rep.device.driver, rep.world, rep.kernel, rep.profile);
+  std::cout << fmt::format("{} ({}): {}; {} attention kernel; prediction from profile {} (local store: {})\n",
+                           rep.device.name, rep.device.driver, rep.world, rep.kernel, rep.profile, rep.local_profile);
   Table t({"S", "variant", "store", "order", "flags", "a2a", "time", "predicted", "iters", "check"});
   for (const auto& r : rep.rows)
     t.add({std::to_string(r.S), r.variant, r.paced_rows > 0 ? fmt::format("{}({})", r.store, r.paced_rows) : r.store,
@@ -223,6 +225,9 @@ void add_ulysses_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--profile", a->profile, "Profile for the prediction (name or file; 'none': no prediction; "
                                            "default: the path's embedded profile)");
+  sub->add_option("--local-profile", a->local_profile,
+                  "Profile of the GPU's own memory, whose store T0 the attention-only time contains and the "
+                  "prediction takes out of each tile (name or file; default: h200-local)");
   sub->add_option("--dump", a->dump_dir, "Write q, k, v and the assembled fused output of the first S (first "
                                          "store path, order and flag timing given) as .npy into DIR "
                                          "(bench/ulysses_vs_sdpa.py checks them with torch)");

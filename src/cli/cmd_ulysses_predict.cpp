@@ -19,6 +19,7 @@ namespace {
 struct UlyssesPredictArgs {
   std::string report;
   std::vector<std::string> profiles;  // empty: the profile the report names
+  std::string local_profile = "h200-local";  // whose store T0 the attention-only time contains
   OutputFlags out;
 };
 
@@ -58,6 +59,15 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
   const std::vector<std::string> names =
       a.profiles.empty() ? std::vector<std::string>{field<std::string>(rep, "profile", a.report)} : a.profiles;
 
+  // The attention-only run stored into the GPU's own memory, whichever path the profiles describe.
+  const Profile local = [&] {
+    try {
+      return load_profile(a.local_profile);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--local-profile: {}", e.what()));
+    }
+  }();
+
   nlohmann::json out = nlohmann::json::array();
   Table t({"profile", "S", "attn-only", "fused", "predicted", "residual", "pred. residual", "sequential",
            "pred. sequential"});
@@ -69,7 +79,7 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
       const double att = field<double>(s, "attention_only_us", sw);
       if (!(att > 0)) continue;  // no attention-only run at this S: nothing to predict from
       const UlyssesPrediction pr =
-          predict_ulysses(p, ulysses_kernel_shape(shape, emulated, 0, block_m, concurrent, att));
+          predict_ulysses(p, ulysses_kernel_shape(shape, emulated, 0, block_m, concurrent, att), &local);
       const double fused = s.value("fused_us", 0.0), seq = s.value("sequential_us", 0.0);
       auto pct = [&](double v) { return v > 0 ? fmt::format("{:.1f}%", 100 * (v / att - 1)) : std::string("-"); };
       // The report's own (paired, per-round) residual where it has one.
@@ -82,6 +92,7 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
              pct(pr.fused_us), seq > 0 ? format_ns(seq * 1e3) : "-", format_ns(pr.sequential_us * 1e3)});
       out.push_back({{"profile", p.name},
                      {"profile_source", name},
+                     {"local_profile", local.name},
                      {"S", shape.S},
                      {"attention_only_us", att},
                      {"fused_us", fused},
@@ -108,6 +119,9 @@ void add_ulysses_predict_command(CLI::App& app) {
   sub->add_option("report", a->report, "The JSON report of `xstage ulysses -o`")->required();
   sub->add_option("--profile", a->profiles,
                   "Profiles to predict with (names or files; repeatable; default: the one the report used)");
+  sub->add_option("--local-profile", a->local_profile,
+                  "Profile of the GPU's own memory, whose store T0 the attention-only time contains (name or file)")
+      ->capture_default_str();
   add_output_flags(sub, a->out);
   sub->callback([a] { run_ulysses_predict(*a); });
 }

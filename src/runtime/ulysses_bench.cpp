@@ -23,6 +23,23 @@ std::string default_ulysses_profile(Backend b, Placement p) {
   return p == Placement::host ? "h200-host-pcie" : "h200-peer";
 }
 
+namespace {
+
+// Every attention-only run stores into the GPU's own memory, whatever the placement.
+constexpr const char* kDefaultLocalProfile = "h200-local";
+
+// The error names the option: where the default chose the profile, the
+// profile's name alone would not say where it came from.
+Profile load_local_profile(const std::string& name) {
+  try {
+    return load_profile(name);
+  } catch (const Error& e) {
+    throw Error(fmt::format("--local-profile: {}", e.what()));
+  }
+}
+
+}  // namespace
+
 void validate_ulysses_options(UlyssesBenchOptions& o) {
   resolve_world_ranks(o.world, 8);
   if (o.seqs.empty()) throw Error("--seq: expected at least one sequence length");
@@ -56,7 +73,11 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
     if (why) throw Error(fmt::format("--stores {} with --kernel {}: {}", to_string(st), to_string(o.kernel), *why));
   }
   if (o.profile.empty()) o.profile = default_ulysses_profile(o.world.backend, o.world.placement);
-  if (o.profile != "none") (void)load_profile(o.profile);  // fails early, naming the file
+  if (o.profile != "none") {
+    (void)load_profile(o.profile);  // fails early, naming the file
+    if (o.local_profile.empty()) o.local_profile = kDefaultLocalProfile;
+    (void)load_local_profile(o.local_profile);
+  }
 }
 
 UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
@@ -65,8 +86,11 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   if (gpus == 0) throw Error("ulysses: no CUDA GPU visible (emulated needs one GPU, peer and nccl one per rank)");
   if (o.world.ranks < 1) o.world.ranks = gpus;
   validate_ulysses_options(o);
-  std::optional<Profile> profile;
-  if (o.profile != "none") profile = load_profile(o.profile);
+  std::optional<Profile> profile, local;
+  if (o.profile != "none") {
+    profile = load_profile(o.profile);
+    local = load_local_profile(o.local_profile);
+  }
 
   const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::attention_only, UlyssesVariant::sequential,
                                                          UlyssesVariant::fused, UlyssesVariant::coupled}
@@ -84,6 +108,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   rep.leader = w.leader();
   rep.world = w.describe();
   rep.profile = profile ? profile->name : "none";
+  rep.local_profile = local ? local->name : "none";
   rep.device = device_info(w.device_of(w.local_ranks().front()));
 
   const int64_t max_S = *std::max_element(o.seqs.begin(), o.seqs.end());
@@ -263,7 +288,8 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       if (ks.tiles != ua.tiles_per_gpu())
         throw Error(fmt::format("ulysses: the prediction counts {} tiles, the kernel runs {}", ks.tiles,
                                 ua.tiles_per_gpu()));
-      const UlyssesPrediction pr = predict_ulysses(*profile, ks);
+      // The attention-only time contains a store into this GPU's memory, not into the profiled path.
+      const UlyssesPrediction pr = predict_ulysses(*profile, ks, &*local);
       sum.predicted_fused_us = pr.fused_us;
       sum.predicted_sequential_us = pr.sequential_us;
       for (size_t i : fused_rows) rep.rows[i].predicted_time_us = pr.fused_us;

@@ -12,7 +12,7 @@
 
 namespace xstage {
 
-UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& s) {
+UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& s, const Profile* local) {
   if (s.tiles < 1 || s.concurrent_tiles < 1)
     throw Error(fmt::format("predict_ulysses: expected at least one tile and one slot, got {} tiles and {} slots",
                             s.tiles, s.concurrent_tiles));
@@ -26,9 +26,11 @@ UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelSha
   const int64_t waves = (s.tiles + slots - 1) / slots;
   const double tile_bytes = s.payload_bytes / double(s.tiles);
   // The attention-only time already contains each tile's backpressure-free
-  // store (local, into an idle stage); the simulator adds the store back with
-  // whatever the stage imposes, so the compute step leaves it out.
-  const double store_t0 = tile_bytes > 0 ? t0_iss_ns(profile, double(slots), tile_bytes * double(slots)) : 0.0;
+  // store, into the GPU's own memory (the local path's T0, not the profiled
+  // path's); the simulator adds the profiled store back with whatever the
+  // stage imposes, so the compute step leaves the local one out.
+  const Profile& own = local ? *local : profile;
+  const double store_t0 = tile_bytes > 0 ? t0_iss_ns(own, double(slots), tile_bytes * double(slots)) : 0.0;
   const double tile_ns = std::max(0.0, s.attention_only_us * 1e3 / double(waves) - store_t0);
   const int64_t full = s.tiles - (waves - 1) * slots;  // slots that run `waves` tiles
   std::vector<Program> programs;

@@ -12,6 +12,7 @@
 #include "device/attention/ulysses_params.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
+#include "xstage/model.hpp"
 #include "xstage/profile.hpp"
 #include "xstage/ulysses.hpp"
 #include "runtime/paired_schedule.hpp"
@@ -176,6 +177,57 @@ TEST(UlyssesPrediction, ReceiversLearnOfTheLastByteFromAFlagAfterAFence) {
   EXPECT_NEAR(late.sequential_us - base.sequential_us, 2.0, 1e-6);
 }
 
+// The T0 the attention-only time contains, per tile of a wave of `shape`.
+double wave_t0_ns(const Profile& p, const UlyssesKernelShape& shape) {
+  const double tile_bytes = shape.payload_bytes / double(shape.tiles);
+  return t0_iss_ns(p, shape.concurrent_tiles, tile_bytes * shape.concurrent_tiles);
+}
+
+TEST(UlyssesPrediction, TakesTheLocalStoresT0OutOfEachTile) {
+  // Compute-bound (10 waves of 1 ms; the stage never fills): a local store
+  // with a smaller T0 leaves more of the attention-only time to compute, so
+  // each wave, and the run, grows by the difference of the two T0s.
+  Profile remote = stage(50e9, 64e6);
+  remote.t0.fixed_ns = 2000;
+  const Profile local = stage(50e9, 64e6);  // fixed 100 ns
+  const UlyssesKernelShape shape{1320, 132, 10e6, 10000.0};
+  const double dt0_ns = wave_t0_ns(remote, shape) - wave_t0_ns(local, shape);
+  ASSERT_NEAR(dt0_ns, 1900.0, 1e-6);
+  const auto old = predict_ulysses(remote, shape), own = predict_ulysses(remote, shape, &local);
+  EXPECT_NEAR(own.fused_us - old.fused_us, 10 * dt0_ns * 1e-3, 1e-3);
+  EXPECT_NEAR(own.residual_us - old.residual_us, 10 * dt0_ns * 1e-3, 1e-3);
+  // The sequential variant and the stores themselves go through the profiled path alone.
+  EXPECT_DOUBLE_EQ(own.sequential_us, old.sequential_us);
+  EXPECT_NEAR(own.stalled_us, old.stalled_us, 1e-6);
+}
+
+TEST(UlyssesPrediction, EmbeddedLocalT0IsBelowTheHostPathsAndRaisesItsPrediction) {
+  const Profile& host = *find_embedded_profile("h200-host-pcie");
+  const Profile& local = *find_embedded_profile("h200-local");
+  // Compute-bound on the host path: 1 MB a wave drains in ~20 us behind 1 ms of compute.
+  const UlyssesKernelShape shape{1320, 132, 10e6, 10000.0};
+  const double dt0_ns = wave_t0_ns(host, shape) - wave_t0_ns(local, shape);
+  ASSERT_GT(dt0_ns, 0.0);
+  const auto old = predict_ulysses(host, shape), own = predict_ulysses(host, shape, &local);
+  EXPECT_NEAR(own.fused_us - old.fused_us, 10 * dt0_ns * 1e-3, 1e-3);
+}
+
+TEST(UlyssesPrediction, TheSameProfileAsLocalGivesTheOldResult) {
+  // Device placement: the attention-only run stores into the profiled path itself.
+  const Profile& host = *find_embedded_profile("h200-host-pcie");
+  const Profile copy = host;
+  for (const UlyssesKernelShape& shape : {UlyssesKernelShape{1320, 132, 100e6, 100.0},
+                                          UlyssesKernelShape{1320, 132, 10e6, 10000.0},
+                                          UlyssesKernelShape{768, 132, 25165824.0, 300.0}})
+    for (const Profile* same : {&host, &copy}) {
+      const auto old = predict_ulysses(host, shape), own = predict_ulysses(host, shape, same);
+      EXPECT_EQ(own.fused_us, old.fused_us) << shape.tiles << " " << shape.payload_bytes;
+      EXPECT_EQ(own.residual_us, old.residual_us);
+      EXPECT_EQ(own.sequential_us, old.sequential_us);
+      EXPECT_EQ(own.stalled_us, old.stalled_us);
+    }
+}
+
 TEST(UlyssesPrediction, RejectsEmptyShapes) {
   EXPECT_THROW(predict_ulysses(stage(50e9, 1e6), {0, 132, 1e6, 10.0}), Error);
   EXPECT_THROW(predict_ulysses(stage(50e9, 1e6), {10, 0, 1e6, 10.0}), Error);
@@ -202,6 +254,7 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --backend nccl --placement host", "--placement host");
   expect_error("ulysses --timeout 0", "--timeout: expected a positive time");
   expect_error("ulysses --profile /nonexistent/profile.json", "/nonexistent/profile.json");
+  expect_error("ulysses --local-profile /nonexistent/local.json", "--local-profile: profile '/nonexistent/local.json'");
   expect_error("ulysses --ranks 0", "--ranks: expected a whole number >= 1, got 0");
   expect_error("ulysses --kernel wgmma-n192", "--kernel wgmma-n192: the fused attention runs on mma or wgmma");
   expect_error("ulysses --kernel tensor", "attention kernel: expected auto, mma, wgmma");
@@ -296,6 +349,9 @@ TEST(UlyssesPredictCli, RepredictsARecordedReportWithAnyProfile) {
   EXPECT_GT(host["predicted_fused_us"].get<double>(), 450.0);
   // Through local memory at ~4 TB/s it hides.
   EXPECT_LT(local["predicted_residual"].get<double>(), 0.1);
+  // Each row names the local profile whose T0 it took out of the tiles (by default the GPU's own memory).
+  EXPECT_EQ(host["local_profile"], "h200-local") << r.out;
+  EXPECT_EQ(local["local_profile"], "h200-local") << r.out;
   const CliRun bad = run_cli("ulysses-predict /nonexistent/report.json");
   EXPECT_EQ(bad.rc, 2) << bad.out;
   EXPECT_NE(bad.out.find("/nonexistent/report.json: cannot open"), std::string::npos) << bad.out;
@@ -303,6 +359,36 @@ TEST(UlyssesPredictCli, RepredictsARecordedReportWithAnyProfile) {
   const CliRun empty = run_cli("ulysses-predict " + path);
   EXPECT_EQ(empty.rc, 2) << empty.out;
   EXPECT_NE(empty.out.find("expected non-empty \"rows\""), std::string::npos) << empty.out;
+}
+
+TEST(UlyssesPredictCli, LocalProfileSetsTheT0TakenOutOfEachTile) {
+  // 24 waves of 1 ms on the host path: compute-bound, so the local T0 shows.
+  const std::string path = ::testing::TempDir() + "/ulysses_report_local.json";
+  std::ofstream(path) << R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie",
+    "rows": [{"P": 8, "B": 1, "H": 24, "D": 128, "backend": "emulated"}],
+    "summary": [{"S": 16384, "attention_only_us": 24000.0}]})";
+  auto predicted = [&](const std::string& extra) {
+    const CliRun r = run_cli("ulysses-predict " + path + " --json" + extra);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    return j["rows"][0];
+  };
+  const auto by_default = predicted(""), as_remote = predicted(" --local-profile h200-host-pcie");
+  EXPECT_EQ(by_default["local_profile"], "h200-local");
+  EXPECT_EQ(as_remote["local_profile"], "h200-host-pcie");
+  // As if the attention-only run had stored through PCIe (the old prediction):
+  // each of the 24 waves' compute is short by the host's T0 less the local one.
+  const auto ks = ulysses_kernel_shape({1, 16384, 24, 128, 8, 2}, true, 0, 128, 132, 24000.0);
+  ASSERT_EQ(ks.tiles, 3072);
+  const double dt0_ns = wave_t0_ns(*find_embedded_profile("h200-host-pcie"), ks) -
+                        wave_t0_ns(*find_embedded_profile("h200-local"), ks);
+  EXPECT_NEAR(by_default["predicted_fused_us"].get<double>() - as_remote["predicted_fused_us"].get<double>(),
+              24 * dt0_ns * 1e-3, 1e-3);
+  EXPECT_DOUBLE_EQ(as_remote["predicted_fused_us"].get<double>(),
+                   predict_ulysses(*find_embedded_profile("h200-host-pcie"), ks).fused_us);
+  const CliRun bad = run_cli("ulysses-predict " + path + " --local-profile /nonexistent/local.json");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--local-profile: profile '/nonexistent/local.json'"), std::string::npos) << bad.out;
 }
 
 TEST(PairedTiming, EveryOtherRunFollowsARunOfTheBaseAndEachRunsOnceARound) {
