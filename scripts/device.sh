@@ -134,15 +134,15 @@ if [[ " $stages " == *" ucheck "* || " $stages " == *" usan "* ]]; then  # fused
     --flags lagged,at-exit --paced-rows 1,16"
   for tool in memcheck racecheck synccheck; do
     timed "san-$tool-ulysses" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
-      $X $u_small --stores vector16,bulk,paced,paced-bulk --head-dim 64 --placement host
+      $X $u_small --stores vector16,bulk,paced,paced-bulk,paced-warp --head-dim 64 --placement host
   done
   for tool in memcheck racecheck synccheck; do  # paced-bulk: the producer's hand-over, several tiles a CTA
     timed "san-$tool-ulysses-pb" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
       $X ulysses --ranks 4 --heads 4 --seq 4999 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 \
-      --stores paced-bulk --flags at-exit --paced-rows 1,16 --variants fused --head-dim 128 --placement host
+      --stores paced-bulk,paced-warp --flags at-exit --paced-rows 1,16 --variants fused --head-dim 128 --placement host
   done
   timed san-memcheck-ulysses128 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
-    $X $u_small --stores vector16,bulk,paced,paced-bulk --head-dim 128 --placement device
+    $X $u_small --stores vector16,bulk,paced,paced-bulk,paced-warp --head-dim 128 --placement device
   timed san-memcheck-ulysses-mma 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
     $X $u_small --stores vector16,bulk,paced --head-dim 128 --placement host --kernel mma
   grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*ulysses*.log >"$OUT/r/u-san-summary.txt"
@@ -183,7 +183,7 @@ if [[ " $stages " == *" upaired "* ]]; then  # the sweep timed in interleaved ro
       >"$OUT/r/clocks-$pl.csv" 2>&1 &
     smi=$!
     timed "u-sweep-$pl" 280 $X ulysses --sweep --placement $pl --variants attention-only,sequential,fused,coupled \
-      --stores vector16,bulk,paced,paced-bulk --orders linear,rotated --flags lagged,at-exit -n 31 --max-seconds 2 \
+      --stores vector16,bulk,paced,paced-bulk,paced-warp --orders linear,rotated --flags lagged,at-exit -n 31 --max-seconds 2 \
       -o "$OUT/r/ulysses-$pl.json"
     kill $smi 2>/dev/null; wait $smi 2>/dev/null
     tail -9 "$OUT/r/u-sweep-$pl.log" >"$OUT/r/u-sweep-$pl-summary.txt"
@@ -193,7 +193,7 @@ fi
 if [[ " $stages " == *" upb "* ]]; then  # paced against paced-bulk (perf-log f11): a quick paired look, both placements
   for pl in host device; do
     timed "u-pb-$pl" 200 $X ulysses --seq 4096,16384,32768 --placement $pl --variants attention-only,fused \
-      --stores bulk,paced,paced-bulk --orders linear --flags at-exit -n 15 --max-seconds 1 -o "$OUT/r/ulysses-pb-$pl.json"
+      --stores bulk,paced,paced-bulk,paced-warp --orders linear --flags at-exit -n 15 --max-seconds 1 -o "$OUT/r/ulysses-pb-$pl.json"
     tail -9 "$OUT/r/u-pb-$pl.log" >"$OUT/r/u-pb-$pl-summary.txt"
   done
 fi

@@ -36,12 +36,13 @@ bool is_fused(UlyssesVariant v);  // fused or coupled
 // dirty); vector16-wt / vector16-cs: with the write-through / streaming cache
 // operator; bulk: TMA bulk copies of whole rows from shared memory; paced:
 // 16-byte stores spread in slices over the next tile's mainloop (flags lagged
-// or at exit); paced-bulk: the same slices sent with TMA bulk copies by the
-// producer warpgroup of the wgmma kernel (flags at exit; perf-log f11).
-enum class EpilogueStore { vector16, vector16_wt, vector16_cs, bulk, paced, paced_bulk };
+// or at exit); paced-bulk, paced-warp: the same slices sent by a warp of the
+// wgmma kernel's producer warpgroup, with TMA bulk copies or 16-byte stores
+// (flags at exit; perf-log f11).
+enum class EpilogueStore { vector16, vector16_wt, vector16_cs, bulk, paced, paced_bulk, paced_warp };
 std::string to_string(EpilogueStore s);
 EpilogueStore parse_epilogue_store(std::string_view text);
-bool is_paced(EpilogueStore s);  // paced or paced-bulk: sends in slices of paced_rows
+bool is_paced(EpilogueStore s);  // paced, paced-bulk, paced-warp: sends in slices of paced_rows
 
 // When the fused variant publishes a tile's completion flags: lagged (just
 // before the CTA's next tile's stores, so its release fence finds the stores

@@ -51,17 +51,25 @@ std::string to_string(EpilogueStore s) {
     case EpilogueStore::bulk: return "bulk";
     case EpilogueStore::paced: return "paced";
     case EpilogueStore::paced_bulk: return "paced-bulk";
+    case EpilogueStore::paced_warp: return "paced-warp";
   }
   return "?";
 }
 
-bool is_paced(EpilogueStore s) { return s == EpilogueStore::paced || s == EpilogueStore::paced_bulk; }
+bool is_paced(EpilogueStore s) {
+  return s == EpilogueStore::paced || s == EpilogueStore::paced_bulk || s == EpilogueStore::paced_warp;
+}
+
+namespace {
+bool sent_by_producer(EpilogueStore s) { return s == EpilogueStore::paced_bulk || s == EpilogueStore::paced_warp; }
+}  // namespace
 
 std::optional<std::string> ulysses_combination_error(EpilogueStore store, UlyssesVariant variant, FlagTiming flags,
                                                      AttentionKernel kernel) {
   const bool mma = kernel == AttentionKernel::mma_sync;
-  if (mma && store == EpilogueStore::paced_bulk)
-    return "the paced-bulk store path is sent by the wgmma kernel's producer warpgroup; the mma kernel has none";
+  if (mma && sent_by_producer(store))
+    return fmt::format("the {} store path is sent by the wgmma kernel's producer warpgroup; the mma kernel has none",
+                       to_string(store));
   if (!mma && (store == EpilogueStore::vector16_wt || store == EpilogueStore::vector16_cs))
     return fmt::format("store path {} runs on the mma attention kernel only (--kernel mma)", to_string(store));
   if (variant == UlyssesVariant::coupled && is_paced(store))
@@ -69,19 +77,20 @@ std::optional<std::string> ulysses_combination_error(EpilogueStore store, Ulysse
                        to_string(store));
   if (variant == UlyssesVariant::fused && store == EpilogueStore::paced && flags == FlagTiming::eager)
     return "the paced store path publishes its flags lagged or at exit, not eager";
-  if (variant == UlyssesVariant::fused && store == EpilogueStore::paced_bulk && flags != FlagTiming::at_exit)
-    return fmt::format("the paced-bulk store path publishes its flags at exit only, not {}", to_string(flags));
+  if (variant == UlyssesVariant::fused && sent_by_producer(store) && flags != FlagTiming::at_exit)
+    return fmt::format("the {} store path publishes its flags at exit only, not {}", to_string(store),
+                       to_string(flags));
   return std::nullopt;
 }
 
 EpilogueStore parse_epilogue_store(std::string_view t) {
   for (auto s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs, EpilogueStore::bulk,
-                 EpilogueStore::paced, EpilogueStore::paced_bulk})
+                 EpilogueStore::paced, EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
     if (t == to_string(s)) return s;
   throw Error(fmt::format("store path '{}': expected vector16 (16-byte stores from registers), vector16-wt, "
                           "vector16-cs (the same, write-through or streaming), bulk (TMA bulk copies from shared "
-                          "memory), paced (16-byte stores spread over the next tile's mainloop) or paced-bulk (the "
-                          "same slices, TMA bulk copies from the producer warpgroup)",
+                          "memory), paced (16-byte stores spread over the next tile's mainloop), paced-bulk or "
+                          "paced-warp (the same slices sent by a producer warp, TMA bulk copies or 16-byte stores)",
                           t));
 }
 
@@ -287,7 +296,8 @@ struct UlyssesAttention::Impl {
     sp.batch = int(B), sp.rank_base = g.rank_base;
     const attention::StorePath paths[] = {attention::StorePath::vector16, attention::StorePath::vector16_wt,
                                           attention::StorePath::vector16_cs, attention::StorePath::bulk,
-                                          attention::StorePath::paced, attention::StorePath::paced_bulk};
+                                          attention::StorePath::paced, attention::StorePath::paced_bulk,
+                                          attention::StorePath::paced_warp};
     const auto path = paths[static_cast<int>(run.store)];
     if (run.paced_rows < 0)
       throw Error(fmt::format("ulysses: paced rows: expected >= 0 (0: the default {}), got {}", kDefaultPacedRows,

@@ -278,11 +278,15 @@ TEST(UlyssesCombinations, EachStorePathRunsWhereItsKernelAndFlagsAllowIt) {
       EXPECT_EQ(ok(EpilogueStore::vector16_wt, fused, f, k), k == mma);
       EXPECT_EQ(ok(EpilogueStore::paced, fused, f, k), f != FlagTiming::eager);
       EXPECT_EQ(ok(EpilogueStore::paced_bulk, fused, f, k), k == wgmma && f == FlagTiming::at_exit);
+      EXPECT_EQ(ok(EpilogueStore::paced_warp, fused, f, k), k == wgmma && f == FlagTiming::at_exit);
+      EXPECT_FALSE(ok(EpilogueStore::paced_warp, coupled, f, k));
       EXPECT_TRUE(ok(EpilogueStore::vector16, coupled, f, k));
       EXPECT_FALSE(ok(EpilogueStore::paced, coupled, f, k));
       EXPECT_FALSE(ok(EpilogueStore::paced_bulk, coupled, f, k));
     }
   EXPECT_EQ(parse_epilogue_store("paced-bulk"), EpilogueStore::paced_bulk);
+  EXPECT_EQ(parse_epilogue_store("paced-warp"), EpilogueStore::paced_warp);
+  EXPECT_TRUE(is_paced(EpilogueStore::paced_warp));
   EXPECT_TRUE(is_paced(EpilogueStore::paced_bulk));
   EXPECT_FALSE(is_paced(EpilogueStore::bulk));
 }

@@ -57,7 +57,8 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
   }
   for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
     for (EpilogueStore s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs,
-                            EpilogueStore::bulk, EpilogueStore::paced, EpilogueStore::paced_bulk})
+                            EpilogueStore::bulk, EpilogueStore::paced, EpilogueStore::paced_bulk,
+                            EpilogueStore::paced_warp})
       for (TileOrder o : {TileOrder::linear, TileOrder::rotated})
         for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
           if (v == UlyssesVariant::coupled && f != FlagTiming::lagged) continue;  // coupled has its own timing
@@ -112,7 +113,7 @@ TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
     UlyssesAttention ua(*world, 2, 8, D, 3001);  // 384 tiles: several a CTA (sends during a next tile)
     ua.set_sequence(3001);
     ua.fill_inputs(uint64_t(77 + D));
-    for (EpilogueStore s : {EpilogueStore::paced, EpilogueStore::paced_bulk})
+    for (EpilogueStore s : {EpilogueStore::paced, EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
       for (int rows : {1, 3, kDefaultPacedRows, 64, 1000}) {
         UlyssesRun r{UlyssesVariant::fused};
         r.store = s, r.flags = FlagTiming::at_exit, r.paced_rows = rows, r.timeout_s = 20;

@@ -1,6 +1,7 @@
 #pragma once
 // The fused Ulysses epilogue with paced sends made by the producer warpgroup
-// of the wgmma kernel (StorePath::paced_bulk; docs/perf-log.md, f11).
+// of the wgmma kernel (docs/perf-log.md, f11): StorePath::paced_bulk with TMA
+// bulk copies (kBulk), StorePath::paced_warp with 16-byte stores.
 //
 // Why: `paced` (epilogue_ulysses_paced.cuh) spreads a tile's rows over the
 // next tile's mainloop, which keeps the host path's X-Stage shallow, but it
@@ -8,8 +9,10 @@
 // even into an idle stage. Here the consumers only stage the rows (as the
 // local epilogue does) and hand the buffer over; a warp of the producer
 // warpgroup that loads nothing (warp 1; the loader is thread 0) sends the
-// rows in slices with TMA bulk copies, one row a lane, paced by the loader's
-// progress, and gives the buffer back once the copies have read it. (The
+// rows in slices, paced by the loader's progress, and gives the buffer back
+// once it has read it: bulk copies one row a lane, or 16-byte loads from
+// shared memory and stores, consecutive lanes on consecutive chunks (on the
+// H200's PCIe path bulk copies drain slower than 16-byte stores). (The
 // loader thread sending them itself cost more than `paced`: one thread
 // issuing a slice's copies one after another held up the next loads;
 // perf-log f11.)
@@ -27,7 +30,9 @@
 //              arrival, on which the consumers wait before they publish the
 //              flags.
 // Flags at exit only (Completion::at_exit): no fence on any tile's path, and
-// the flags need every copy complete, which only the sender can wait for.
+// with bulk copies the flags need every copy complete, which only the sender
+// can wait for (16-byte stores: ordered by the o_empty arrival and wait, then
+// the flags' release, as the other epilogues' stores by their barriers).
 #include <cstdint>
 
 #include "device/attention/epilogue_ulysses.cuh"
@@ -35,6 +40,7 @@
 
 namespace xstage::attention {
 
+template <bool kBulk>
 struct UlyssesProducerPacedEpilogue {
   using Params = UlyssesStoreParams;
   static constexpr bool kBeforeStore = false;
@@ -49,7 +55,7 @@ struct UlyssesProducerPacedEpilogue {
   // TMA unit reads them (the kernel's named barrier and o_full arrival follow).
   template <int D, int SMEM_STRIDE>
   __device__ __forceinline__ static void store_rows(const Params&, const TileCoord&, int, int, const uint16_t*, int) {
-    ptx::fence_proxy_async_shared();
+    if constexpr (kBulk) ptx::fence_proxy_async_shared();
   }
   __device__ __forceinline__ static void store_lse(const Params&, const TileCoord&, int, int, int, float) {}
   template <int D, int SMEM_STRIDE, int THREADS>
@@ -59,8 +65,8 @@ struct UlyssesProducerPacedEpilogue {
   __device__ __forceinline__ static void before_store(const Params&, Pending&, int) {}
   __device__ __forceinline__ static void tile_done(const Params&, const TileCoord&, int, int, int, int, Pending&) {}
 
-  // Consumers, after their wait for the producer's last o_empty arrival (every
-  // copy complete, then fence.proxy.async.global by the producer): every
+  // Consumers, after their wait for the sender's last o_empty arrival (every
+  // copy complete, then fence.proxy.async.global by the sender): every
   // tile's flags at once (a release store is cumulative over that wait).
   template <int THREADS, class Scheduler>
   __device__ __forceinline__ static void finish(const Params& p, Pending&, const Scheduler& sched, int block_m, int,
@@ -99,8 +105,10 @@ struct UlyssesProducerPacedEpilogue {
       ptx::mbar_wait(o_full, k & 1);  // the consumers staged tile k's rows
       if (t + gridDim.x >= tiles) {   // the CTA's last tile: at once, then every copy complete
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, 0, rows, lane);
-        ptx::bulk_wait_group_all();       // this lane's copies performed their writes ...
-        ptx::fence_proxy_async_global();  // ... ordered before the generic proxy's flags
+        if constexpr (kBulk) {
+          ptx::bulk_wait_group_all();       // this lane's copies performed their writes ...
+          ptx::fence_proxy_async_global();  // ... ordered before the generic proxy's flags
+        }
         __syncwarp();
         if (lane == 0) ptx::mbar_arrive(o_empty);  // the consumers publish the flags after it
         return;
@@ -116,27 +124,38 @@ struct UlyssesProducerPacedEpilogue {
         __syncwarp();
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, lo, lo + slice < rows ? lo + slice : rows, lane);
       }
-      ptx::bulk_wait_group_read_all();  // this lane's copies have read the buffer
+      if constexpr (kBulk) ptx::bulk_wait_group_read_all();  // this lane's copies have read the buffer
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(o_empty);  // the consumers may stage tile k+1
     }
   }
 
  private:
-  // Rows [lo, hi) of a tile, one bulk copy a row and lane (a row is contiguous
-  // in its destination, consecutive rows are H D elements apart).
+  // Rows [lo, hi) of a tile (a row is contiguous in its destination,
+  // consecutive rows are H D elements apart): one bulk copy a row and lane,
+  // or 16-byte chunks, consecutive lanes on consecutive chunks.
   template <int D, int SMEM_STRIDE>
   __device__ __forceinline__ static void send(const Params& p, const TileCoord& c, int m0,
                                               const ulysses_detail::RowRun& dst, const uint16_t* so, int lo, int hi,
                                               int lane) {
     static_assert((D * 2) % 16 == 0 && (SMEM_STRIDE * 2) % 16 == 0,
-                  "bulk copies need 16-byte multiples and 16-byte aligned rows");
-    for (int r = lo + lane; r < hi; r += 32) {
-      uint16_t* row = dst.covers(r) ? dst.base + int64_t(r) * dst.pitch
-                                    : ulysses_detail::row_address(p, c, int64_t(m0) + r, D);
-      ptx::bulk_store_s2g(row, so + r * SMEM_STRIDE, D * 2);
+                  "bulk copies and 16-byte stores need 16-byte multiples and 16-byte aligned rows");
+    auto row_ptr = [&](int r) {
+      return dst.covers(r) ? dst.base + int64_t(r) * dst.pitch
+                           : ulysses_detail::row_address(p, c, int64_t(m0) + r, D);
+    };
+    if constexpr (kBulk) {
+      for (int r = lo + lane; r < hi; r += 32) ptx::bulk_store_s2g(row_ptr(r), so + r * SMEM_STRIDE, D * 2);
+      ptx::bulk_commit_group();
+    } else {
+      constexpr int CHUNKS_PER_ROW = D / 8;
+      const int chunks = (hi - lo) * CHUNKS_PER_ROW;
+      for (int k = lane; k < chunks; k += 32) {
+        const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
+        const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
+        ptx::st_global_v4_b32(row_ptr(r) + col, v);
+      }
     }
-    ptx::bulk_commit_group();
   }
 };
 

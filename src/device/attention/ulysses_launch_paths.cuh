@@ -66,11 +66,14 @@ int launch_d(const MainloopParams& p, const UlyssesStoreParams& ep, const Ordere
         return launch_epilogue<D, kWgmma, UlyssesPacedEpilogue<Completion::at_exit>>(p, ep, sp, stream);
       return int(cudaErrorInvalidValue);
     case StorePath::paced_bulk:
+    case StorePath::paced_warp:
       // Sent by the wgmma kernel's producer warpgroup (the mma kernel has
       // none); flags at exit only.
       if constexpr (kWgmma) {
         if (completion != Completion::at_exit) return int(cudaErrorInvalidValue);
-        return launch_epilogue<D, kWgmma, UlyssesProducerPacedEpilogue>(p, ep, sp, stream);
+        return path == StorePath::paced_bulk
+                   ? launch_epilogue<D, kWgmma, UlyssesProducerPacedEpilogue<true>>(p, ep, sp, stream)
+                   : launch_epilogue<D, kWgmma, UlyssesProducerPacedEpilogue<false>>(p, ep, sp, stream);
       } else {
         return int(cudaErrorNotSupported);
       }

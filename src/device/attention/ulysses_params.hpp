@@ -18,9 +18,10 @@ namespace xstage::attention {
 
 // How the epilogue moves a staged output row (epilogue_ulysses.cuh).
 // paced: rows sent in slices during the next tile's mainloop (epilogue_ulysses_paced.cuh);
-// paced_bulk: the same slices as TMA bulk copies by the wgmma kernel's
-// producer (epilogue_ulysses_producer_paced.cuh).
-enum class StorePath { vector16, vector16_wt, vector16_cs, bulk, paced, paced_bulk };
+// paced_bulk, paced_warp: the same slices sent by a warp of the wgmma
+// kernel's producer warpgroup, as TMA bulk copies or 16-byte stores
+// (epilogue_ulysses_producer_paced.cuh).
+enum class StorePath { vector16, vector16_wt, vector16_cs, bulk, paced, paced_bulk, paced_warp };
 // When a tile's completion flags are published (epilogue_ulysses.cuh).
 enum class Completion { lagged, eager, coupled, at_exit };
 
@@ -44,7 +45,7 @@ struct UlyssesStoreParams {
   int64_t chunk = 0;       // ceil(S / P)
   int flag_stride = 0;     // a stream's slots in a destination's flag array (ulysses_flag_stride)
   uint64_t epoch = 0;      // value the flags of this run are set to (runs count up)
-  int paced_min_rows = 8;  // paced, paced_bulk: a send waits until this many rows are due (the last one excepted)
+  int paced_min_rows = 8;  // paced paths: a send waits until this many rows are due (the last one excepted)
   // The receiver wait at the kernel's end (ulysses_wait.cuh): whether the
   // kernel waits (0: no receiver side in it), the ranks whose flags it waits
   // for, and how long the wait may take (it starts while the other CTAs
