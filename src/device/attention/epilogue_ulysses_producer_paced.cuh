@@ -17,12 +17,12 @@
 // issuing a slice's copies one after another held up the next loads;
 // perf-log f11.)
 //
-// Hand-over (two mbarriers of one arrival each, o_full and o_empty, phase k
-// for the CTA's k-th tile):
+// Hand-over (two mbarriers, o_full with an arrival of every consumer thread
+// and o_empty of every sender lane; phase k for the CTA's k-th tile):
 //   consumers: [wait o_empty, phase k-1: the copies of tile k-1 have read the
 //              buffer] stage tile k's rows, fence.proxy.async (each writer:
-//              the TMA unit reads what ordinary stores wrote), named barrier,
-//              one arrival on o_full;
+//              the TMA unit reads what ordinary stores wrote), an arrival
+//              on o_full;
 //   sender:    wait o_full phase k, send tile k's slices during tile k+1's
 //              KV steps, wait for the copies' reads, arrive on o_empty. The
 //              CTA's last tile goes at once; the sender then waits for every
@@ -109,8 +109,7 @@ struct UlyssesProducerPacedEpilogue {
           ptx::bulk_wait_group_all();       // this lane's copies performed their writes ...
           ptx::fence_proxy_async_global();  // ... ordered before the generic proxy's flags
         }
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(o_empty);  // the consumers publish the flags after it
+        ptx::mbar_arrive(o_empty);  // every lane: the consumers publish the flags after all 32
         return;
       }
       const int most = (rows + p.paced_min_rows - 1) / p.paced_min_rows;
@@ -125,8 +124,7 @@ struct UlyssesProducerPacedEpilogue {
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, lo, lo + slice < rows ? lo + slice : rows, lane);
       }
       if constexpr (kBulk) ptx::bulk_wait_group_read_all();  // this lane's copies have read the buffer
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(o_empty);  // the consumers may stage tile k+1
+      ptx::mbar_arrive(o_empty);  // every lane: the consumers may stage tile k+1 after all 32
     }
   }
 

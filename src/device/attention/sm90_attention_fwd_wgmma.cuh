@@ -200,8 +200,11 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       ptx::mbar_init(k_empty + s, Cfg::CONSUMER_WARPS);
       ptx::mbar_init(v_empty + s, Cfg::CONSUMER_WARPS);
     }
-    ptx::mbar_init(o_full, 1);
-    ptx::mbar_init(o_empty, 1);
+    // Every writer of the staging rows arrives on o_full and every lane of
+    // the sender on o_empty, each after its own accesses (racecheck does not
+    // follow one thread's arrival through a barrier the others passed).
+    ptx::mbar_init(o_full, NCT);
+    ptx::mbar_init(o_empty, 32);
     *progress = 0;
     ptx::mbar_fence_init();
   }
@@ -444,7 +447,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     }
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // every consumer warp's rows are stored (or issued)
     if constexpr (kSends) {  // ... or staged and fenced for the producer's copies
-      if (ctid == 0) ptx::mbar_arrive(o_full);
+      ptx::mbar_arrive(o_full);
     }
     Epilogue::tile_done(ep, c, m0, BM, p.S_q, ctid, pending);
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // the next tile's staging overwrites the rows
