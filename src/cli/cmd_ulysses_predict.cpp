@@ -19,7 +19,7 @@ namespace {
 struct UlyssesPredictArgs {
   std::string report;
   std::vector<std::string> profiles;  // empty: the profile the report names
-  std::string local_profile = "h200-local";  // whose store T0 the attention-only time contains
+  std::string local_profile;  // whose store T0 the attention-only time contains; "": the report's, else h200-local
   OutputFlags out;
 };
 
@@ -59,10 +59,17 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
   const std::vector<std::string> names =
       a.profiles.empty() ? std::vector<std::string>{field<std::string>(rep, "profile", a.report)} : a.profiles;
 
-  // The attention-only run stored into the GPU's own memory, whichever path the profiles describe.
+  // The attention-only run stored into the GPU's own memory, whichever path
+  // the profiles describe: the profile the report says it used for that
+  // (reports before it had none: h200-local).
+  const std::string local_name = !a.local_profile.empty() ? a.local_profile
+                                 : rep.contains("local_profile") && rep["local_profile"].is_string() &&
+                                         rep["local_profile"] != "none"
+                                     ? rep["local_profile"].get<std::string>()
+                                     : std::string("h200-local");
   const Profile local = [&] {
     try {
-      return load_profile(a.local_profile);
+      return load_profile(local_name);
     } catch (const Error& e) {
       throw Error(fmt::format("--local-profile: {}", e.what()));
     }
@@ -120,8 +127,8 @@ void add_ulysses_predict_command(CLI::App& app) {
   sub->add_option("--profile", a->profiles,
                   "Profiles to predict with (names or files; repeatable; default: the one the report used)");
   sub->add_option("--local-profile", a->local_profile,
-                  "Profile of the GPU's own memory, whose store T0 the attention-only time contains (name or file)")
-      ->capture_default_str();
+                  "Profile of the GPU's own memory, whose store T0 the attention-only time contains (name or file; "
+                  "default: the report's, else h200-local)");
   add_output_flags(sub, a->out);
   sub->callback([a] { run_ulysses_predict(*a); });
 }

@@ -302,7 +302,9 @@ struct UlyssesAttention::Impl {
     if (run.paced_rows < 0)
       throw Error(fmt::format("ulysses: paced rows: expected >= 0 (0: the default {}), got {}", kDefaultPacedRows,
                               run.paced_rows));
-    ep.paced_min_rows = run.paced_rows > 0 ? run.paced_rows : kDefaultPacedRows;
+    // Slices of more rows than a tile has send it whole: the cap changes
+    // nothing else and keeps the kernels' rows + paced_min_rows - 1 in range.
+    ep.paced_min_rows = std::min(run.paced_rows > 0 ? run.paced_rows : kDefaultPacedRows, bm);
     const attention::Completion timings[] = {attention::Completion::lagged, attention::Completion::eager,
                                              attention::Completion::at_exit};
     const auto completion = run.variant == UlyssesVariant::coupled ? attention::Completion::coupled

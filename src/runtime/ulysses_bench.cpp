@@ -10,6 +10,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runtime/timing.hpp"
 #include "xstage/error.hpp"
@@ -64,13 +65,25 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
     if (r < 1) throw Error(fmt::format("--paced-rows: expected rows >= 1, got {}", r));
   if (o.kernel != AttentionKernel::mma_sync && o.kernel != AttentionKernel::wgmma_pingpong)
     throw Error(fmt::format("--kernel {}: the fused attention runs on mma or wgmma", to_string(o.kernel)));
-  // Every store path asked for runs fused with one of the flag timings asked for.
+  // Every store path asked for runs in one of the fused variants asked for,
+  // with one of the flag timings asked for (coupled has its own timing):
+  // else the sweep would leave it out without a word.
   const auto flags = o.flags.empty() ? std::vector{FlagTiming::at_exit} : o.flags;
+  const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::fused, UlyssesVariant::coupled} : o.variants;
   for (EpilogueStore st : o.stores) {
-    std::optional<std::string> why;
-    for (FlagTiming ft : flags)
-      if (!(why = ulysses_combination_error(st, UlyssesVariant::fused, ft, o.kernel))) break;
-    if (why) throw Error(fmt::format("--stores {} with --kernel {}: {}", to_string(st), to_string(o.kernel), *why));
+    bool runs = false;
+    std::vector<std::string> why;  // each reason once
+    for (UlyssesVariant v : variants)
+      for (FlagTiming ft : flags) {
+        if (!is_fused(v)) continue;
+        const auto e = ulysses_combination_error(st, v, ft, o.kernel);
+        runs = runs || !e;
+        if (e && std::find(why.begin(), why.end(), *e) == why.end()) why.push_back(*e);
+      }
+    if (why.empty() && !runs) why.push_back("no fused or coupled variant asked for (--variants)");
+    if (!runs)
+      throw Error(fmt::format("--stores {} runs with none of the variants and flag timings asked for (kernel {}): {}",
+                              to_string(st), to_string(o.kernel), fmt::join(why, "; ")));
   }
   if (o.profile.empty()) o.profile = default_ulysses_profile(o.world.backend, o.world.placement);
   if (o.profile != "none") {

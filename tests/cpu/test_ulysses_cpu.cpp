@@ -259,8 +259,9 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --kernel wgmma-n192", "--kernel wgmma-n192: the fused attention runs on mma or wgmma");
   expect_error("ulysses --kernel tensor", "attention kernel: expected auto, mma, wgmma");
   expect_error("ulysses --paced-rows 0", "--paced-rows: expected rows >= 1, got 0");
-  expect_error("ulysses --stores vector16-wt",
-               "--stores vector16-wt with --kernel wgmma-pingpong: store path vector16-wt runs on the mma attention kernel only");
+  expect_error("ulysses --stores vector16-wt", "store path vector16-wt runs on the mma attention kernel only");
+  expect_error("ulysses --stores paced-bulk --variants coupled", "has no coupled form");
+  expect_error("ulysses --stores paced --variants attention-only,sequential", "no fused or coupled variant asked for");
   expect_error("ulysses --stores paced-bulk --kernel mma", "the mma kernel has none");
   expect_error("ulysses --stores paced-bulk --flags lagged,eager", "publishes its flags at exit only, not eager");
 }

@@ -125,6 +125,26 @@ TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
   }
 }
 
+TEST(UlyssesEmulatedPaced, FewerKvStepsThanTheLoadersRingWithSeveralTilesACta) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  // 1 and 2 KV steps a tile (fewer than the ring's stages: the slices are due
+  // while the loader is already past them) and 400-800 tiles on the H200's
+  // 132 CTAs; S = 100 and 200 split unevenly over 4 ranks (chunk 25 and 50),
+  // so tiles straddle shard boundaries too.
+  auto world = World::create({Backend::emulated, 4, Placement::device, 0});
+  for (int64_t S : {100, 200}) {
+    UlyssesAttention ua(*world, 1, 400, 128, S);
+    ua.set_sequence(S);
+    ua.fill_inputs(uint64_t(500 + S));
+    for (EpilogueStore s : {EpilogueStore::paced, EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
+      for (int rows : {1, kDefaultPacedRows, 2147483647}) {  // the last: capped at a tile on the host
+        UlyssesRun r{UlyssesVariant::fused};
+        r.store = s, r.flags = FlagTiming::at_exit, r.paced_rows = rows, r.timeout_s = 20;
+        EXPECT_EQ(ua.check_against_local(r), "") << to_string(s) << " S " << S << " rows " << rows;
+      }
+  }
+}
+
 TEST(UlyssesEmulatedReceivers, AWaitThatTimesOutNamesRankFlagAndValues) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   auto world = World::create({Backend::emulated, 2, Placement::device, 0});

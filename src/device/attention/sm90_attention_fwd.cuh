@@ -19,6 +19,7 @@
 #include "device/attention/attention_params.hpp"
 #include "device/attention/config.cuh"
 #include "device/attention/epilogue_local.cuh"
+#include "device/attention/epilogue_traits.cuh"
 #include "device/attention/mma_bf16.cuh"
 #include "device/attention/online_softmax.cuh"
 #include "device/attention/tile_loader.cuh"
@@ -34,6 +35,8 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
   using Cfg = Sm90AttnFwdConfig<D>;
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, ST = Cfg::SMEM_STRIDE, THREADS = Cfg::THREADS;
   static_assert(Cfg::STAGES == 2, "sm90_bf16_attention_fwd: the mainloop is written for double buffering");
+  static_assert(!ProducerSends<Epilogue>::value,
+                "sm90_bf16_attention_fwd: no producer warp here to send the rows (the wgmma kernel has one)");
 
   extern __shared__ __align__(128) uint16_t smem[];
   uint16_t* sq = smem;                                    // [BM][ST]; reused to stage O

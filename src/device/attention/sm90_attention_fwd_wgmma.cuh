@@ -34,13 +34,13 @@
 // finish once the CTA has no tiles left.
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include <cuda.h>
 
 #include "device/attention/attention_params.hpp"
 #include "device/attention/config_wgmma.cuh"
 #include "device/attention/epilogue_local.cuh"
+#include "device/attention/epilogue_traits.cuh"
 #include "device/attention/online_softmax.cuh"
 #include "device/attention/tile_scheduler.cuh"
 #include "device/ptx/math.cuh"
@@ -147,13 +147,6 @@ __device__ __forceinline__ void pack_p(uint32_t (&pf)[BN / 16][4], const float (
   }
 }
 
-// Whether an epilogue policy has a warp of the producer warpgroup send the
-// staged rows (kProducerSends: epilogue_ulysses_producer_paced.cuh).
-template <class E, class = void>
-struct ProducerSends : std::false_type {};
-template <class E>
-struct ProducerSends<E, std::void_t<decltype(E::kProducerSends)>> : std::bool_constant<E::kProducerSends> {};
-
 }  // namespace wgmma_detail
 
 template <int D, class Epilogue, class Scheduler, int SCHEDULE = kWgmmaPingpong, int BLOCK_N = kWgmmaDefaultBlockN<D>,
@@ -178,7 +171,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   // The staging buffer's hand-over when the producer sends the rows (kSends).
   uint64_t* o_full = bars + 2 + 4 * STAGES;
   uint64_t* o_empty = o_full + 1;
-  constexpr bool kSends = wgmma_detail::ProducerSends<Epilogue>::value;
+  constexpr bool kSends = ProducerSends<Epilogue>::value;
   uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
   // KV steps the loader has issued, over the CTA's tiles (the sender's pace;
   // written and read with atomics: plain volatile accesses are a data race).
