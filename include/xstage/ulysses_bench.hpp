@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "xstage/device.hpp"
+#include "xstage/profile.hpp"
 #include "xstage/ulysses.hpp"
 
 namespace xstage {
@@ -88,6 +89,11 @@ struct UlyssesBenchReport {
 void validate_ulysses_options(UlyssesBenchOptions& o);
 // The profile the prediction uses for a placement and backend ("" when none fits).
 std::string default_ulysses_profile(Backend b, Placement p);
+// Every attention-only run stores into the GPU's own memory, whatever the placement.
+inline constexpr const char* kDefaultLocalProfile = "h200-local";
+// load_profile, with an error that names --local-profile (where a default
+// chose the profile, its name alone would not say where it came from).
+Profile load_local_profile(const std::string& name);
 // Throws xstage::Error when there is no GPU, a check fails, or CUDA fails.
 UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o);
 

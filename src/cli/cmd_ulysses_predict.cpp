@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "xstage/error.hpp"
+#include "xstage/ulysses_bench.hpp"
 #include "xstage/ulysses_prediction.hpp"
 #include "xstage/units.hpp"
 
@@ -66,14 +67,8 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
                                  : rep.contains("local_profile") && rep["local_profile"].is_string() &&
                                          rep["local_profile"] != "none"
                                      ? rep["local_profile"].get<std::string>()
-                                     : std::string("h200-local");
-  const Profile local = [&] {
-    try {
-      return load_profile(local_name);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--local-profile: {}", e.what()));
-    }
-  }();
+                                     : std::string(kDefaultLocalProfile);
+  const Profile local = load_local_profile(local_name);
 
   nlohmann::json out = nlohmann::json::array();
   Table t({"profile", "S", "attn-only", "fused", "predicted", "residual", "pred. residual", "sequential",

@@ -24,13 +24,6 @@ std::string default_ulysses_profile(Backend b, Placement p) {
   return p == Placement::host ? "h200-host-pcie" : "h200-peer";
 }
 
-namespace {
-
-// Every attention-only run stores into the GPU's own memory, whatever the placement.
-constexpr const char* kDefaultLocalProfile = "h200-local";
-
-// The error names the option: where the default chose the profile, the
-// profile's name alone would not say where it came from.
 Profile load_local_profile(const std::string& name) {
   try {
     return load_profile(name);
@@ -38,8 +31,6 @@ Profile load_local_profile(const std::string& name) {
     throw Error(fmt::format("--local-profile: {}", e.what()));
   }
 }
-
-}  // namespace
 
 void validate_ulysses_options(UlyssesBenchOptions& o) {
   resolve_world_ranks(o.world, 8);
