@@ -122,6 +122,34 @@ __device__ __forceinline__ RowRun row_run(const UlyssesStoreParams& p, const Til
   return {row_address(p, c, row0, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
 }
 
+// The paced paths' plan for a tile's `rows` rows over the next tile's n KV
+// steps: m = min(n, ceil(rows / min_rows)) slices of ceil(rows / m) rows, n / m
+// steps apart, the last at step m (n / m) - 1 <= n - 1.
+struct PacedPlan {
+  int interval, slice;
+};
+__device__ __forceinline__ PacedPlan paced_plan(int rows, int min_rows, int n) {
+  const int most = (rows + min_rows - 1) / min_rows;
+  const int m = most < n ? most : n;
+  return {n / m, (rows + m - 1) / m};
+}
+
+// Staged rows [lo, hi) of tile c (first row m0) to their destinations in
+// 16-byte chunks, thread tid of THREADS, consecutive threads on consecutive
+// chunks of a row.
+template <int D, int SMEM_STRIDE, int THREADS>
+__device__ __forceinline__ void store_staged_chunks(const UlyssesStoreParams& p, const TileCoord& c, int m0,
+                                                    const RowRun& dst, const uint16_t* so, int lo, int hi, int tid) {
+  constexpr int CHUNKS_PER_ROW = D / 8;
+  const int chunks = (hi - lo) * CHUNKS_PER_ROW;
+  for (int k = tid; k < chunks; k += THREADS) {
+    const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
+    const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
+    uint16_t* row = dst.covers(r) ? dst.base + int64_t(r) * dst.pitch : row_address(p, c, int64_t(m0) + r, D);
+    ptx::st_global_v4_b32(row + col, v);
+  }
+}
+
 // A system-scope load: served by the memory that owns the address, not a cache.
 __device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const void* p) {
   uint32_t v;

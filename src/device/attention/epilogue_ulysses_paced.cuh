@@ -52,9 +52,9 @@ struct UlyssesPacedEpilogue {
   __device__ __forceinline__ static void store_rows(const Params&, const TileCoord&, int, int, const uint16_t*, int) {}
   __device__ __forceinline__ static void store_lse(const Params&, const TileCoord&, int, int, int, float) {}
 
-  // KV step j of n of the next tile. At step 0 the plan: m = min(n,
-  // ceil(rows / paced_min_rows)) sends of ceil(rows / m) rows, n / m steps
-  // apart, the last at step m (n / m) - 1 <= n - 1. Sends of at least
+  // KV step j of n of the next tile. At step 0 the plan (paced_plan in
+  // epilogue_ulysses.cuh: sends of ceil(rows / m) rows, n / m steps apart,
+  // the last by step n - 1). Sends of at least
   // paced_min_rows rows, because the per-step bookkeeping of the first
   // version (rows due at every step) cost the wgmma kernel ~40 instructions a
   // warp a step, 4-5% of it (docs/perf-log.md, f8).
@@ -63,10 +63,9 @@ struct UlyssesPacedEpilogue {
                                                        int n, int tid) {
     if (j != pend.next_step) return;
     if (!pend.planned) {  // j == 0: tile_done set next_step to 0
-      const int most = (pend.rows + p.paced_min_rows - 1) / p.paced_min_rows;
-      const int m = most < n ? most : n;
-      pend.interval = n / m;
-      pend.slice = (pend.rows + m - 1) / m;
+      const ulysses_detail::PacedPlan plan = ulysses_detail::paced_plan(pend.rows, p.paced_min_rows, n);
+      pend.interval = plan.interval;
+      pend.slice = plan.slice;
       pend.planned = true;
       pend.next_step = pend.interval - 1;
       if (pend.next_step != 0) return;
@@ -118,16 +117,8 @@ struct UlyssesPacedEpilogue {
  private:
   template <int D, int SMEM_STRIDE, int THREADS>
   __device__ __forceinline__ static void send(const Params& p, Pending& pend, const uint16_t* so, int hi, int tid) {
-    constexpr int CHUNKS_PER_ROW = D / 8;  // 16-byte chunks; consecutive threads on consecutive chunks
     const int lo = pend.sent;
-    const int chunks = (hi - lo) * CHUNKS_PER_ROW;
-    for (int k = tid; k < chunks; k += THREADS) {
-      const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
-      const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
-      uint16_t* row = pend.dst.covers(r) ? pend.dst.base + int64_t(r) * pend.dst.pitch
-                                         : ulysses_detail::row_address(p, pend.c, int64_t(pend.m0) + r, D);
-      ptx::st_global_v4_b32(row + col, v);
-    }
+    ulysses_detail::store_staged_chunks<D, SMEM_STRIDE, THREADS>(p, pend.c, pend.m0, pend.dst, so, lo, hi, tid);
     if (hi > lo) pend.sent = hi;
   }
 

@@ -88,9 +88,9 @@ struct UlyssesProducerPacedEpilogue {
   // grows, so a late sender never waits for a step that has passed). The
   // loader runs at most STAGES steps ahead of the consumers, so the slices
   // go out at the consumers' pace. The CTA's last tile is sent at once.
-  // m = min(n, ceil(rows / paced_min_rows)) slices of ceil(rows / m) rows,
-  // n / m steps apart: the last one at step m (n / m) - 1 <= n - 1 of tile
-  // k+1, before the consumers, at the end of that tile, wait for the buffer.
+  // The slices are `paced`'s (paced_plan): the last one goes by step n - 1
+  // of tile k+1, before the consumers, at the end of that tile, wait for the
+  // buffer.
   template <int D, int SMEM_STRIDE, class Scheduler>
   __device__ __forceinline__ static void sender(const Params& p, const Scheduler& sched, int n_kv, int block_m,
                                                 const uint16_t* so, uint64_t* o_full, uint64_t* o_empty,
@@ -112,9 +112,7 @@ struct UlyssesProducerPacedEpilogue {
         ptx::mbar_arrive(o_empty);  // every lane: the consumers publish the flags after all 32
         return;
       }
-      const int most = (rows + p.paced_min_rows - 1) / p.paced_min_rows;
-      const int m = most < n_kv ? most : n_kv;
-      const int interval = n_kv / m, slice = (rows + m - 1) / m;
+      const auto [interval, slice] = ulysses_detail::paced_plan(rows, p.paced_min_rows, n_kv);
       const uint32_t base = (k + 1) * uint32_t(n_kv);  // tile k+1's first step
       for (int i = 0, lo = 0; lo < rows; ++i, lo += slice) {
         const uint32_t due = base + uint32_t((i + 1) * interval);  // step (i+1) interval - 1 issued
@@ -138,21 +136,15 @@ struct UlyssesProducerPacedEpilogue {
                                               int lane) {
     static_assert((D * 2) % 16 == 0 && (SMEM_STRIDE * 2) % 16 == 0,
                   "bulk copies and 16-byte stores need 16-byte multiples and 16-byte aligned rows");
-    auto row_ptr = [&](int r) {
-      return dst.covers(r) ? dst.base + int64_t(r) * dst.pitch
-                           : ulysses_detail::row_address(p, c, int64_t(m0) + r, D);
-    };
     if constexpr (kBulk) {
-      for (int r = lo + lane; r < hi; r += 32) ptx::bulk_store_s2g(row_ptr(r), so + r * SMEM_STRIDE, D * 2);
+      for (int r = lo + lane; r < hi; r += 32) {
+        uint16_t* row = dst.covers(r) ? dst.base + int64_t(r) * dst.pitch
+                                      : ulysses_detail::row_address(p, c, int64_t(m0) + r, D);
+        ptx::bulk_store_s2g(row, so + r * SMEM_STRIDE, D * 2);
+      }
       ptx::bulk_commit_group();
     } else {
-      constexpr int CHUNKS_PER_ROW = D / 8;
-      const int chunks = (hi - lo) * CHUNKS_PER_ROW;
-      for (int k = lane; k < chunks; k += 32) {
-        const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
-        const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
-        ptx::st_global_v4_b32(row_ptr(r) + col, v);
-      }
+      ulysses_detail::store_staged_chunks<D, SMEM_STRIDE, 32>(p, c, m0, dst, so, lo, hi, lane);
     }
   }
 };
