@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias
 #   (default: build tests sanitize probe a2a)
 # Stages are whole words ("tests" does not run "utests"). Without the build
 # stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
@@ -198,6 +198,18 @@ if [[ " $stages " == *" upb "* ]]; then  # paced against paced-bulk (perf-log f1
   done
 fi
 
+if [[ " $stages " == *" ubias "* ]]; then  # what a pair's attention-only run follows (perf-log f12): both pairings, timelines
+  for pl in host device; do
+    seqs=$([ $pl = host ] && echo 4096,16384,32768 || echo 4096,16384)
+    for pairing in adjacent settled; do
+      timed "u-bias-$pl-$pairing" 200 $X ulysses --seq $seqs --placement $pl --variants attention-only,fused,coupled \
+        --stores vector16,bulk,paced,paced-bulk,paced-warp --orders linear --flags at-exit -n 31 --max-seconds 2 \
+        --pairing $pairing --timeline "$OUT/r/timeline-$pl-$pairing.csv" -o "$OUT/r/ulysses-bias-$pl-$pairing.json"
+      tail -6 "$OUT/r/u-bias-$pl-$pairing.log" >>"$OUT/r/u-bias-summary.txt"
+    done
+  done
+fi
+
 if [[ " $stages " == *" upbx "* ]]; then  # paced-bulk's cost against its slice count (perf-log f11): a diagnostic
   timed u-pbx 200 $X ulysses --seq 4096,16384 --placement device --variants attention-only,fused \
     --stores bulk,paced,paced-bulk --paced-rows 16,64,1000 --orders linear --flags at-exit -n 15 --max-seconds 1 \
@@ -376,7 +388,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in u-bias u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

@@ -27,6 +27,11 @@ struct UlyssesBenchOptions {
   std::vector<int> paced_rows;           // paced slices to run; empty: the default (kDefaultPacedRows)
   int iters = 10, warmup = 1;
   double max_seconds_per_point = 2.0;  // fewer iterations (at least 3) when one run is long
+  // Paired timing (attention-only among the variants): each pair after one
+  // more attention-only run, so that both of its runs follow one
+  // (docs/perf-log.md, f12); false: the pairs back to back.
+  bool settled_pairs = false;
+  std::string timeline;  // "": none; else every timed run in order, as CSV (S, run, configuration, time_us)
   bool check = false;
   int check_rows = 8;  // rows per rank compared with the fp64 CPU reference
   uint64_t seed = 1;

@@ -20,6 +20,7 @@ namespace {
 
 struct UlyssesArgs {
   std::string backend = "emulated", placement, profile, local_profile, out_file, dump_dir, kernel = "wgmma";
+  std::string pairing = "adjacent", timeline;
   int ranks = -1, iters = 10, warmup = 1, check_rows = 8;
   int64_t batch = 1, heads = 24, head_dim = 128;
   std::vector<int64_t> seqs;
@@ -54,6 +55,10 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   for (const auto& v : a.a2a) o.a2a.push_back(parse_a2a_version(v));
   o.paced_rows = a.paced_rows;
   o.iters = a.iters, o.warmup = a.warmup, o.max_seconds_per_point = a.max_seconds;
+  if (a.pairing != "adjacent" && a.pairing != "settled")
+    throw Error(fmt::format("--pairing: expected adjacent or settled, got '{}'", a.pairing));
+  o.settled_pairs = a.pairing == "settled";
+  o.timeline = a.timeline;
   o.check = a.check, o.check_rows = a.check_rows, o.seed = a.seed, o.timeout_s = a.timeout_s;
   o.profile = a.profile;
   o.local_profile = a.local_profile;
@@ -76,10 +81,11 @@ std::string timing_note(const UlyssesBenchReport& rep, const UlyssesBenchOptions
   if (!paired)
     return fmt::format("interleaved: {}, after {} warm-up round(s); CUDA events; time_us is the median over rounds",
                        rounds, o.warmup);
-  return fmt::format("paired, interleaved: {}, each right after an attention-only run, after {} warm-up round(s); "
-                     "CUDA events; time_us is the median over runs, residuals the median of each run's ratio to the "
-                     "attention-only run just before it",
-                     rounds, o.warmup);
+  return fmt::format("paired, interleaved: {}, each right after an attention-only run{}, after {} warm-up "
+                     "round(s); CUDA events; time_us is the median over runs, residuals the median of each run's "
+                     "ratio to the attention-only run just before it",
+                     rounds, o.settled_pairs ? " that itself follows an attention-only run (settled pairs)" : "",
+                     o.warmup);
 }
 
 nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions& o) {
@@ -216,6 +222,12 @@ void add_ulysses_command(CLI::App& app) {
   sub->add_option("-w,--warmup", a->warmup, "Untimed iterations first")->capture_default_str();
   sub->add_option("--max-seconds", a->max_seconds, "Fewer iterations (>= 3) when a point would take longer")
       ->capture_default_str();
+  sub->add_option("--pairing", a->pairing,
+                  "Paired timing: adjacent (attention-only, then the configuration) or settled (one more "
+                  "attention-only run before each pair, so that both runs of a pair follow one)")
+      ->capture_default_str();
+  sub->add_option("--timeline", a->timeline,
+                  "Also write every timed run, in the order it ran, as CSV to FILE (S, run, config, time_us, after)");
   sub->add_flag("--check", a->check, "Check every variant bit-exactly against the local results, and sampled rows "
                                      "against an fp64 CPU reference (relative error <= 1e-2)");
   sub->add_option("--check-rows", a->check_rows, "Rows per rank for the fp64 check")->capture_default_str();

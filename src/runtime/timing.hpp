@@ -77,21 +77,39 @@ inline std::vector<double> timed_runs_us(World& w, int warmup, const std::vector
   return t;
 }
 
+// Every run of a timed schedule: per body, its times in the order they ran
+// (`t`) and, in paired timing, the base run just before each (`before`;
+// else empty); and every run in the order it ran (`order`, `flat`).
+struct PairedTimes {
+  std::vector<std::vector<double>> t, before;
+  std::vector<size_t> order;
+  std::vector<double> flat;
+};
+
+// Splits the runs of `order` (times `flat`) by body; with `base` < n, the
+// run before each run of another body is its pair's base run.
+inline PairedTimes split_runs(size_t n, size_t base, std::vector<size_t> order, std::vector<double> flat) {
+  PairedTimes out{std::vector<std::vector<double>>(n), std::vector<std::vector<double>>(n), std::move(order),
+                  std::move(flat)};
+  for (size_t i = 0; i < out.order.size(); ++i) {
+    out.t[out.order[i]].push_back(out.flat[i]);
+    if (base < n && out.order[i] != base) out.before[out.order[i]].push_back(out.flat[i - 1]);  // base came first
+  }
+  return out;
+}
+
 // Times several bodies interleaved: `rounds` rounds, each running every body
 // once (round r starts at body r mod n), back to back on the lead stream, one
 // event pair per run. Slow drifts of the GPU (clock and power settling under
 // a long load) then reach every body alike instead of the ones timed last.
-// Returns times[body][round] in microseconds, each the largest over ranks.
-inline std::vector<std::vector<double>> interleaved_us(World& w, int warmup, int rounds,
-                                                       const std::vector<std::function<void()>>& bodies) {
+// Times in microseconds, each the largest over ranks; no pairs.
+inline PairedTimes interleaved_us(World& w, int warmup, int rounds, const std::vector<std::function<void()>>& bodies) {
   const size_t n = bodies.size();
   std::vector<size_t> order;
   for (int r = 0; r < rounds; ++r)
     for (size_t k = 0; k < n; ++k) order.push_back((k + size_t(r)) % n);
-  const std::vector<double> flat = timed_runs_us(w, warmup, bodies, order);
-  std::vector<std::vector<double>> t(n);
-  for (size_t i = 0; i < order.size(); ++i) t[order[i]].push_back(flat[i]);
-  return t;
+  std::vector<double> flat = timed_runs_us(w, warmup, bodies, order);
+  return split_runs(n, n, std::move(order), std::move(flat));
 }
 
 // Times every body right after a run of body `base` (attention-only): each
@@ -100,22 +118,15 @@ inline std::vector<std::vector<double>> interleaved_us(World& w, int warmup, int
 // shares the GPU's clock and power state, so b / base - 1 of a pair is free of
 // the drift that interleaving alone leaves between two runs of one round:
 // under the H200's power cap the SM clock moves by several percent within a
-// second (docs/perf-log.md, f7, f10). Returns, per body, its times by round
-// (`t`; for base, every run of it) and, for the others, the base run just
-// before each (`before`).
-struct PairedTimes {
-  std::vector<std::vector<double>> t, before;
-};
+// second (docs/perf-log.md, f7, f10). settled: one more run of base before
+// each pair (paired_schedule). Returns, per body, its times by round (`t`;
+// for base, every run of it) and, for the others, the base run just before
+// each (`before`): PairedTimes.
 inline PairedTimes paired_after_base_us(World& w, int warmup, int rounds, size_t base,
-                                        const std::vector<std::function<void()>>& bodies) {
-  const std::vector<size_t> order = paired_schedule(bodies.size(), base, rounds);
-  const std::vector<double> flat = timed_runs_us(w, warmup, bodies, order);
-  PairedTimes out{std::vector<std::vector<double>>(bodies.size()), std::vector<std::vector<double>>(bodies.size())};
-  for (size_t i = 0; i < order.size(); ++i) {
-    out.t[order[i]].push_back(flat[i]);
-    if (order[i] != base) out.before[order[i]].push_back(flat[i - 1]);  // i > 0: base came first
-  }
-  return out;
+                                        const std::vector<std::function<void()>>& bodies, bool settled = false) {
+  std::vector<size_t> order = paired_schedule(bodies.size(), base, rounds, settled);
+  std::vector<double> flat = timed_runs_us(w, warmup, bodies, order);
+  return split_runs(bodies.size(), base, std::move(order), std::move(flat));
 }
 
 // The median of a sample (the upper one of an even count, as median_us).

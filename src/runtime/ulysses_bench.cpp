@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <optional>
 
@@ -18,6 +20,41 @@
 #include "xstage/ulysses_prediction.hpp"
 
 namespace xstage {
+
+namespace {
+
+// "fused paced(16)/linear/at-exit", "sequential copy-engine", "attention-only".
+std::string config_label(const UlyssesBenchRow& r) {
+  if (r.variant == "sequential") return r.variant + " " + r.a2a;
+  if (r.store == "-") return r.variant;
+  return r.variant + " " + r.store + (r.paced_rows > 0 ? fmt::format("({})", r.paced_rows) : "") + "/" + r.order +
+         "/" + r.flags;
+}
+
+// Every timed run of one S in the order it ran: S, run, configuration, time,
+// and the configuration of the run before it.
+void append_timeline(std::string& csv, int64_t S, const PairedTimes& timed, const std::vector<UlyssesBenchRow>& rows,
+                     size_t first_row) {
+  if (csv.empty()) csv = "S,run,config,time_us,after\n";
+  for (size_t i = 0; i < timed.order.size(); ++i)
+    csv += fmt::format("{},{},{},{:.3f},{}\n", S, i, config_label(rows[first_row + timed.order[i]]), timed.flat[i],
+                       i > 0 ? config_label(rows[first_row + timed.order[i - 1]]) : "-");
+}
+
+// Written aside and renamed: never half a file.
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw Error(fmt::format("{} {}: cannot open for writing", what, tmp));
+    f << text;
+    if (!f) throw Error(fmt::format("{} {}: write failed", what, tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(fmt::format("{} {}: cannot rename {} into place", what, path, tmp));
+}
+
+}  // namespace
 
 std::string default_ulysses_profile(Backend b, Placement p) {
   if (b == Backend::emulated) return p == Placement::host ? "h200-host-pcie" : "h200-local";
@@ -120,6 +157,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   rep.kernel = to_string(o.kernel);
   rep.tiles_concurrent = ua.concurrent_tiles_per_gpu();
   rep.block_m = ua.block_m();
+  std::string timeline;  // o.timeline's CSV, written once every S has run
 
   for (int64_t S : o.seqs) {
     ua.set_sequence(S);
@@ -215,7 +253,8 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     // also holds one attention-only run per other configuration.
     double round_s = 0;
     for (double x : once_s) round_s += x;
-    if (att_row && runs.size() > 1) round_s += double(runs.size() - 2) * once_s[*att_row - first_row];
+    if (att_row && runs.size() > 1)
+      round_s += double(o.settled_pairs ? 2 * runs.size() - 3 : runs.size() - 2) * once_s[*att_row - first_row];
     const int rounds =
         std::clamp(int(o.max_seconds_per_point * double(runs.size()) / std::max(round_s, 1e-6)), std::min(3, o.iters),
                    o.iters);
@@ -223,11 +262,11 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     for (const UlyssesRun& run : runs) bodies.push_back([&ua, &run] { ua.enqueue(run); });
     PairedTimes timed;
     if (att_row) {
-      timed = paired_after_base_us(w, o.warmup, rounds, *att_row - first_row, bodies);
+      timed = paired_after_base_us(w, o.warmup, rounds, *att_row - first_row, bodies, o.settled_pairs);
     } else {
-      timed.t = interleaved_us(w, o.warmup, rounds, bodies);
-      timed.before.assign(runs.size(), {});
+      timed = interleaved_us(w, o.warmup, rounds, bodies);
     }
+    if (!o.timeline.empty()) append_timeline(timeline, S, timed, rep.rows, first_row);
     const auto& times = timed.t;
     ua.check_receivers();
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -301,6 +340,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     }
     rep.summary.push_back(sum);
   }
+  if (!o.timeline.empty() && rep.leader) write_file(o.timeline, timeline, "--timeline");
   return rep;
 }
 

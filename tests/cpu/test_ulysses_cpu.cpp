@@ -299,6 +299,12 @@ TEST(UlyssesCli, WithoutAGpuSaysSoOnOneLine) {
   EXPECT_NE(r.out.find("ulysses: no CUDA GPU visible"), std::string::npos) << r.out;
 }
 
+TEST(UlyssesCli, RefusesAnUnknownPairingBeforeLookingForAGpu) {
+  const CliRun r = run_cli("ulysses --seq 4096 --pairing sideways");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--pairing: expected adjacent or settled, got 'sideways'"), std::string::npos) << r.out;
+}
+
 }  // namespace
 
 TEST(UlyssesKernelShape, CountsTilesAndPayloadAsTheKernelRunsThem) {
@@ -415,6 +421,34 @@ TEST(PairedTiming, EveryOtherRunFollowsARunOfTheBaseAndEachRunsOnceARound) {
         EXPECT_EQ(runs[b], b == base ? (n == 1 ? rounds : int(n - 1) * rounds) : rounds) << b;
       // The rounds start one body further along each time.
       if (n > 2) EXPECT_NE(who[1], who[2 * (n - 1) + 1]);
+    }
+}
+
+TEST(PairedTiming, SettledPairsFollowARunOfTheBaseBothOfThem) {
+  for (size_t n : {1u, 2u, 5u})
+    for (size_t base : {size_t(0), n - 1}) {
+      const int rounds = 3;
+      const auto who = xstage::paired_schedule(n, base, rounds, /*settled=*/true);
+      ASSERT_EQ(who.size(), n == 1 ? size_t(rounds) : 3 * (n - 1) * rounds) << n << " " << base;
+      std::vector<int> runs(n, 0);
+      for (size_t i = 0; i < who.size(); ++i) {
+        ASSERT_LT(who[i], n);
+        ++runs[who[i]];
+        if (who[i] != base) {
+          ASSERT_GE(i, 2u);
+          EXPECT_EQ(who[i - 1], base) << "run " << i << " of n = " << n;
+          EXPECT_EQ(who[i - 2], base) << "run " << i << " of n = " << n;
+        }
+      }
+      for (size_t b = 0; b < n; ++b)
+        EXPECT_EQ(runs[b], b == base ? (n == 1 ? rounds : 2 * int(n - 1) * rounds) : rounds) << b;
+      // The same configurations in the same order as adjacent pairs.
+      std::vector<size_t> settled_others, adjacent_others;
+      for (size_t x : who)
+        if (x != base) settled_others.push_back(x);
+      for (size_t x : xstage::paired_schedule(n, base, rounds))
+        if (x != base) adjacent_others.push_back(x);
+      EXPECT_EQ(settled_others, adjacent_others);
     }
 }
 
