@@ -136,10 +136,10 @@ if [[ " $stages " == *" ucheck "* || " $stages " == *" usan "* ]]; then  # fused
     timed "san-$tool-ulysses" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
       $X $u_small --stores vector16,bulk,paced,paced-bulk,paced-warp --head-dim 64 --placement host
   done
-  for tool in memcheck racecheck synccheck; do  # paced-bulk: the producer's hand-over, several tiles a CTA
+  for tool in memcheck racecheck synccheck; do  # bulk and the producer's hand-over, several tiles a CTA
     timed "san-$tool-ulysses-pb" 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
       $X ulysses --ranks 4 --heads 4 --seq 4999 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 \
-      --stores paced-bulk,paced-warp --flags at-exit --paced-rows 1,16 --variants fused --head-dim 128 --placement host
+      --stores bulk,paced-bulk,paced-warp --flags at-exit --paced-rows 1,16 --variants fused --head-dim 128 --placement host
   done
   timed san-memcheck-ulysses128 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
     $X $u_small --stores vector16,bulk,paced,paced-bulk,paced-warp --head-dim 128 --placement device
@@ -193,7 +193,7 @@ fi
 if [[ " $stages " == *" upb "* ]]; then  # paced against paced-bulk (perf-log f11): a quick paired look, both placements
   for pl in host device; do
     timed "u-pb-$pl" 200 $X ulysses --seq 4096,16384,32768 --placement $pl --variants attention-only,fused \
-      --stores bulk,paced,paced-bulk,paced-warp --orders linear --flags at-exit -n 15 --max-seconds 1 -o "$OUT/r/ulysses-pb-$pl.json"
+      --stores vector16,bulk,paced,paced-bulk,paced-warp --orders linear --flags at-exit -n 15 --max-seconds 1 -o "$OUT/r/ulysses-pb-$pl.json"
     tail -9 "$OUT/r/u-pb-$pl.log" >"$OUT/r/u-pb-$pl-summary.txt"
   done
 fi
@@ -388,7 +388,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in u-bias u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

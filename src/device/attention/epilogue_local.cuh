@@ -82,9 +82,11 @@ struct LocalStoreEpilogue {
   __device__ __forceinline__ static void before_store(const Params&, Pending&, int /*tid*/) {}
   __device__ __forceinline__ static void tile_done(const Params&, const TileCoord&, int /*m0*/, int /*block_m*/,
                                                    int /*S_q*/, int /*tid*/, Pending&) {}
-  template <int THREADS, class Scheduler>
+  // finish: `bar` synchronises the epilogue threads, for a policy that must
+  // order every thread's work before it publishes.
+  template <int THREADS, class Scheduler, class Bar>
   __device__ __forceinline__ static void finish(const Params&, Pending&, const Scheduler&, int /*block_m*/,
-                                                int /*S_q*/, int /*tid*/) {}
+                                                int /*S_q*/, int /*tid*/, Bar&&) {}
   template <int THREADS, class Bar>
   __device__ __forceinline__ static void receive(const Params&, int /*tid*/, Bar&&) {}
 };

@@ -30,9 +30,15 @@
 //                        _wt and _cs: the same with the write-through or the
 //                        streaming cache operator;
 //   StorePath::bulk      lanes 0..15 each send one staged row with a TMA bulk
-//                        copy (cp.async.bulk shared -> global) and wait for the
-//                        group before the barrier (the flag must not overtake
-//                        the data; the async proxy is not covered by release).
+//                        copy (cp.async.bulk shared -> global). Before the
+//                        barrier each waits until its copies have read the
+//                        staged rows; the flag must not overtake the data, and
+//                        a release does not cover the async proxy, so with a
+//                        tile's flags right behind it (eager, lagged, coupled)
+//                        it waits until they have written them, while at exit
+//                        that wait comes once, in finish, before the flags.
+//                        (Waiting for the writes of every tile made `bulk` at
+//                        exit as slow as coupled on the PCIe path; perf-log f13.)
 #include <cstdint>
 
 #include "device/attention/epilogue_local.cuh"
@@ -221,9 +227,13 @@ struct UlyssesStoreEpilogue {
       if (lane < 16 && row < S_q)
         ptx::bulk_store_s2g(ulysses_detail::row_address(p, c, row, D), srows + lane * SMEM_STRIDE, D * 2);
       ptx::bulk_commit_group();
-      ptx::bulk_wait_group_all();  // writes performed: the flag after the barrier may follow
-      // ... and ordered for the generic proxy, in which thread 0's release is made.
-      ptx::fence_proxy_async_global();
+      if constexpr (kCompletion == Completion::at_exit) {
+        ptx::bulk_wait_group_read_all();  // the staged rows may be overwritten; the writes complete in finish
+      } else {
+        ptx::bulk_wait_group_all();  // writes performed: the flag after the barrier may follow
+        // ... and ordered for the generic proxy, in which thread 0's release is made.
+        ptx::fence_proxy_async_global();
+      }
     }
   }
 
@@ -274,10 +284,18 @@ struct UlyssesStoreEpilogue {
   }
 
   // Lagged: the CTA's last tile; its release fence waits for its drain, off
-  // every other tile's path. At exit: every tile of the CTA at once.
-  template <int THREADS, class Scheduler>
+  // every other tile's path. At exit: every tile of the CTA at once; with
+  // bulk copies, after each thread's copies have written their rows (ordered
+  // for the generic proxy) and a barrier: a thread's release covers the
+  // others' copies only through it.
+  template <int THREADS, class Scheduler, class Bar>
   __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
-                                                int, int tid) {
+                                                int, int tid, Bar&& bar) {
+    if constexpr (kPath == StorePath::bulk && kCompletion == Completion::at_exit) {
+      ptx::bulk_wait_group_all();
+      ptx::fence_proxy_async_global();
+      bar();
+    }
     ulysses_detail::finish_flags<kCompletion, THREADS>(p, sched, block_m, tid, [&] { publish(p, pend); });
   }
 

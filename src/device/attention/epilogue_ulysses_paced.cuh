@@ -103,9 +103,9 @@ struct UlyssesPacedEpilogue {
   }
 
   // After the last flush: the CTA's last tile.
-  template <int THREADS, class Scheduler>
+  template <int THREADS, class Scheduler, class Bar>
   __device__ __forceinline__ static void finish(const Params& p, Pending& pend, const Scheduler& sched, int block_m,
-                                                int, int tid) {
+                                                int, int tid, Bar&&) {
     ulysses_detail::finish_flags<kCompletion, THREADS>(p, sched, block_m, tid, [&] { publish(p, pend); });
   }
 

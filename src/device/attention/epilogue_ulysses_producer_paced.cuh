@@ -68,9 +68,9 @@ struct UlyssesProducerPacedEpilogue {
   // Consumers, after their wait for the sender's last o_empty arrival (every
   // copy complete, then fence.proxy.async.global by the sender): every
   // tile's flags at once (a release store is cumulative over that wait).
-  template <int THREADS, class Scheduler>
+  template <int THREADS, class Scheduler, class Bar>
   __device__ __forceinline__ static void finish(const Params& p, Pending&, const Scheduler& sched, int block_m, int,
-                                                int tid) {
+                                                int tid, Bar&&) {
     ulysses_detail::publish_every_tile<THREADS>(p, sched, block_m, tid);
   }
 

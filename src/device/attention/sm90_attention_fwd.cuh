@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
     Epilogue::template flush<D, ST, THREADS>(ep, pending, so, tid);
     __syncthreads();
   }
-  Epilogue::template finish<THREADS>(ep, pending, sched, BM, p.S_q, tid);
+  Epilogue::template finish<THREADS>(ep, pending, sched, BM, p.S_q, tid, [] { __syncthreads(); });
   Epilogue::template receive<THREADS>(ep, tid, [] { __syncthreads(); });
 }
 

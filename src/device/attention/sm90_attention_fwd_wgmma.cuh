@@ -452,7 +452,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   if constexpr (kSends) {  // every copy of the CTA complete (the producer's last arrival)
     if (tc > 0) ptx::mbar_wait(o_empty, (tc - 1) & 1);
   }
-  Epilogue::template finish<NCT>(ep, pending, sched, BM, p.S_q, ctid);
+  Epilogue::template finish<NCT>(ep, pending, sched, BM, p.S_q, ctid,
+                                 [] { ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT); });
   Epilogue::template receive<NCT>(ep, ctid, [] { ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT); });
 }
 
