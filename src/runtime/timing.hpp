@@ -18,13 +18,15 @@ namespace xstage {
 // then one event pair per iteration; the median, the largest over ranks.
 template <class Body>
 inline double median_us(World& w, int warmup, int iters, Body&& body) {
-  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
+  const int lead = w.device_of(w.local_ranks().front());  // the events' GPU (timed_runs_us)
+  XSTAGE_CUDA(cudaSetDevice(lead));
   std::vector<cudaEvent_t> ev(2 * iters);
   for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
   auto once = [&] {
     w.fork();
     body();
     w.join();
+    XSTAGE_CUDA(cudaSetDevice(lead));
   };
   for (int i = 0; i < warmup; ++i) once();
   w.barrier();
@@ -50,17 +52,24 @@ inline double median_us(World& w, int warmup, int iters, Body&& body) {
 // each run's time in microseconds, the largest over ranks.
 inline std::vector<double> timed_runs_us(World& w, int warmup, const std::vector<std::function<void()>>& bodies,
                                          const std::vector<size_t>& order) {
-  XSTAGE_CUDA(cudaSetDevice(w.device_of(w.local_ranks().front())));
+  // The events belong to the lead stream's GPU: created there, and that GPU
+  // made current again before each record, since a body switches GPUs
+  // (one launch a local rank; an event made on another GPU than its
+  // stream's is an invalid resource handle).
+  const int lead = w.device_of(w.local_ranks().front());
+  XSTAGE_CUDA(cudaSetDevice(lead));
+  std::vector<cudaEvent_t> ev(2 * order.size());
+  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
   auto once = [&](size_t b) {
     w.fork();
     bodies[b]();
     w.join();
+    XSTAGE_CUDA(cudaSetDevice(lead));
   };
   for (int i = 0; i < warmup; ++i)
     for (size_t b = 0; b < bodies.size(); ++b) once(b);
   w.barrier();
-  std::vector<cudaEvent_t> ev(2 * order.size());
-  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
+  XSTAGE_CUDA(cudaSetDevice(lead));
   for (size_t i = 0; i < order.size(); ++i) {
     XSTAGE_CUDA(cudaEventRecord(ev[2 * i], w.lead_stream()));
     once(order[i]);

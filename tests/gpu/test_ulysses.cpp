@@ -308,6 +308,23 @@ TEST(UlyssesPeer, EveryVariantEqualsTheLocalResultsPermuted) {
     }
 }
 
+// The command's timing on several GPUs: each body switches GPUs, and the
+// timing's events must stay on the lead stream's (an event created on the
+// last GPU made every peer sweep fail with an invalid resource handle).
+TEST(UlyssesPeer, TheCommandTimesEveryVariantInPairsAcrossGpus) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
+  const int P = gpus_for_test();
+  for (const char* pairing : {"adjacent", "settled"}) {
+    const CliRun r = run_cli("ulysses --backend peer --placement device --ranks " + std::to_string(P) + " --heads " +
+                             std::to_string(2 * P) + " --head-dim 64 --seq 333 --check --check-rows 2 -n 3 -w 1 " +
+                             "--timeout 20 --pairing " + pairing + " --csv");
+    ASSERT_EQ(r.rc, 0) << pairing << "\n" << r.out;
+    int fused = 0;
+    EXPECT_EQ(count_checked_rows(r.out, "fused,", &fused), fused) << r.out;
+    EXPECT_EQ(fused, 3 * 2) << r.out;  // 3 stores x 2 orders
+  }
+}
+
 TEST(UlyssesNccl, LaunchedProcessesCheckEveryVariant) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
 #ifndef XSTAGE_HAVE_NCCL
