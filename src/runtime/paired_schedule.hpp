@@ -7,8 +7,9 @@
 // settled: each pair is preceded by one more run of base, so that both runs
 // of the pair follow a run of base. (Adjacent pairs alone leave the pair's
 // base run after the previous configuration, and the configuration after a
-// base run: under a power cap a run's clock depends on what ran before it;
-// docs/perf-log.md, f12.) Internal to src/runtime.
+// base run; under a power cap a run's clock may depend on what ran before it.
+// Measured on the H200, docs/perf-log.md f12: the residuals agree within a
+// few tenths of a point.) Internal to src/runtime.
 #include <cstddef>
 #include <vector>
 
