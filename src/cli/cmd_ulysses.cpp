@@ -2,13 +2,13 @@
 // variants (attention-only, sequential, fused, coupled), checked, timed and
 // predicted over a sequence-length sweep.
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "util/replace_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 #include "xstage/ulysses_bench.hpp"
@@ -138,18 +138,7 @@ void run_ulysses(const UlyssesArgs& a) {
   const UlyssesBenchReport rep = run_ulysses_bench(o);
   if (!rep.leader) return;
   const nlohmann::json j = to_json(rep, o);
-  if (!a.out_file.empty()) {
-    // Written aside and renamed: never half a file.
-    const std::string tmp = a.out_file + ".tmp";
-    {
-      std::ofstream f(tmp);
-      if (!f) throw Error(fmt::format("-o {}: cannot open for writing", tmp));
-      f << j.dump(2) << "\n";
-      if (!f) throw Error(fmt::format("-o {}: write failed", tmp));
-    }
-    if (std::rename(tmp.c_str(), a.out_file.c_str()) != 0)
-      throw Error(fmt::format("-o {}: cannot rename {} into place", a.out_file, tmp));
-  }
+  if (!a.out_file.empty()) detail::write_file_replacing(a.out_file, j.dump(2) + "\n", "-o");
   switch (a.out.format()) {
     case Format::json: std::cout << j.dump(2) << "\n"; return;
     case Format::csv: {

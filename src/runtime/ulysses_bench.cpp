@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <functional>
 #include <optional>
 
@@ -15,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/timing.hpp"
+#include "util/replace_file.hpp"
 #include "xstage/error.hpp"
 #include "xstage/profile.hpp"
 #include "xstage/ulysses_prediction.hpp"
@@ -39,19 +38,6 @@ void append_timeline(std::string& csv, int64_t S, const PairedTimes& timed, cons
   for (size_t i = 0; i < timed.order.size(); ++i)
     csv += fmt::format("{},{},{},{:.3f},{}\n", S, i, config_label(rows[first_row + timed.order[i]]), timed.flat[i],
                        i > 0 ? config_label(rows[first_row + timed.order[i - 1]]) : "-");
-}
-
-// Written aside and renamed: never half a file.
-void write_file(const std::string& path, const std::string& text, const char* what) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw Error(fmt::format("{} {}: cannot open for writing", what, tmp));
-    f << text;
-    if (!f) throw Error(fmt::format("{} {}: write failed", what, tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(fmt::format("{} {}: cannot rename {} into place", what, path, tmp));
 }
 
 }  // namespace
@@ -340,7 +326,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     }
     rep.summary.push_back(sum);
   }
-  if (!o.timeline.empty() && rep.leader) write_file(o.timeline, timeline, "--timeline");
+  if (!o.timeline.empty() && rep.leader) detail::write_file_replacing(o.timeline, timeline, "--timeline");
   return rep;
 }
 

@@ -402,23 +402,29 @@ TEST(UlyssesPredictCli, LocalProfileSetsTheT0TakenOutOfEachTile) {
   EXPECT_NE(bad.out.find("--local-profile: profile '/nonexistent/local.json'"), std::string::npos) << bad.out;
 }
 
+// Every run of a body but `base` follows `lead` runs of base (1 adjacent, 2
+// settled); each other body runs once a round; one body alone: base once a round.
+static void expect_paired_schedule(const std::vector<size_t>& who, size_t n, size_t base, int rounds, size_t lead) {
+  ASSERT_EQ(who.size(), n == 1 ? size_t(rounds) : (lead + 1) * (n - 1) * rounds) << n << " " << base;
+  std::vector<int> runs(n, 0);
+  for (size_t i = 0; i < who.size(); ++i) {
+    ASSERT_LT(who[i], n);
+    ++runs[who[i]];
+    if (who[i] != base) {
+      ASSERT_GE(i, lead);
+      for (size_t k = 1; k <= lead; ++k) EXPECT_EQ(who[i - k], base) << "run " << i << " of n = " << n;
+    }
+  }
+  for (size_t b = 0; b < n; ++b)
+    EXPECT_EQ(runs[b], b == base ? (n == 1 ? rounds : int(lead * (n - 1)) * rounds) : rounds) << b;
+}
+
 TEST(PairedTiming, EveryOtherRunFollowsARunOfTheBaseAndEachRunsOnceARound) {
   for (size_t n : {1u, 2u, 5u})
     for (size_t base : {size_t(0), n - 1}) {
       const int rounds = 4;
       const auto who = xstage::paired_schedule(n, base, rounds);
-      ASSERT_EQ(who.size(), n == 1 ? size_t(rounds) : 2 * (n - 1) * rounds) << n << " " << base;
-      std::vector<int> runs(n, 0);
-      for (size_t i = 0; i < who.size(); ++i) {
-        ASSERT_LT(who[i], n);
-        ++runs[who[i]];
-        if (who[i] != base) {
-          ASSERT_GT(i, 0u);
-          EXPECT_EQ(who[i - 1], base) << "run " << i << " of n = " << n;
-        }
-      }
-      for (size_t b = 0; b < n; ++b)
-        EXPECT_EQ(runs[b], b == base ? (n == 1 ? rounds : int(n - 1) * rounds) : rounds) << b;
+      expect_paired_schedule(who, n, base, rounds, 1);
       // The rounds start one body further along each time.
       if (n > 2) EXPECT_NE(who[1], who[2 * (n - 1) + 1]);
     }
@@ -429,19 +435,7 @@ TEST(PairedTiming, SettledPairsFollowARunOfTheBaseBothOfThem) {
     for (size_t base : {size_t(0), n - 1}) {
       const int rounds = 3;
       const auto who = xstage::paired_schedule(n, base, rounds, /*settled=*/true);
-      ASSERT_EQ(who.size(), n == 1 ? size_t(rounds) : 3 * (n - 1) * rounds) << n << " " << base;
-      std::vector<int> runs(n, 0);
-      for (size_t i = 0; i < who.size(); ++i) {
-        ASSERT_LT(who[i], n);
-        ++runs[who[i]];
-        if (who[i] != base) {
-          ASSERT_GE(i, 2u);
-          EXPECT_EQ(who[i - 1], base) << "run " << i << " of n = " << n;
-          EXPECT_EQ(who[i - 2], base) << "run " << i << " of n = " << n;
-        }
-      }
-      for (size_t b = 0; b < n; ++b)
-        EXPECT_EQ(runs[b], b == base ? (n == 1 ? rounds : 2 * int(n - 1) * rounds) : rounds) << b;
+      expect_paired_schedule(who, n, base, rounds, 2);
       // The same configurations in the same order as adjacent pairs.
       std::vector<size_t> settled_others, adjacent_others;
       for (size_t x : who)
