@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias kpw
 #   (default: build tests sanitize probe a2a)
 # Stages are whole words ("tests" does not run "utests"). Without the build
 # stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
@@ -265,6 +265,17 @@ if [[ " $stages " == *" kprof "* ]]; then  # Nsight Compute: the local attention
   timed kprof-paced 200 ncu -k regex:UlyssesPacedEpilogue $ncu_args $X $u_prof --variants fused --stores paced
   timed kprof-vec 200 ncu -k regex:UlyssesStoreEpilogue $ncu_args $X $u_prof --variants fused --stores vector16 --flags at-exit
   cat "$OUT/r/kprof-local.log" "$OUT/r/kprof-paced.log" "$OUT/r/kprof-vec.log" >"$OUT/r/kprof.log"
+fi
+
+if [[ " $stages " == *" kpw "* ]]; then  # Nsight Compute: where paced-warp's own cost goes (perf-log f14), S = 4096, device buffers
+  ncu_pw="--clock-control none --kernel-name-base demangled -c 1 --section SpeedOfLight --section WarpStateStats
+    --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis --section SourceCounters
+    --metrics sm__inst_executed.sum,sm__cycles_elapsed.max,smsp__inst_executed_op_global_st.sum,smsp__inst_executed_op_shared_ld.sum"
+  u_pw="ulysses --placement device --seq 4096 --orders linear --flags at-exit -n 1 -w 0 --max-seconds 0.001 --profile none"
+  timed kpw-local 200 ncu -k regex:LocalStoreEpilogue $ncu_pw $X $u_pw --variants attention-only
+  timed kpw-bulk 200 ncu -k regex:UlyssesProducerPacedEpilogue $ncu_pw $X $u_pw --variants fused --stores paced-bulk
+  timed kpw-warp 200 ncu -k regex:UlyssesProducerPacedEpilogue $ncu_pw $X $u_pw --variants fused --stores paced-warp
+  timed kpw-paced 200 ncu -k regex:UlyssesPacedEpilogue $ncu_pw $X $u_pw --variants fused --stores paced
 fi
 
 if [[ " $stages " == *" kcycles "* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
