@@ -268,14 +268,22 @@ if [[ " $stages " == *" kprof "* ]]; then  # Nsight Compute: the local attention
 fi
 
 if [[ " $stages " == *" kpw "* ]]; then  # Nsight Compute: where paced-warp's own cost goes (perf-log f14), S = 4096, device buffers
-  ncu_pw="--clock-control none --kernel-name-base demangled -c 1 --section SpeedOfLight --section WarpStateStats
-    --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis --section SourceCounters
-    --metrics sm__inst_executed.sum,sm__cycles_elapsed.max,smsp__inst_executed_op_global_st.sum,smsp__inst_executed_op_shared_ld.sum"
+  # Stall reasons per issued instruction (all warps), then the stall samples by SASS instruction.
+  ncu_pw="--clock-control none --kernel-name-base demangled -c 1 --section WarpStateStats --section SourceCounters
+    --metrics sm__cycles_elapsed.max,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
   u_pw="ulysses --placement device --seq 4096 --orders linear --flags at-exit -n 1 -w 0 --max-seconds 0.001 --profile none"
-  timed kpw-local 200 ncu -k regex:LocalStoreEpilogue $ncu_pw $X $u_pw --variants attention-only
-  timed kpw-bulk 200 ncu -k regex:UlyssesProducerPacedEpilogue $ncu_pw $X $u_pw --variants fused --stores paced-bulk
-  timed kpw-warp 200 ncu -k regex:UlyssesProducerPacedEpilogue $ncu_pw $X $u_pw --variants fused --stores paced-warp
-  timed kpw-paced 200 ncu -k regex:UlyssesPacedEpilogue $ncu_pw $X $u_pw --variants fused --stores paced
+  for k in local:LocalStoreEpilogue:attention-only: bulk:UlyssesProducerPacedEpilogue:fused:paced-bulk \
+           warp:UlyssesProducerPacedEpilogue:fused:paced-warp paced:UlyssesPacedEpilogue:fused:paced; do
+    IFS=: read -r name kern variant store <<<"$k"
+    timed "kpw-$name" 200 ncu -k regex:$kern $ncu_pw -o "/tmp/kpw-$name" -f $X $u_pw --variants $variant \
+      ${store:+--stores $store}
+    ncu -i "/tmp/kpw-$name.ncu-rep" --page details --print-units base >"$OUT/r/kpw-$name-details.txt" 2>&1
+    ncu -i "/tmp/kpw-$name.ncu-rep" --page source --print-source sass --csv >"$OUT/r/kpw-$name-sass.csv" 2>&1
+  done
+  for name in local bulk warp paced; do
+    echo "== $name"; grep -E "sm__cycles_elapsed.max|issue_stalled" "$OUT/r/kpw-$name-details.txt" |
+      awk '$NF+0 > 0.05' | head -30
+  done >"$OUT/r/kpw-summary.txt"
 fi
 
 if [[ " $stages " == *" kcycles "* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
@@ -399,7 +407,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in kpw u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
