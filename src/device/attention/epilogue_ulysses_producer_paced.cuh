@@ -83,14 +83,19 @@ struct UlyssesProducerPacedEpilogue {
   //
   // Walks the CTA's tiles as the loader does. Tile k's rows are sent in
   // slices during tile k+1's KV steps: slice i once the loader has issued
-  // the loads of step (i + 1) interval - 1 of tile k+1 (`progress`, the KV
-  // steps the loader has issued, counted over the CTA's tiles; it only
-  // grows, so a late sender never waits for a step that has passed). The
-  // loader runs at most STAGES steps ahead of the consumers, so the slices
-  // go out at the consumers' pace. The CTA's last tile is sent at once.
-  // The slices are `paced`'s (paced_plan): the last one goes by step n - 1
-  // of tile k+1, before the consumers, at the end of that tile, wait for the
-  // buffer.
+  // the loads of step i interval of tile k+1, the first step of the slice's
+  // interval (`progress`, the KV steps the loader has issued, counted over
+  // the CTA's tiles; it only grows, so a late sender never waits for a step
+  // that has passed). The loader runs at most STAGES steps ahead of the
+  // consumers, so the slices go out at the consumers' pace. The CTA's last
+  // tile is sent at once. The slices are `paced`'s (paced_plan), each sent
+  // at the start of its interval rather than at its end: the last one then
+  // goes interval - 1 steps before tile k+1's last, not with it. At its end
+  // the consumers wait for the buffer (o_empty), and with the last slice
+  // issued only STAGES steps before that (2 at D = 128), a sender slowed by
+  // its 16-byte sends kept them waiting: paced-warp cost +8% at S = 4096
+  // with device buffers, most of it the consumers' o_empty wait and the
+  // ping-pong barrier behind it (Nsight Compute, perf-log f14).
   template <int D, int SMEM_STRIDE, class Scheduler>
   __device__ __forceinline__ static void sender(const Params& p, const Scheduler& sched, int n_kv, int block_m,
                                                 const uint16_t* so, uint64_t* o_full, uint64_t* o_empty,
@@ -115,7 +120,7 @@ struct UlyssesProducerPacedEpilogue {
       const auto [interval, slice] = ulysses_detail::paced_plan(rows, p.paced_min_rows, n_kv);
       const uint32_t base = (k + 1) * uint32_t(n_kv);  // tile k+1's first step
       for (int i = 0, lo = 0; lo < rows; ++i, lo += slice) {
-        const uint32_t due = base + uint32_t((i + 1) * interval);  // step (i+1) interval - 1 issued
+        const uint32_t due = base + uint32_t(i * interval + 1);  // step i interval issued
         if (lane == 0)
           while (atomicAdd_block(progress, 0u) < due) __nanosleep(128);
         __syncwarp();
