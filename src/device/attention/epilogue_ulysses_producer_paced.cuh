@@ -83,19 +83,14 @@ struct UlyssesProducerPacedEpilogue {
   //
   // Walks the CTA's tiles as the loader does. Tile k's rows are sent in
   // slices during tile k+1's KV steps: slice i once the loader has issued
-  // the loads of step i interval of tile k+1, the first step of the slice's
-  // interval (`progress`, the KV steps the loader has issued, counted over
-  // the CTA's tiles; it only grows, so a late sender never waits for a step
-  // that has passed). The loader runs at most STAGES steps ahead of the
-  // consumers, so the slices go out at the consumers' pace. The CTA's last
-  // tile is sent at once. The slices are `paced`'s (paced_plan), each sent
-  // at the start of its interval rather than at its end: the last one then
-  // goes interval - 1 steps before tile k+1's last, not with it. At its end
-  // the consumers wait for the buffer (o_empty), and with the last slice
-  // issued only STAGES steps before that (2 at D = 128), a sender slowed by
-  // its 16-byte sends kept them waiting: paced-warp cost +8% at S = 4096
-  // with device buffers, most of it the consumers' o_empty wait and the
-  // ping-pong barrier behind it (Nsight Compute, perf-log f14).
+  // the loads of step (i + 1) interval - 1 of tile k+1 (`progress`, the KV
+  // steps the loader has issued, counted over the CTA's tiles; it only
+  // grows, so a late sender never waits for a step that has passed). The
+  // loader runs at most STAGES steps ahead of the consumers, so the slices
+  // go out at the consumers' pace. The CTA's last tile is sent at once.
+  // The slices are `paced`'s (paced_plan): the last one goes by step n - 1
+  // of tile k+1, before the consumers, at the end of that tile, wait for the
+  // buffer.
   template <int D, int SMEM_STRIDE, class Scheduler>
   __device__ __forceinline__ static void sender(const Params& p, const Scheduler& sched, int n_kv, int block_m,
                                                 const uint16_t* so, uint64_t* o_full, uint64_t* o_empty,
@@ -120,7 +115,7 @@ struct UlyssesProducerPacedEpilogue {
       const auto [interval, slice] = ulysses_detail::paced_plan(rows, p.paced_min_rows, n_kv);
       const uint32_t base = (k + 1) * uint32_t(n_kv);  // tile k+1's first step
       for (int i = 0, lo = 0; lo < rows; ++i, lo += slice) {
-        const uint32_t due = base + uint32_t(i * interval + 1);  // step i interval issued
+        const uint32_t due = base + uint32_t((i + 1) * interval);  // step (i+1) interval - 1 issued
         if (lane == 0)
           while (atomicAdd_block(progress, 0u) < due) __nanosleep(128);
         __syncwarp();
@@ -132,6 +127,27 @@ struct UlyssesProducerPacedEpilogue {
   }
 
  private:
+  // Diagnostics only (perf-log f14; runs with these bits are not results):
+  // the 16-byte path's shared-memory loads without its global stores, or
+  // its stores (of zeros) without the loads. Rows past a shard boundary are
+  // skipped.
+  template <int D, int SMEM_STRIDE>
+  __device__ __forceinline__ static void send_diagnostic(const Params& p, const ulysses_detail::RowRun& dst,
+                                                         const uint16_t* so, int lo, int hi, int lane) {
+    constexpr int CHUNKS_PER_ROW = D / 8;
+    uint32_t sink = 0;
+    for (int k = lane; k < (hi - lo) * CHUNKS_PER_ROW; k += 32) {
+      const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
+      if (p.experiment & kExperimentSenderLoadsOnly) {
+        const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
+        sink ^= v.x ^ v.y ^ v.z ^ v.w;
+      } else if (dst.covers(r)) {
+        ptx::st_global_v4_b32(dst.base + int64_t(r) * dst.pitch + col, make_uint4(0, 0, 0, 0));
+      }
+    }
+    asm volatile("" ::"r"(sink));  // keep the loads
+  }
+
   // Rows [lo, hi) of a tile (a row is contiguous in its destination,
   // consecutive rows are H D elements apart): one bulk copy a row and lane,
   // or 16-byte chunks, consecutive lanes on consecutive chunks.
@@ -148,6 +164,8 @@ struct UlyssesProducerPacedEpilogue {
         ptx::bulk_store_s2g(row, so + r * SMEM_STRIDE, D * 2);
       }
       ptx::bulk_commit_group();
+    } else if (p.experiment & (kExperimentSenderLoadsOnly | kExperimentSenderStoresOnly)) {
+      send_diagnostic<D, SMEM_STRIDE>(p, dst, so, lo, hi, lane);
     } else {
       ulysses_detail::store_staged_chunks<D, SMEM_STRIDE, 32>(p, c, m0, dst, so, lo, hi, lane);
     }

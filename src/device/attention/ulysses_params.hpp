@@ -71,6 +71,10 @@ inline constexpr unsigned int kExperimentNoWait = 1;          // no receiver wai
 inline constexpr unsigned int kExperimentNoAcquireFence = 2;  // the wait ends without its acquire fence
 inline constexpr unsigned int kExperimentTrace = 128;         // time stamps of the kernel's end into p.trace
 inline constexpr unsigned int kExperimentSlowPoll = 256;      // the receiver polls every ~2 us, not ~64 ns
+// paced-warp's sender (perf-log f14): shared-memory loads only, no global
+// stores (the outputs stay unwritten); or global stores of zeros, no loads.
+inline constexpr unsigned int kExperimentSenderLoadsOnly = 512;
+inline constexpr unsigned int kExperimentSenderStoresOnly = 1024;
 
 // Destination d's flag array: stream after stream (src, b, h), each with
 // flag_stride slots, one per m-block overlapping d's rows from d's first
