@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias kpw kpwx
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias kpw
 #   (default: build tests sanitize probe a2a)
 # Stages are whole words ("tests" does not run "utests"). Without the build
 # stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
@@ -286,15 +286,6 @@ if [[ " $stages " == *" kpw "* ]]; then  # Nsight Compute: where paced-warp's ow
   done >"$OUT/r/kpw-summary.txt"
 fi
 
-if [[ " $stages " == *" kpwx "* ]]; then  # paced-warp's sender with its loads or its stores left out (perf-log f14): diagnostics
-  for bits in 0 512 1024; do
-    XSTAGE_ULYSSES_EXPERIMENT=$bits timed "kpwx-$bits" 120 $X ulysses --seq 4096,16384 --placement device \
-      --variants attention-only,fused --stores paced-bulk,paced-warp --orders linear --flags at-exit -n 15 \
-      --max-seconds 1 -o "$OUT/r/kpwx-$bits.json"
-    { echo "== bits $bits"; grep -E "^ *[0-9]+ +(attention|fused)" "$OUT/r/kpwx-$bits.log"; } >>"$OUT/r/kpwx-summary.txt"
-  done
-fi
-
 if [[ " $stages " == *" kcycles "* ]]; then  # Nsight Compute: each kernel's duration and SM cycles (clock-independent)
   gpu_tests kc-tests 200 "Ulysses"
   ncu_cyc="--clock-control none --cache-control none --csv --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,dram__bytes_read.sum,lts__t_sector_hit_rate.pct"
@@ -416,7 +407,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in kpwx kpw u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in kpw u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

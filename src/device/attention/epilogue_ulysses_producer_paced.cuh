@@ -127,27 +127,6 @@ struct UlyssesProducerPacedEpilogue {
   }
 
  private:
-  // Diagnostics only (perf-log f14; runs with these bits are not results):
-  // the 16-byte path's shared-memory loads without its global stores, or
-  // its stores (of zeros) without the loads. Rows past a shard boundary are
-  // skipped.
-  template <int D, int SMEM_STRIDE>
-  __device__ __forceinline__ static void send_diagnostic(const Params& p, const ulysses_detail::RowRun& dst,
-                                                         const uint16_t* so, int lo, int hi, int lane) {
-    constexpr int CHUNKS_PER_ROW = D / 8;
-    uint32_t sink = 0;
-    for (int k = lane; k < (hi - lo) * CHUNKS_PER_ROW; k += 32) {
-      const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
-      if (p.experiment & kExperimentSenderLoadsOnly) {
-        const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
-        sink ^= v.x ^ v.y ^ v.z ^ v.w;
-      } else if (dst.covers(r)) {
-        ptx::st_global_v4_b32(dst.base + int64_t(r) * dst.pitch + col, make_uint4(0, 0, 0, 0));
-      }
-    }
-    asm volatile("" ::"r"(sink));  // keep the loads
-  }
-
   // Rows [lo, hi) of a tile (a row is contiguous in its destination,
   // consecutive rows are H D elements apart): one bulk copy a row and lane,
   // or 16-byte chunks, consecutive lanes on consecutive chunks.
@@ -164,8 +143,6 @@ struct UlyssesProducerPacedEpilogue {
         ptx::bulk_store_s2g(row, so + r * SMEM_STRIDE, D * 2);
       }
       ptx::bulk_commit_group();
-    } else if (p.experiment & (kExperimentSenderLoadsOnly | kExperimentSenderStoresOnly)) {
-      send_diagnostic<D, SMEM_STRIDE>(p, dst, so, lo, hi, lane);
     } else {
       ulysses_detail::store_staged_chunks<D, SMEM_STRIDE, 32>(p, c, m0, dst, so, lo, hi, lane);
     }

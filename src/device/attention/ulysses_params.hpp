@@ -60,7 +60,8 @@ struct UlyssesStoreParams {
   // bits; docs/perf-log.md, f9): parts of the kernel's end left out to see
   // what they cost, or time stamps of it. A run with bit 1 or 2 set is not a
   // result: its completion is not guaranteed. (Bits 4-32 and 1024 of f9
-  // lived in commits 71ad905-b5d71da.)
+  // lived in commits 71ad905-b5d71da; f14's 512 and 1024, paced-warp's
+  // sender with its loads or its stores only, in f2a5ec1.)
   unsigned int experiment = 0;
   // kExperimentTrace: ulysses_wait_trace.cuh; zeroed before each launch.
   unsigned long long* trace = nullptr;
@@ -71,10 +72,6 @@ inline constexpr unsigned int kExperimentNoWait = 1;          // no receiver wai
 inline constexpr unsigned int kExperimentNoAcquireFence = 2;  // the wait ends without its acquire fence
 inline constexpr unsigned int kExperimentTrace = 128;         // time stamps of the kernel's end into p.trace
 inline constexpr unsigned int kExperimentSlowPoll = 256;      // the receiver polls every ~2 us, not ~64 ns
-// paced-warp's sender (perf-log f14): shared-memory loads only, no global
-// stores (the outputs stay unwritten); or global stores of zeros, no loads.
-inline constexpr unsigned int kExperimentSenderLoadsOnly = 512;
-inline constexpr unsigned int kExperimentSenderStoresOnly = 1024;
 
 // Destination d's flag array: stream after stream (src, b, h), each with
 // flag_stride slots, one per m-block overlapping d's rows from d's first
