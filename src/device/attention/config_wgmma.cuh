@@ -49,6 +49,12 @@ struct Sm90WgmmaAttnConfig {
   static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
   static constexpr int PRODUCER_REGS = 24;
   static constexpr int CONSUMER_REGS = CONSUMER_WGS == 2 ? 240 : 160;
+  // With a sender warp in the producer warpgroup (kProducerSends): 56 for
+  // the producer and 224 for the consumers. At 24 the loader's KV loop and
+  // the sender's send loop spilled ~300 bytes a thread; at 56 / 224 ptxas
+  // reports no spills in either (perf-log f15).
+  static constexpr int SENDING_PRODUCER_REGS = 56;
+  static constexpr int SENDING_CONSUMER_REGS = CONSUMER_REGS - 32;
 
   static constexpr uint32_t Q_BYTES = uint32_t(BLOCK_M) * D * 2;
   static constexpr uint32_t KV_BYTES = uint32_t(BLOCK_N) * D * 2;  // one K or one V tile
@@ -93,6 +99,9 @@ struct Sm90WgmmaAttnConfig {
   static_assert(CONSUMER_THREADS * (CONSUMER_REGS - LAUNCH_REGS) <= 128 * (LAUNCH_REGS - PRODUCER_REGS),
                 "the consumers cannot take more registers than the producer gives back");
   static_assert(CONSUMER_REGS % 8 == 0 && CONSUMER_REGS <= 256, "setmaxnreg takes multiples of 8 up to 256");
+  static_assert(CONSUMER_THREADS * (SENDING_CONSUMER_REGS - LAUNCH_REGS) <=
+                    128 * (LAUNCH_REGS - SENDING_PRODUCER_REGS),
+                "with a sender, the consumers cannot take more registers than the producer gives back");
   static_assert(SMEM_BYTES <= 227 * 1024, "tile does not fit in the 227 KiB of shared memory of an sm_90 CTA");
 };
 

@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
 
   if (tid < 128) {
     // ---------------- producer warpgroup
-    ptx::setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+    ptx::setmaxnreg_dec<kSends ? Cfg::SENDING_PRODUCER_REGS : Cfg::PRODUCER_REGS>();
     if (tid == 0) {
       ptx::tma_prefetch_descriptor(&tm.q);
       ptx::tma_prefetch_descriptor(&tm.k);
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   }
 
   // ---------------- consumer warpgroups
-  ptx::setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+  ptx::setmaxnreg_inc<kSends ? Cfg::SENDING_CONSUMER_REGS : Cfg::CONSUMER_REGS>();
   const int ctid = tid - 128;           // 0 .. 255, the id epilogue policies see
   const int cwg = ctid / 128;           // consumer warpgroup: query rows 64 cwg .. 64 cwg + 63
   const int wwarp = (ctid / 32) % 4;    // warp within the warpgroup: its 16 rows
