@@ -52,7 +52,7 @@ struct Sm90WgmmaAttnConfig {
   // With a sender warp in the producer warpgroup (kProducerSends): 56 for
   // the producer and 224 for the consumers. At 24 the loader's KV loop and
   // the sender's send loop spilled ~300 bytes a thread; at 56 / 224 ptxas
-  // reports no spills in either (perf-log f15).
+  // reports 0 (paced-bulk) and 4 (paced-warp) bytes (perf-log f15).
   static constexpr int SENDING_PRODUCER_REGS = 56;
   static constexpr int SENDING_CONSUMER_REGS = CONSUMER_REGS - 32;
 
