@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias kpw
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias kpw uctx
 #   (default: build tests sanitize probe a2a)
 # Stages are whole words ("tests" does not run "utests"). Without the build
 # stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
@@ -210,6 +210,25 @@ if [[ " $stages " == *" ubias "* ]]; then  # what a pair's attention-only run fo
   done
 fi
 
+if [[ " $stages " == *" uctx "* ]]; then  # host 16k under different configuration sets (perf-log f16): what the sweep adds
+  full="--variants attention-only,sequential,fused,coupled --stores vector16,bulk,paced,paced-bulk,paced-warp --orders linear,rotated --flags lagged,at-exit"
+  short="--variants attention-only,fused --stores vector16,bulk,paced,paced-bulk,paced-warp --orders linear --flags at-exit"
+  nocoupled="--variants attention-only,fused --stores vector16,bulk,paced,paced-bulk,paced-warp --orders linear,rotated --flags lagged,at-exit"
+  pwonly="--variants attention-only,fused --stores paced-warp,paced --orders linear --flags at-exit"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 200 >"$OUT/r/clocks-ctx.csv" 2>&1 &
+  smi=$!
+  for rep in 1 2; do
+    for set in full short nocoupled pwonly; do
+      timed "u-ctx-$set-$rep" 120 $X ulysses --seq ${UCTX_SEQ:-16384} --placement host ${!set} -n 31 --max-seconds 2 \
+        --timeline "$OUT/r/timeline-ctx-$set-$rep.csv" -o "$OUT/r/ulysses-ctx-$set-$rep.json"
+    done
+  done
+  timed u-ctx-sweep3 120 $X ulysses --seq 4096,8192,16384 --placement host $full -n 31 --max-seconds 2 \
+    --timeline "$OUT/r/timeline-ctx-sweep3.csv" -o "$OUT/r/ulysses-ctx-sweep3.json"
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  python3 bench/pairing_bias.py "$OUT"/r/timeline-ctx-*.csv 2>&1 | grep -E "==|paced|S=16384" >"$OUT/r/u-ctx-summary.txt"
+fi
+
 if [[ " $stages " == *" upbx "* ]]; then  # paced-bulk's cost against its slice count (perf-log f11): a diagnostic
   timed u-pbx 200 $X ulysses --seq 4096,16384 --placement device --variants attention-only,fused \
     --stores bulk,paced,paced-bulk --paced-rows 16,64,1000 --orders linear --flags at-exit -n 15 --max-seconds 1 \
@@ -407,7 +426,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in kpw u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in kpw u-ctx u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
