@@ -52,11 +52,15 @@ struct UlyssesBenchRow {
   double time_us = 0;                    // median over the rounds
   double time_min_us = 0, time_max_us = 0;  // the fastest and slowest round
   std::optional<double> predicted_time_us;
+  // Paired timing: the median over rounds of this run's time over the
+  // attention-only run just before it, minus 1 (none for attention-only, or
+  // without an attention-only run to pair with).
+  std::optional<double> residual_paired;
   int iters = 0;
   std::string check = "-";
 };
 
-struct UlyssesBenchSummary {  // one per S: the best of each variant
+struct UlyssesBenchSummary {  // one per S: the best of each variant (the least paired residual, else median time)
   int64_t S = 0;
   double attention_only_us = 0, sequential_us = 0, fused_us = 0, coupled_us = 0;
   std::string fused_config;  // "vector16/rotated/lagged"

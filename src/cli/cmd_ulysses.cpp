@@ -83,7 +83,8 @@ std::string timing_note(const UlyssesBenchReport& rep, const UlyssesBenchOptions
                        rounds, o.warmup);
   return fmt::format("paired, interleaved: {}, each right after an attention-only run{}, after {} warm-up "
                      "round(s); CUDA events; time_us is the median over runs, residuals the median of each run's "
-                     "ratio to the attention-only run just before it",
+                     "ratio to the attention-only run just before it; the best configuration of a variant is the "
+                     "one of least residual",
                      rounds, o.settled_pairs ? " that itself follows an attention-only run (settled pairs)" : "",
                      o.warmup);
 }
@@ -96,6 +97,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
                      {"a2a", r.a2a}, {"paced_rows", r.paced_rows}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
                      {"time_max_us", r.time_max_us}, {"iters", r.iters}, {"check", r.check}};
     j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
+    if (r.residual_paired) j["residual_paired"] = *r.residual_paired;
     rows.push_back(j);
   }
   nlohmann::json summary = nlohmann::json::array();
@@ -143,11 +145,12 @@ void run_ulysses(const UlyssesArgs& a) {
     case Format::json: std::cout << j.dump(2) << "\n"; return;
     case Format::csv: {
       Table t({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
-               "time_us", "predicted_time_us", "check"});
+               "time_us", "predicted_time_us", "residual_paired", "check"});
       for (const auto& r : rep.rows)
         t.add({r.variant, r.placement, r.backend, std::to_string(r.P), std::to_string(r.B), std::to_string(r.S),
                std::to_string(r.H), std::to_string(r.D), r.store, r.order, r.flags, r.a2a, fixed(r.time_us, 2),
-               r.predicted_time_us ? fixed(*r.predicted_time_us, 2) : "", r.check});
+               r.predicted_time_us ? fixed(*r.predicted_time_us, 2) : "",
+               r.residual_paired ? fixed(*r.residual_paired, 5) : "", r.check});
       std::cout << t.csv();
       return;
     }
@@ -155,11 +158,12 @@ void run_ulysses(const UlyssesArgs& a) {
   }
   std::cout << fmt::format("{} ({}): {}; {} attention kernel; prediction from profile {} (local store: {})\n",
                            rep.device.name, rep.device.driver, rep.world, rep.kernel, rep.profile, rep.local_profile);
-  Table t({"S", "variant", "store", "order", "flags", "a2a", "time", "predicted", "iters", "check"});
+  Table t({"S", "variant", "store", "order", "flags", "a2a", "time", "predicted", "paired", "iters", "check"});
   for (const auto& r : rep.rows)
     t.add({std::to_string(r.S), r.variant, r.paced_rows > 0 ? fmt::format("{}({})", r.store, r.paced_rows) : r.store,
            r.order, r.flags, r.a2a, format_ns(r.time_us * 1e3),
-           r.predicted_time_us ? format_ns(*r.predicted_time_us * 1e3) : "-", std::to_string(r.iters), r.check});
+           r.predicted_time_us ? format_ns(*r.predicted_time_us * 1e3) : "-",
+           r.residual_paired ? fmt::format("{:+.1f}%", 100 * *r.residual_paired) : "-", std::to_string(r.iters), r.check});
   std::cout << t.text() << "\n";
   Table s({"S", "attn-only", "sequential", "fused", "coupled", "speedup", "residual", "pred. residual",
            "coupled residual"});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/paired_schedule.hpp"
+#include "runtime/paired_stats.hpp"
 #include "xstage/device.hpp"
 #include "xstage/world.hpp"
 
@@ -139,9 +140,6 @@ inline PairedTimes paired_after_base_us(World& w, int warmup, int rounds, size_t
 }
 
 // The median of a sample (the upper one of an even count, as median_us).
-inline double median_of(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
+inline double median_of(std::vector<double> v) { return median_value(std::move(v)); }
 
 }  // namespace xstage

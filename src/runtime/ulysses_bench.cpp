@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/paired_stats.hpp"
 #include "runtime/timing.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/error.hpp"
@@ -281,19 +282,15 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       ua.run(run);
       ua.dump_npy(o.dump_dir, o.seed);
     }
-    auto best = [&](const std::vector<size_t>& rows) -> std::optional<size_t> {
-      std::optional<size_t> b;
-      for (size_t i : rows)
-        if (!b || rep.rows[i].time_us < rep.rows[*b].time_us) b = i;
-      return b;
-    };
-    // Per round, a variant against the attention-only run just before it.
-    auto paired = [&](size_t row) {
-      std::vector<double> rel;
-      const auto& a = timed.before[row - first_row];
-      const auto& x = times[row - first_row];
-      for (size_t r = 0; r < a.size(); ++r) rel.push_back(x[r] / a[r] - 1.0);
-      return rel;
+    // Per round, a configuration against the attention-only run just before it.
+    auto paired = [&](size_t row) { return paired_residuals(times[row - first_row], timed.before[row - first_row]); };
+    if (att_row)
+      for (size_t i = first_row; i < rep.rows.size(); ++i)
+        if (i != *att_row) rep.rows[i].residual_paired = median_value(paired(i));
+    // The best configuration of a variant: the least paired residual where
+    // the runs are paired, else the least median time (paired_stats.hpp).
+    auto best = [&](const std::vector<size_t>& rows) {
+      return least_by(rows, [&](size_t i) { return rep.rows[i].residual_paired.value_or(rep.rows[i].time_us); });
     };
     if (att_row) sum.attention_only_us = rep.rows[*att_row].time_us;
     if (auto b = best(seq_rows)) sum.sequential_us = rep.rows[*b].time_us;

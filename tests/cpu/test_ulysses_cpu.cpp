@@ -16,6 +16,7 @@
 #include "xstage/profile.hpp"
 #include "xstage/ulysses.hpp"
 #include "runtime/paired_schedule.hpp"
+#include "runtime/paired_stats.hpp"
 #include "xstage/ulysses_bench.hpp"
 #include "xstage/ulysses_prediction.hpp"
 
@@ -459,4 +460,26 @@ TEST(UlyssesFlags, SlotArithmeticHoldsAtTheLongestSequence) {
         << d;
     EXPECT_LT(m_block - first, stride) << d;
   }
+}
+
+TEST(PairedTiming, ResidualsAreEachRunOverTheBaseRunBeforeIt) {
+  const auto rel = xstage::paired_residuals({110, 99, 120}, {100, 90, 100});
+  ASSERT_EQ(rel.size(), 3u);
+  EXPECT_NEAR(rel[0], 0.10, 1e-12);
+  EXPECT_NEAR(rel[1], 0.10, 1e-12);
+  EXPECT_NEAR(rel[2], 0.20, 1e-12);
+  EXPECT_DOUBLE_EQ(xstage::median_value(rel), rel[0]);
+  EXPECT_DOUBLE_EQ(xstage::median_value({4, 1, 3, 2}), 3.0);  // the upper one of an even count
+  EXPECT_THROW(xstage::paired_residuals({1, 2}, {1}), std::logic_error);
+  EXPECT_THROW(xstage::median_value({}), std::logic_error);
+}
+
+TEST(PairedTiming, TheBestConfigurationIsTheOneOfLeastKeyNotTheFirstOrFastest) {
+  // Row 1 has the least median time, row 2 the least paired residual (f16).
+  const std::vector<double> time_us{5430, 5329, 5440}, residual{0.030, 0.044, 0.027};
+  const std::vector<size_t> rows{0, 1, 2};
+  EXPECT_EQ(xstage::least_by(rows, [&](size_t i) { return residual[i]; }), std::optional<size_t>(2));
+  EXPECT_EQ(xstage::least_by(rows, [&](size_t i) { return time_us[i]; }), std::optional<size_t>(1));
+  EXPECT_EQ(xstage::least_by(std::vector<size_t>{2, 0}, [&](size_t) { return 1.0; }), std::optional<size_t>(2));
+  EXPECT_FALSE(xstage::least_by(std::vector<size_t>{}, [&](size_t i) { return time_us[i]; }).has_value());
 }

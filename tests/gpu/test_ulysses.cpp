@@ -207,7 +207,7 @@ TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const CliRun r = run_cli("ulysses --ranks 4 --heads 8 --head-dim 64 --seq 300,1000 --check -n 2 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,time_us,predicted_time_us,check"),
+  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,time_us,predicted_time_us,residual_paired,check"),
             std::string::npos)
       << r.out;
   for (const char* v : {"attention-only,host", "sequential,host", "fused,host", "coupled,host"})
@@ -225,8 +225,8 @@ TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
 
 TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairsTheResiduals) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  const CliRun r = run_cli("ulysses --ranks 2 --heads 2 --head-dim 64 --seq 700 --stores vector16 --orders rotated "
-                           "-n 4 --max-seconds 100 --json");
+  const CliRun r = run_cli("ulysses --ranks 2 --heads 2 --head-dim 64 --seq 700 --stores vector16,bulk "
+                           "--orders rotated -n 4 --max-seconds 100 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   const int others = int(j["rows"].size()) - 1;  // every configuration but attention-only
@@ -244,6 +244,25 @@ TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairs
   std::sort(v.begin(), v.end());
   EXPECT_DOUBLE_EQ(s["residual_fused"].get<double>(), v[2]) << s;
   for (double x : v) EXPECT_GT(x, -1.0) << s;  // a ratio of two positive times
+  // Every configuration but attention-only has its paired residual, and the
+  // summary's fused configuration is the fused row of least paired residual.
+  double least = 1e300;
+  std::string least_config;
+  for (const auto& row : j["rows"]) {
+    if (row["variant"] == "attention-only") {
+      EXPECT_FALSE(row.contains("residual_paired")) << row;
+      continue;
+    }
+    ASSERT_TRUE(row.contains("residual_paired")) << row;
+    if (row["variant"] == "fused" && row["residual_paired"].get<double>() < least) {
+      least = row["residual_paired"].get<double>();
+      const int pr = row["paced_rows"].get<int>();
+      least_config = row["store"].get<std::string>() + (pr > 0 ? "(" + std::to_string(pr) + ")" : "") + "/" +
+                     row["order"].get<std::string>() + "/" + row["flags"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(s["fused_config"].get<std::string>(), least_config) << r.out;
+  EXPECT_DOUBLE_EQ(s["residual_fused"].get<double>(), least) << s;
 }
 
 TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {
