@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 KEEP = ["variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a", "time_us",
         "predicted_time_us", "iters", "check"]
 # Fields of later reports (interleaved rounds, paced slices); kept where present.
-KEEP_IF_PRESENT = ["paced_rows", "time_min_us", "time_max_us"]
+KEEP_IF_PRESENT = ["paced_rows", "time_min_us", "time_max_us", "residual_paired"]
 
 
 def nccl_sequential(report, S):

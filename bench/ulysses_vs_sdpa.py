@@ -31,6 +31,10 @@ CASES = [  # (P, H, D, S, placement, store): uneven S/P, both head dims, both pa
     (8, 16, 64, 333, "device", "vector16"),
     (8, 24, 128, 77, "host", "vector16"),
     (4, 8, 128, 2048 + 3, "device", "paced"),
+    (8, 24, 128, 8191, "host", "paced-warp"),
+    (2, 4, 64, 4099, "device", "paced-warp"),
+    (4, 8, 64, 1000, "host", "paced-bulk"),
+    (8, 16, 128, 333, "device", "paced-bulk"),
 ]
 # One rank per GPU: the P of each case is the GPU count; heads are per rank here.
 PEER_CASES = [  # (heads per rank, D, S, store)
@@ -39,6 +43,8 @@ PEER_CASES = [  # (heads per rank, D, S, store)
     (12, 128, 8191, "vector16"),
     (1, 64, 77, "paced"),
     (3, 128, 2048 + 5, "bulk"),
+    (2, 128, 4099, "paced-warp"),
+    (4, 64, 1001, "paced-bulk"),
 ]
 
 

@@ -66,7 +66,8 @@ std::vector<int> ulysses_tile_order(const UlyssesLayout& layout, int block_m, Ti
 
 struct UlyssesRun {
   UlyssesVariant variant = UlyssesVariant::fused;
-  EpilogueStore store = EpilogueStore::paced;     // fused and coupled (paced: fused only); default by measurement
+  // fused and coupled; none: default_epilogue_store(kernel, variant), chosen by measurement
+  std::optional<EpilogueStore> store;
   TileOrder order = TileOrder::rotated;           // fused and coupled
   FlagTiming flags = FlagTiming::at_exit;         // fused; default by measurement (perf-log f8)
   A2aVersion a2a = A2aVersion::copy_engine;       // sequential
@@ -74,6 +75,14 @@ struct UlyssesRun {
   bool test_receivers_time_out = false;  // tests only: receivers wait for a flag value no run sets
   double timeout_s = 60;                          // receivers' flag waits
 };
+
+// The store path of a run that names none, by measurement (docs/RESULTS.md
+// section 4, the sweep at 8e550be): fused on the wgmma kernel, paced-warp
+// (the least residual of the five paths at every S on the PCIe path, and
+// within 1-1.5 points of the best with device buffers); fused on the mma
+// kernel, which has no producer warpgroup to send, paced; coupled, vector16
+// (the paced paths have no coupled form; bulk's coupled form is slower).
+EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant);
 
 // Whether the fused kernel runs a store path with a variant and flag timing
 // (the coupled variant has its own timing, `flags` is not looked at), on the

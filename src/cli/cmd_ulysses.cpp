@@ -201,7 +201,7 @@ void add_ulysses_command(CLI::App& app) {
                   "(the first, mma.sync kernel)")
       ->capture_default_str();
   sub->add_option("--variants", a->variants, "Subset of attention-only,sequential,fused,coupled")->delimiter(',');
-  sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced,paced-bulk,paced-warp (default vector16,bulk,paced)")->delimiter(',');
+  sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced,paced-bulk,paced-warp (default vector16,bulk and paced-warp; paced with --kernel mma)")->delimiter(',');
   sub->add_option("--orders", a->orders, "Fused tile orders: linear,rotated (default both)")->delimiter(',');
   sub->add_option("--flags", a->flags, "Fused flag timing: lagged,eager,at-exit (default at-exit)")->delimiter(',');
   sub->add_option("--paced-rows", a->paced_rows,

@@ -64,6 +64,11 @@ namespace {
 bool sent_by_producer(EpilogueStore s) { return s == EpilogueStore::paced_bulk || s == EpilogueStore::paced_warp; }
 }  // namespace
 
+EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant) {
+  if (variant == UlyssesVariant::coupled) return EpilogueStore::vector16;
+  return kernel == AttentionKernel::mma_sync ? EpilogueStore::paced : EpilogueStore::paced_warp;
+}
+
 std::optional<std::string> ulysses_combination_error(EpilogueStore store, UlyssesVariant variant, FlagTiming flags,
                                                      AttentionKernel kernel) {
   const bool mma = kernel == AttentionKernel::mma_sync;
@@ -298,7 +303,8 @@ struct UlyssesAttention::Impl {
                                           attention::StorePath::vector16_cs, attention::StorePath::bulk,
                                           attention::StorePath::paced, attention::StorePath::paced_bulk,
                                           attention::StorePath::paced_warp};
-    const auto path = paths[static_cast<int>(run.store)];
+    const EpilogueStore store = run.store.value_or(default_epilogue_store(kernel, run.variant));
+    const auto path = paths[static_cast<int>(store)];
     if (run.paced_rows < 0)
       throw Error(fmt::format("ulysses: paced rows: expected >= 0 (0: the default {}), got {}", kDefaultPacedRows,
                               run.paced_rows));
@@ -309,9 +315,9 @@ struct UlyssesAttention::Impl {
                                              attention::Completion::at_exit};
     const auto completion = run.variant == UlyssesVariant::coupled ? attention::Completion::coupled
                                                                    : timings[static_cast<int>(run.flags)];
-    if (const auto why = ulysses_combination_error(run.store, run.variant, run.flags, kernel))
+    if (const auto why = ulysses_combination_error(store, run.variant, run.flags, kernel))
       throw Error(fmt::format("ulysses: {} with store path {} and {} flags is not a combination the kernel runs: {}",
-                              to_string(run.variant), to_string(run.store), to_string(run.flags), *why));
+                              to_string(run.variant), to_string(store), to_string(run.flags), *why));
     // The grid's last CTA waits for the flags of the ranks this launch
     // receives for (device/attention/ulysses_wait.cuh): the receiver side.
     ep.receive = 1;

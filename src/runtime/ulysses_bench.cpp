@@ -123,8 +123,11 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::attention_only, UlyssesVariant::sequential,
                                                          UlyssesVariant::fused, UlyssesVariant::coupled}
                                            : o.variants;
-  const auto stores =
-      o.stores.empty() ? std::vector{EpilogueStore::vector16, EpilogueStore::bulk, EpilogueStore::paced} : o.stores;
+  // By default the two whole-tile paths and the fused default (paced-warp on
+  // the wgmma kernel, paced on the mma kernel).
+  const auto stores = o.stores.empty() ? std::vector{EpilogueStore::vector16, EpilogueStore::bulk,
+                                                     default_epilogue_store(o.kernel, UlyssesVariant::fused)}
+                                       : o.stores;
   const auto orders = o.orders.empty() ? std::vector{TileOrder::linear, TileOrder::rotated} : o.orders;
   // At exit: the best or as good on every path measured (docs/perf-log.md, f8).
   const auto flag_timings = o.flags.empty() ? std::vector{FlagTiming::at_exit} : o.flags;

@@ -483,3 +483,17 @@ TEST(PairedTiming, TheBestConfigurationIsTheOneOfLeastKeyNotTheFirstOrFastest) {
   EXPECT_EQ(xstage::least_by(std::vector<size_t>{2, 0}, [&](size_t) { return 1.0; }), std::optional<size_t>(2));
   EXPECT_FALSE(xstage::least_by(std::vector<size_t>{}, [&](size_t i) { return time_us[i]; }).has_value());
 }
+
+TEST(UlyssesStorePaths, TheDefaultIsARunnableCombinationOnEveryKernelAndVariant) {
+  using namespace xstage;
+  for (AttentionKernel k : {AttentionKernel::wgmma_pingpong, AttentionKernel::mma_sync})
+    for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled}) {
+      const EpilogueStore s = default_epilogue_store(k, v);
+      const FlagTiming f = v == UlyssesVariant::coupled ? FlagTiming::eager : FlagTiming::at_exit;
+      EXPECT_FALSE(ulysses_combination_error(s, v, f, k).has_value()) << to_string(s);
+    }
+  // By measurement (docs/RESULTS.md section 4): the producer-sent 16-byte path where there is a producer.
+  EXPECT_EQ(default_epilogue_store(AttentionKernel::wgmma_pingpong, UlyssesVariant::fused), EpilogueStore::paced_warp);
+  EXPECT_EQ(default_epilogue_store(AttentionKernel::mma_sync, UlyssesVariant::fused), EpilogueStore::paced);
+  EXPECT_FALSE(UlyssesRun{}.store.has_value());
+}

@@ -71,7 +71,7 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
 }
 
 std::string describe(const UlyssesRun& r) {
-  return to_string(r.variant) + " " + to_string(r.store) + " " + to_string(r.order) + " " + to_string(r.flags) + " " +
+  return to_string(r.variant) + " " + (r.store ? to_string(*r.store) : std::string("default")) + " " + to_string(r.order) + " " + to_string(r.flags) + " " +
          to_string(r.a2a);
 }
 
