@@ -244,12 +244,12 @@ if [[ " $stages " == *" ux2 "* ]]; then  # fused Ulysses attention on every GPU 
   n=$(nvidia-smi -L | wc -l)
   gpu_tests u-x2-tests 240 "UlyssesPeer|UlyssesNccl|PeerBackend|NcclBackend"
   grep -E "tests passed|tests failed|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/u-x2-tests.log" | tail -8 >"$OUT/r/u-x2-tests-summary.txt"
-  u_multi="--seq 4096,16384 --stores vector16,bulk,paced --orders rotated --check --check-rows 2 -n 5 --max-seconds 0.5 --timeout 10"
+  u_multi="--seq 4096,16384 --stores vector16,bulk,paced,paced-bulk,paced-warp --orders rotated --check --check-rows 2 -n 5 --max-seconds 0.5 --timeout 10"
   timed u-peer 70 $X ulysses --backend peer --placement device $u_multi -o "$OUT/r/ulysses-peer.json"
   timed u-nccl 70 $X launch -n "$n" -- $PWD/$X ulysses --backend nccl $u_multi -o "$OUT/r/ulysses-nccl.json"
   timed san-memcheck-ulysses-peer 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
     $X ulysses --backend peer --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 \
-    --stores vector16,bulk,paced --timeout 30
+    --stores vector16,bulk,paced,paced-bulk,paced-warp --timeout 30
   tail -5 "$OUT/r/u-peer.log" >"$OUT/r/u-peer-summary.txt"
   tail -5 "$OUT/r/u-nccl.log" >"$OUT/r/u-nccl-summary.txt"
 fi
