@@ -3,7 +3,7 @@
 # Results and logs go to $OUT (one tarball plus the summary); a short table last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn report bench multi peerprobe diag ucheck usweep ustores ux2 nvsweep
-#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias kpw uctx
+#           usdpa kprof usan d64 upaired kcycles u2quick upower sass kexp ksrc utests ktrace kwarm kpoll upb upbx ubias kpw uctx ulong
 #   (default: build tests sanitize probe a2a)
 # Stages are whole words ("tests" does not run "utests"). Without the build
 # stage it runs the binaries in prebuilt/ (scripts/snapshot.sh
@@ -229,6 +229,16 @@ if [[ " $stages " == *" uctx "* ]]; then  # host 16k under different configurati
   python3 bench/pairing_bias.py "$OUT"/r/timeline-ctx-*.csv 2>&1 | grep -E "==|paced|S=16384" >"$OUT/r/u-ctx-summary.txt"
 fi
 
+if [[ " $stages " == *" ulong "* ]]; then  # the host path's longest S with 15 paired rounds (the sweep has 12 and 3 there)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 200 >"$OUT/r/clocks-long.csv" 2>&1 &
+  smi=$!
+  timed u-long 300 $X ulysses --seq 65536,131072 --placement host --variants attention-only,sequential,fused,coupled \
+    --a2a copy-engine --stores vector16,bulk,paced-bulk,paced-warp --orders rotated --flags at-exit -n 15 --max-seconds 30 \
+    -o "$OUT/r/ulysses-long-host.json"
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  tail -5 "$OUT/r/u-long.log" >"$OUT/r/u-long-summary.txt"
+fi
+
 if [[ " $stages " == *" upbx "* ]]; then  # paced-bulk's cost against its slice count (perf-log f11): a diagnostic
   timed u-pbx 200 $X ulysses --seq 4096,16384 --placement device --variants attention-only,fused \
     --stores bulk,paced,paced-bulk --paced-rows 16,64,1000 --orders linear --flags at-exit -n 15 --max-seconds 1 \
@@ -426,7 +436,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/kprof.log" ] && grep -E "sm90_bf16|Duration|Executed Ipc A|inst_executed|sector_hit|dram__bytes|Registers|Achieved Occ|Warp Cycles Per Issued|No Eligible|L2 Hit|Compute \(SM\) Thr|Memory Thr" "$OUT/r/kprof.log" | head -60
-  for f in kpw u-ctx u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+  for f in kpw u-long u-ctx u-bias u-pb-host u-pb-device u2-tests d64-tests d64-san d64-bench u-san u-tests u-sdpa u-quick u-stores u-sweep-host u-sweep-device u-x2-tests u-peer u-nccl u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
