@@ -77,9 +77,10 @@ struct UlyssesRun {
 };
 
 // The store path of a run that names none, by measurement (docs/RESULTS.md
-// section 4, the sweep at 8e550be): fused on the wgmma kernel, paced-warp
-// (the least residual of the five paths at every S on the PCIe path, and
-// within 1-1.5 points of the best with device buffers); fused on the mma
+// section 4, the sweeps at 8e550be and 897cf8e): fused on the wgmma kernel,
+// paced-warp (the least residual of the five paths on the PCIe path up to
+// S = 32k, within the rounds' spread beyond, and within 1.3 points of the
+// best with device buffers); fused on the mma
 // kernel, which has no producer warpgroup to send, paced; coupled, vector16
 // (the paced paths have no coupled form; bulk's coupled form is slower).
 EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant);
