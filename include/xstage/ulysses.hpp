@@ -67,7 +67,7 @@ std::vector<int> ulysses_tile_order(const UlyssesLayout& layout, int block_m, Ti
 struct UlyssesRun {
   UlyssesVariant variant = UlyssesVariant::fused;
   // fused and coupled; none: default_epilogue_store(kernel, variant), chosen by measurement
-  std::optional<EpilogueStore> store;
+  std::optional<EpilogueStore> store = std::nullopt;
   TileOrder order = TileOrder::rotated;           // fused and coupled
   FlagTiming flags = FlagTiming::at_exit;         // fused; default by measurement (perf-log f8)
   A2aVersion a2a = A2aVersion::copy_engine;       // sequential
@@ -159,6 +159,28 @@ class UlyssesAttention {
   // output, assembled), all float32, for a check against any framework
   // (bench/ulysses_vs_sdpa.py). Needs every rank in this process.
   void dump_npy(const std::string& dir, uint64_t seed) const;
+
+  // Ordering as a consumer outside the kernel sees it: runs `run` (fused or
+  // coupled) once and checks it (check_against_local), keeps its outputs as
+  // the reference, poisons the outputs and runs it again while this thread
+  // polls every completion flag in host memory. Each flag, the moment it
+  // holds the new run's epoch, must find every row of its tile already
+  // there: a poisoned or wrong row means a flag became visible before its
+  // data. Needs emulated ranks with host buffers (the flags and outputs are
+  // mapped host memory the CPU reads while the kernel writes over PCIe).
+  // Returns "" or the first problem (rank, slot, row); `seen_while_running`
+  // (if given) counts the flags first seen before the kernel had finished.
+  std::string check_flags_in_flight(const UlyssesRun& run, int* seen_while_running = nullptr);
+
+  // Where the runs write: every rank's sequence-sharded output [B, S_r, H, D]
+  // (bf16) and its completion flags (layout: src/device/attention/
+  // ulysses_params.hpp), placed as the world says; and the epoch the last
+  // fused or coupled run published (its flags hold it; a new run publishes
+  // epoch() + 1).
+  const SymmetricBuffer& output_buffer() const;
+  const SymmetricBuffer& flag_buffer() const;
+  uint64_t epoch() const;
+  World& world() const;
 
   // Kernel geometry for the model: tiles of the whole launch(es) and how many
   // run at once on one GPU.

@@ -722,6 +722,14 @@ int UlyssesAttention::concurrent_tiles_per_gpu() const {
 
 int UlyssesAttention::block_m() const { return impl_->bm; }
 
+const SymmetricBuffer& UlyssesAttention::output_buffer() const { return *impl_->out; }
+
+const SymmetricBuffer& UlyssesAttention::flag_buffer() const { return *impl_->flags; }
+
+uint64_t UlyssesAttention::epoch() const { return impl_->epoch; }
+
+World& UlyssesAttention::world() const { return impl_->w; }
+
 AttentionKernel UlyssesAttention::kernel() const { return impl_->kernel; }
 
 }  // namespace xstage

@@ -1,0 +1,136 @@
+// UlyssesAttention::check_flags_in_flight: the ordering of flags and data as
+// a consumer outside the kernel sees it, while the kernel still writes.
+//
+// check_against_local looks at the outputs once everything has landed, so a
+// flag published before its tile's rows would still pass there. Here the CPU
+// polls the flags in mapped host memory during the run. A DMA write from the
+// GPU is coherent with the CPU's caches, so the CPU sees the bytes as they
+// arrive over PCIe: when a flag shows the run's epoch, every row of its tile
+// must already hold the reference.
+#include "xstage/ulysses.hpp"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "device/attention/ulysses_params.hpp"
+#include "xstage/error.hpp"
+
+namespace xstage {
+
+namespace {
+
+void* host_view(void* device_ptr, const char* what) {
+  cudaPointerAttributes a{};
+  XSTAGE_CUDA(cudaPointerGetAttributes(&a, device_ptr));
+  if (a.hostPointer == nullptr)
+    throw Error(fmt::format("ulysses in-flight check: the {} buffer is not mapped host memory", what));
+  return a.hostPointer;
+}
+
+struct Slot {  // one flag a destination waits on, and the rows of its tile there
+  int d, src, b, h, m_block;
+  const uint64_t* flag;
+  int64_t row_begin, row_end;  // local rows of d's shard
+  bool seen = false;
+};
+
+}  // namespace
+
+std::string UlyssesAttention::check_flags_in_flight(const UlyssesRun& run, int* seen_while_running) {
+  World& w = world();
+  if (w.backend() != Backend::emulated || w.placement() != Placement::host)
+    throw Error(fmt::format("ulysses in-flight check: needs emulated ranks with host buffers (the CPU reads the "
+                            "flags and outputs while the kernel writes them); this world is {}",
+                            w.describe()));
+  if (!is_fused(run.variant))
+    throw Error(fmt::format("ulysses in-flight check: {} publishes no flags (fused or coupled only)",
+                            to_string(run.variant)));
+  // 1. The reference: the run itself, checked against the local results.
+  if (std::string bad = check_against_local(run); !bad.empty()) return bad;
+  const UlyssesLayout& l = layout();
+  const int P = l.shape().P, bm = block_m();
+  const int64_t S = l.shape().S, c = l.chunk_rows(), H = l.shape().H, D = l.shape().D, B = l.shape().B;
+  const int64_t Hl = l.heads_per_rank();
+  std::vector<std::vector<uint16_t>> want(static_cast<size_t>(P));
+  std::vector<const uint16_t*> out(static_cast<size_t>(P));
+  std::vector<Slot> slots;
+  const int stride = attention::ulysses_flag_stride(c, bm);
+  for (int d = 0; d < P; ++d) {
+    want[size_t(d)] = download_output(d);
+    out[size_t(d)] = static_cast<const uint16_t*>(host_view(output_buffer().ptrs[size_t(d)], "output"));
+    const auto* flags = static_cast<const uint64_t*>(host_view(flag_buffer().ptrs[size_t(d)], "flag"));
+    const attention::RankRange mine = attention::ulysses_receiver_m_blocks(d, bm, S, c);
+    for (int src = 0; src < P; ++src)
+      for (int b = 0; b < int(B); ++b)
+        for (int h = 0; h < int(Hl); ++h)
+          for (int mb = mine.first; mb <= mine.last; ++mb) {
+            const int64_t stream = attention::ulysses_stream_index(src, b, h, int(B), int(Hl));
+            const int64_t begin = std::max<int64_t>(int64_t(mb) * bm, d * c) - d * c;
+            const int64_t end = std::min<int64_t>(int64_t(mb + 1) * bm, d * c + l.seq_rows(d)) - d * c;
+            slots.push_back({d, src, b, h, mb, flags + stream * stride + (mb - mine.first), begin, end});
+          }
+  }
+  // The first row of a slot's tile that does not hold the reference, as text ("" when all do).
+  auto tile_problem = [&](const Slot& s) -> std::string {
+    const int64_t S_d = l.seq_rows(s.d), hg = s.src * Hl + s.h;
+    for (int64_t i = s.row_begin; i < s.row_end; ++i) {
+      const size_t at = size_t(((s.b * S_d + i) * H + hg) * D);
+      const uint16_t* got = out[size_t(s.d)] + at;
+      const uint16_t* ref = want[size_t(s.d)].data() + at;
+      for (int64_t col = 0; col < D; ++col) {
+        const uint16_t g = std::atomic_ref<uint16_t>(const_cast<uint16_t&>(got[col])).load(std::memory_order_relaxed);
+        if (g != ref[col])
+          return fmt::format("rank {}: the flag of (source {}, b {}, head {}, m-block {}) was set, but row {} "
+                             "(global {}), column {} held 0x{:04x}, not 0x{:04x}{}",
+                             s.d, s.src, s.b, s.h, s.m_block, i, s.d * c + i, col, g, ref[col],
+                             g == 0xFFFF ? " (the poison: the data came after the flag)" : "");
+      }
+    }
+    return "";
+  };
+
+  // 2. The run again on poisoned outputs, the CPU polling its flags.
+  poison_outputs();
+  const uint64_t next = epoch() + 1;
+  cudaEvent_t done = nullptr;
+  XSTAGE_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  w.fork();
+  enqueue(run);
+  w.join();
+  XSTAGE_CUDA(cudaEventRecord(done, w.lead_stream()));
+  std::string bad;
+  int early = 0;
+  size_t left = slots.size();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(run.timeout_s);
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (Slot& s : slots) {
+      if (s.seen || std::atomic_ref<uint64_t>(const_cast<uint64_t&>(*s.flag)).load(std::memory_order_acquire) != next)
+        continue;
+      s.seen = true;
+      --left;
+      if (cudaEventQuery(done) == cudaErrorNotReady) ++early;
+      if (bad.empty()) bad = tile_problem(s);
+    }
+  }
+  const cudaError_t finished = cudaEventSynchronize(done);
+  cudaEventDestroy(done);
+  XSTAGE_CUDA(finished);
+  w.barrier();
+  check_receivers();
+  if (seen_while_running) *seen_while_running = early;
+  if (bad.empty() && left > 0)
+    for (const Slot& s : slots)
+      if (!s.seen)
+        return fmt::format("{}: rank {}: the flag of (source {}, b {}, head {}, m-block {}) did not reach {} within "
+                           "{} s (it holds {})",
+                           to_string(run.variant), s.d, s.src, s.b, s.h, s.m_block, next, run.timeout_s, *s.flag);
+  return bad.empty() ? "" : fmt::format("{} (in flight): {}", to_string(run.variant), bad);
+}
+
+}  // namespace xstage

@@ -1,0 +1,64 @@
+// The order of flags and data while the fused kernel still writes: the CPU
+// polls every completion flag in mapped host memory, and each flag, once it
+// holds the run's epoch, must find its tile's rows there already
+// (UlyssesAttention::check_flags_in_flight). check_against_local alone looks
+// after everything has landed, where a flag published too early would pass.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "xstage/device.hpp"
+#include "xstage/error.hpp"
+#include "xstage/ulysses.hpp"
+
+using namespace xstage;
+
+TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  auto world = World::create({Backend::emulated, 4, Placement::host, 0});
+  int early = 0, checked = 0;
+  for (int D : {64, 128}) {
+    // S = 6001 over 4 ranks: shards of 1501 rows (1498 for the last), not a
+    // multiple of the 128-row tile, so tiles straddle shard boundaries.
+    UlyssesAttention ua(*world, 1, 8, D, 6001);
+    ua.set_sequence(6001);
+    ua.fill_inputs(uint64_t(900 + D));
+    for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
+      for (EpilogueStore s : {EpilogueStore::vector16, EpilogueStore::bulk, EpilogueStore::paced,
+                              EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
+        for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
+          if (ulysses_combination_error(s, v, f, ua.kernel())) continue;
+          if (v == UlyssesVariant::coupled && f != FlagTiming::eager) continue;  // coupled has one timing
+          UlyssesRun r{v};
+          r.store = s, r.flags = f, r.timeout_s = 20;
+          int seen_early = 0;
+          EXPECT_EQ(ua.check_flags_in_flight(r, &seen_early), "")
+              << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D;
+          early += seen_early;
+          ++checked;
+        }
+  }
+  EXPECT_EQ(checked, 2 * (3 + 3 + 2 + 1 + 1 + 2));  // fused: 3 vector16, 3 bulk, 2 paced, 2 producer-sent; coupled: 2
+  // In flight, not after the fact: some flags were first seen while the kernel ran.
+  EXPECT_GT(early, 0);
+}
+
+TEST(UlyssesInFlight, NeedsHostBuffersAndAVariantWithFlags) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  auto device_world = World::create({Backend::emulated, 2, Placement::device, 0});
+  UlyssesAttention on_device(*device_world, 1, 2, 64, 300);
+  on_device.set_sequence(300);
+  on_device.fill_inputs(1);
+  try {
+    on_device.check_flags_in_flight(UlyssesRun{UlyssesVariant::fused});
+    ADD_FAILURE() << "device buffers: the CPU cannot read them during the run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs emulated ranks with host buffers"), std::string::npos) << e.what();
+  }
+  auto host_world = World::create({Backend::emulated, 2, Placement::host, 0});
+  UlyssesAttention on_host(*host_world, 1, 2, 64, 300);
+  on_host.set_sequence(300);
+  on_host.fill_inputs(2);
+  EXPECT_THROW(on_host.check_flags_in_flight(UlyssesRun{UlyssesVariant::attention_only}), Error);
+  EXPECT_EQ(on_host.check_flags_in_flight(UlyssesRun{UlyssesVariant::fused}), "");  // the default store path
+}
