@@ -11,14 +11,13 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
-#include <chrono>
-#include <cstring>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "device/attention/ulysses_params.hpp"
+#include "runtime/flag_watch.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage {
@@ -37,7 +36,6 @@ struct Slot {  // one flag a destination waits on, and the rows of its tile ther
   int d, src, b, h, m_block;
   const uint64_t* flag;
   int64_t row_begin, row_end;  // local rows of d's shard
-  bool seen = false;
 };
 
 }  // namespace
@@ -98,39 +96,32 @@ std::string UlyssesAttention::check_flags_in_flight(const UlyssesRun& run, int* 
   // 2. The run again on poisoned outputs, the CPU polling its flags.
   poison_outputs();
   const uint64_t next = epoch() + 1;
-  cudaEvent_t done = nullptr;
-  XSTAGE_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cudaEvent_t raw = nullptr;
+  XSTAGE_CUDA(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming));
+  const std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> event(raw, &cudaEventDestroy);
+  cudaEvent_t done = event.get();
   w.fork();
   enqueue(run);
   w.join();
   XSTAGE_CUDA(cudaEventRecord(done, w.lead_stream()));
-  std::string bad;
-  int early = 0;
-  size_t left = slots.size();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(run.timeout_s);
-  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
-    for (Slot& s : slots) {
-      if (s.seen || std::atomic_ref<uint64_t>(const_cast<uint64_t&>(*s.flag)).load(std::memory_order_acquire) != next)
-        continue;
-      s.seen = true;
-      --left;
-      if (cudaEventQuery(done) == cudaErrorNotReady) ++early;
-      if (bad.empty()) bad = tile_problem(s);
-    }
-  }
-  const cudaError_t finished = cudaEventSynchronize(done);
-  cudaEventDestroy(done);
-  XSTAGE_CUDA(finished);
+  std::vector<const uint64_t*> flags;
+  for (const Slot& s : slots) flags.push_back(s.flag);
+  const FlagWatch watch = watch_flags(
+      flags, next, run.timeout_s, [&](size_t i) { return tile_problem(slots[i]); },
+      [&] { return cudaEventQuery(done) == cudaErrorNotReady; });
+  XSTAGE_CUDA(cudaEventSynchronize(done));
   w.barrier();
   check_receivers();
-  if (seen_while_running) *seen_while_running = early;
-  if (bad.empty() && left > 0)
-    for (const Slot& s : slots)
-      if (!s.seen)
-        return fmt::format("{}: rank {}: the flag of (source {}, b {}, head {}, m-block {}) did not reach {} within "
-                           "{} s (it holds {})",
-                           to_string(run.variant), s.d, s.src, s.b, s.h, s.m_block, next, run.timeout_s, *s.flag);
-  return bad.empty() ? "" : fmt::format("{} (in flight): {}", to_string(run.variant), bad);
+  if (seen_while_running) *seen_while_running = watch.seen_while_running;
+  if (!watch.problem.empty()) return fmt::format("{} (in flight): {}", to_string(run.variant), watch.problem);
+  if (!watch.unseen.empty()) {
+    const Slot& s = slots[watch.unseen.front()];
+    return fmt::format("{}: rank {}: the flag of (source {}, b {}, head {}, m-block {}) did not reach {} within {} s "
+                       "(it holds {}; {} flags did not)",
+                       to_string(run.variant), s.d, s.src, s.b, s.h, s.m_block, next, run.timeout_s, *s.flag,
+                       watch.unseen.size());
+  }
+  return "";
 }
 
 }  // namespace xstage

@@ -5,6 +5,7 @@
 // after everything has landed, where a flag published too early would pass.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <string>
 
 #include "xstage/device.hpp"
@@ -36,6 +37,8 @@ TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
               << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D;
           early += seen_early;
           ++checked;
+          std::cout << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D << ": "
+                    << seen_early << " flags first seen while the kernel ran\n";
         }
   }
   EXPECT_EQ(checked, 2 * (3 + 3 + 2 + 1 + 1 + 2));  // fused: 3 vector16, 3 bulk, 2 paced, 2 producer-sent; coupled: 2
