@@ -19,10 +19,11 @@ TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
   auto world = World::create({Backend::emulated, 4, Placement::host, 0});
   int early = 0, checked = 0;
   for (int D : {64, 128}) {
-    // S = 6001 over 4 ranks: shards of 1501 rows (1498 for the last), not a
-    // multiple of the 128-row tile, so tiles straddle shard boundaries.
-    UlyssesAttention ua(*world, 1, 8, D, 6001);
-    ua.set_sequence(6001);
+    // S = 12001 over 4 ranks: shards of 3001 rows (2998 for the last), not a
+    // multiple of the 128-row tile, so tiles straddle shard boundaries; about
+    // a millisecond a run, so that the CPU sees flags while tiles still run.
+    UlyssesAttention ua(*world, 1, 8, D, 12001);
+    ua.set_sequence(12001);
     ua.fill_inputs(uint64_t(900 + D));
     for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
       for (EpilogueStore s : {EpilogueStore::vector16, EpilogueStore::bulk, EpilogueStore::paced,
