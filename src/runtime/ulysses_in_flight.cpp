@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -74,13 +75,17 @@ std::string UlyssesAttention::check_flags_in_flight(const UlyssesRun& run, int* 
             slots.push_back({d, src, b, h, mb, flags + stream * stride + (mb - mine.first), begin, end});
           }
   }
-  // The first row of a slot's tile that does not hold the reference, as text ("" when all do).
+  // The first row of a slot's tile that does not hold the reference, as text
+  // ("" when all do). A row is compared whole (memcmp: the CPU checks a tile
+  // in microseconds, so that it keeps up with flags arriving during the run),
+  // and element by element only to name what differs.
   auto tile_problem = [&](const Slot& s) -> std::string {
     const int64_t S_d = l.seq_rows(s.d), hg = s.src * Hl + s.h;
     for (int64_t i = s.row_begin; i < s.row_end; ++i) {
       const size_t at = size_t(((s.b * S_d + i) * H + hg) * D);
       const uint16_t* got = out[size_t(s.d)] + at;
       const uint16_t* ref = want[size_t(s.d)].data() + at;
+      if (std::memcmp(got, ref, size_t(D) * sizeof(uint16_t)) == 0) continue;
       for (int64_t col = 0; col < D; ++col) {
         const uint16_t g = std::atomic_ref<uint16_t>(const_cast<uint16_t&>(got[col])).load(std::memory_order_relaxed);
         if (g != ref[col])
@@ -89,6 +94,10 @@ std::string UlyssesAttention::check_flags_in_flight(const UlyssesRun& run, int* 
                              s.d, s.src, s.b, s.h, s.m_block, i, s.d * c + i, col, g, ref[col],
                              g == 0xFFFF ? " (the poison: the data came after the flag)" : "");
       }
+      // The row differed at the memcmp and matches now: it was still arriving.
+      return fmt::format("rank {}: the flag of (source {}, b {}, head {}, m-block {}) was set while row {} (global "
+                         "{}) was still arriving (the data came after the flag)",
+                         s.d, s.src, s.b, s.h, s.m_block, i, s.d * c + i);
     }
     return "";
   };
