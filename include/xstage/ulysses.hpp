@@ -66,7 +66,7 @@ std::vector<int> ulysses_tile_order(const UlyssesLayout& layout, int block_m, Ti
 
 struct UlyssesRun {
   UlyssesVariant variant = UlyssesVariant::fused;
-  // fused and coupled; none: default_epilogue_store(kernel, variant), chosen by measurement
+  // fused and coupled; none: default_epilogue_store(kernel, variant, flags), chosen by measurement
   std::optional<EpilogueStore> store = std::nullopt;
   TileOrder order = TileOrder::rotated;           // fused and coupled
   FlagTiming flags = FlagTiming::at_exit;         // fused; default by measurement (perf-log f8)
@@ -83,7 +83,11 @@ struct UlyssesRun {
 // best with device buffers); fused on the mma
 // kernel, which has no producer warpgroup to send, paced; coupled, vector16
 // (the paced paths have no coupled form; bulk's coupled form is slower).
-EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant);
+// paced-warp publishes its flags at exit only: with lagged flags the default
+// is paced, with eager ones vector16, so that every (kernel, variant, flags)
+// has a default that runs.
+EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant,
+                                     FlagTiming flags = FlagTiming::at_exit);
 
 // Whether the fused kernel runs a store path with a variant and flag timing
 // (the coupled variant has its own timing, `flags` is not looked at), on the

@@ -19,9 +19,11 @@ struct FlagWatch {
   int seen_while_running = 0;  // flags first seen while running() was true
 };
 
-// Polls every flag until all hold `value` or `timeout_s` passes. on_seen(i)
+// Polls every flag until all hold `value`, or the writer has stopped and one
+// more pass has looked at every flag, or `timeout_s` passes. on_seen(i)
 // returns "" or a problem with flag i's data; running() says whether the
-// writer is still at work (to count the flags seen in flight).
+// writer is still at work (the flags seen while it is are counted, and once
+// it is not, whatever has not come by the next pass will not come).
 template <class OnSeen, class Running>
 FlagWatch watch_flags(const std::vector<const uint64_t*>& flags, uint64_t value, double timeout_s, OnSeen on_seen,
                       Running running) {
@@ -29,7 +31,9 @@ FlagWatch watch_flags(const std::vector<const uint64_t*>& flags, uint64_t value,
   std::vector<bool> seen(flags.size(), false);
   size_t left = flags.size();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (left > 0 && std::chrono::steady_clock::now() < deadline)
+  bool last_pass = false;
+  while (left > 0 && !last_pass && std::chrono::steady_clock::now() < deadline) {
+    last_pass = !running();
     for (size_t i = 0; i < flags.size(); ++i) {
       if (seen[i]) continue;
       // Acquire: the data's reads in on_seen come after the flag's.
@@ -40,6 +44,7 @@ FlagWatch watch_flags(const std::vector<const uint64_t*>& flags, uint64_t value,
       if (running()) ++w.seen_while_running;
       if (w.problem.empty()) w.problem = on_seen(i);
     }
+  }
   for (size_t i = 0; i < flags.size(); ++i)
     if (!seen[i]) w.unseen.push_back(i);
   return w;

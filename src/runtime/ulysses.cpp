@@ -64,9 +64,10 @@ namespace {
 bool sent_by_producer(EpilogueStore s) { return s == EpilogueStore::paced_bulk || s == EpilogueStore::paced_warp; }
 }  // namespace
 
-EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant) {
-  if (variant == UlyssesVariant::coupled) return EpilogueStore::vector16;
-  return kernel == AttentionKernel::mma_sync ? EpilogueStore::paced : EpilogueStore::paced_warp;
+EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant, FlagTiming flags) {
+  if (variant == UlyssesVariant::coupled || flags == FlagTiming::eager) return EpilogueStore::vector16;
+  return kernel == AttentionKernel::mma_sync || flags == FlagTiming::lagged ? EpilogueStore::paced
+                                                                            : EpilogueStore::paced_warp;
 }
 
 std::optional<std::string> ulysses_combination_error(EpilogueStore store, UlyssesVariant variant, FlagTiming flags,
@@ -303,7 +304,7 @@ struct UlyssesAttention::Impl {
                                           attention::StorePath::vector16_cs, attention::StorePath::bulk,
                                           attention::StorePath::paced, attention::StorePath::paced_bulk,
                                           attention::StorePath::paced_warp};
-    const EpilogueStore store = run.store.value_or(default_epilogue_store(kernel, run.variant));
+    const EpilogueStore store = run.store.value_or(default_epilogue_store(kernel, run.variant, run.flags));
     const auto path = paths[static_cast<int>(store)];
     if (run.paced_rows < 0)
       throw Error(fmt::format("ulysses: paced rows: expected >= 0 (0: the default {}), got {}", kDefaultPacedRows,

@@ -293,7 +293,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     // The best configuration of a variant: the least paired residual where
     // the runs are paired, else the least median time (paired_stats.hpp).
     auto best = [&](const std::vector<size_t>& rows) {
-      return least_by(rows, [&](size_t i) { return rep.rows[i].residual_paired.value_or(rep.rows[i].time_us); });
+      return least_by(rows, [&](size_t i) { return att_row ? *rep.rows[i].residual_paired : rep.rows[i].time_us; });
     };
     if (att_row) sum.attention_only_us = rep.rows[*att_row].time_us;
     if (auto b = best(seq_rows)) sum.sequential_us = rep.rows[*b].time_us;

@@ -59,9 +59,9 @@ TEST(FlagWatch, AFlagSetBeforeItsDataIsCaught) {
   Board b(8);
   std::thread writer([&] {
     for (size_t i = 0; i < b.flag.size(); ++i) {
-      if (i == 5) {  // the bug: flag first, its datum 200 ms later
+      if (i == 5) {  // the bug: flag first, its datum 500 ms later
         b.store(b.flag, i, 7);
-        std::this_thread::sleep_for(200ms);
+        std::this_thread::sleep_for(500ms);
         b.store(b.data, i, 100 + i);
       } else {
         b.store(b.data, i, 100 + i);
@@ -76,14 +76,22 @@ TEST(FlagWatch, AFlagSetBeforeItsDataIsCaught) {
   EXPECT_TRUE(w.unseen.empty());
 }
 
-TEST(FlagWatch, AFlagThatNeverComesIsNamedAfterTheTimeout) {
+TEST(FlagWatch, AFlagThatNeverComesIsNamedAfterTheTimeoutOrOncePastTheWritersEnd) {
   Board b(4);
   for (size_t i : {0u, 1u, 3u}) b.store(b.data, i, 100 + i), b.store(b.flag, i, 7);
   b.store(b.flag, 2, 6);  // the previous epoch
-  const auto t0 = std::chrono::steady_clock::now();
-  const xstage::FlagWatch w = xstage::watch_flags(
-      b.flags(), 7, 0.05, [&](size_t i) { return b.check(i); }, [] { return false; });
+  // The writer still at work: the watch waits for the deadline.
+  auto t0 = std::chrono::steady_clock::now();
+  xstage::FlagWatch w = xstage::watch_flags(
+      b.flags(), 7, 0.05, [&](size_t i) { return b.check(i); }, [] { return true; });
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(w.problem, "");
+  EXPECT_EQ(w.unseen, std::vector<size_t>{2});
+  EXPECT_EQ(w.seen_while_running, 3);
+  // The writer done: one pass, then the watch stops, long before the deadline.
+  t0 = std::chrono::steady_clock::now();
+  w = xstage::watch_flags(b.flags(), 7, 30.0, [&](size_t i) { return b.check(i); }, [] { return false; });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
   EXPECT_EQ(w.problem, "");
   EXPECT_EQ(w.unseen, std::vector<size_t>{2});
   EXPECT_EQ(w.seen_while_running, 0);
