@@ -36,8 +36,12 @@ TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
           int seen_early = 0;
           EXPECT_EQ(ua.check_flags_in_flight(r, &seen_early), "")
               << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D;
-          // In flight, not after the fact: some flags were first seen while the kernel ran.
-          EXPECT_GT(seen_early, 0) << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D;
+          // In flight, not after the fact: flags published per tile (lagged,
+          // eager, coupled) are seen while the kernel runs (80-230 of 776 on
+          // the H200); at exit they come in the CTAs' last microseconds (8-52),
+          // so those count toward the total only.
+          if (f != FlagTiming::at_exit)
+            EXPECT_GT(seen_early, 0) << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D;
           early += seen_early;
           ++checked;
           std::cout << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D << ": "
