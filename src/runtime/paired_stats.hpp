@@ -25,7 +25,7 @@ inline std::vector<double> paired_residuals(const std::vector<double>& runs, con
   return rel;
 }
 
-// The median (the upper one of an even count, as median_of in timing.hpp).
+// The median (the upper one of an even count, as median_us in timing.hpp).
 inline double median_value(std::vector<double> v) {
   if (v.empty()) throw std::logic_error("median_value: no values");
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "runtime/paired_schedule.hpp"
-#include "runtime/paired_stats.hpp"
 #include "xstage/device.hpp"
 #include "xstage/world.hpp"
 
@@ -138,8 +137,5 @@ inline PairedTimes paired_after_base_us(World& w, int warmup, int rounds, size_t
   std::vector<double> flat = timed_runs_us(w, warmup, bodies, order);
   return split_runs(bodies.size(), base, std::move(order), std::move(flat));
 }
-
-// The median of a sample (the upper one of an even count, as median_us).
-inline double median_of(std::vector<double> v) { return median_value(std::move(v)); }
 
 }  // namespace xstage

@@ -262,7 +262,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     for (size_t i = 0; i < runs.size(); ++i) {
       UlyssesBenchRow& row = rep.rows[first_row + i];
       row.iters = int(times[i].size());  // attention-only: one run per other configuration a round
-      row.time_us = median_of(times[i]);
+      row.time_us = median_value(times[i]);
       row.time_min_us = *std::min_element(times[i].begin(), times[i].end());
       row.time_max_us = *std::max_element(times[i].begin(), times[i].end());
     }
