@@ -15,16 +15,16 @@ namespace xstage {
 enum class Transport { local, host, peer };
 enum class StoreKind { v4, b64, b32, bulk };  // 16-, 8-, 4-byte st.global; TMA bulk from shared memory
 enum class GapKind { spin, fma, mma };          // clock spin; FP32 FMA chains; bf16 tensor-core mma
-enum class Completion { none, fence, flag };
+enum class BurstCompletion { none, fence, flag };
 
 const char* to_string(Transport t);
 const char* to_string(StoreKind s);
 const char* to_string(GapKind g);
-const char* to_string(Completion c);
+const char* to_string(BurstCompletion c);
 Transport parse_transport(const std::string& s);  // throws xstage::Error listing the choices
 StoreKind parse_store_kind(const std::string& s);
 GapKind parse_gap_kind(const std::string& s);
-Completion parse_completion(const std::string& s);
+BurstCompletion parse_burst_completion(const std::string& s);
 
 struct ProbePoint {
   int K = 132;        // producers (CTAs)
@@ -34,7 +34,7 @@ struct ProbePoint {
   int bursts = 64;
   StoreKind store = StoreKind::v4;
   GapKind gap = GapKind::spin;
-  Completion completion = Completion::none;
+  BurstCompletion completion = BurstCompletion::none;
   bool warmup = true;     // touch every slot first (translations cached), then let the stage drain
   double settle_ns = -1;  // pause before the measured bursts; < 0: long enough to drain the warm-up twice
 };

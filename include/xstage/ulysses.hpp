@@ -22,6 +22,7 @@
 
 #include "xstage/a2a.hpp"
 #include "xstage/attention.hpp"
+#include "xstage/remote_store.hpp"
 #include "xstage/ulysses_layout.hpp"
 #include "xstage/world.hpp"
 
@@ -32,26 +33,9 @@ std::string to_string(UlyssesVariant v);  // "attention-only", "sequential", "fu
 UlyssesVariant parse_ulysses_variant(std::string_view text);
 bool is_fused(UlyssesVariant v);  // fused or coupled
 
-// vector16: st.global.v4 from registers (write-back: L2 may keep host lines
-// dirty); vector16-wt / vector16-cs: with the write-through / streaming cache
-// operator; bulk: TMA bulk copies of whole rows from shared memory; paced:
-// 16-byte stores spread in slices over the next tile's mainloop (flags lagged
-// or at exit); paced-bulk, paced-warp: the same slices sent by a warp of the
-// wgmma kernel's producer warpgroup, with TMA bulk copies or 16-byte stores
-// (flags at exit; perf-log f11).
-enum class EpilogueStore { vector16, vector16_wt, vector16_cs, bulk, paced, paced_bulk, paced_warp };
-std::string to_string(EpilogueStore s);
-EpilogueStore parse_epilogue_store(std::string_view text);
-bool is_paced(EpilogueStore s);  // paced, paced-bulk, paced-warp: sends in slices of paced_rows
-
-// When the fused variant publishes a tile's completion flags: lagged (just
-// before the CTA's next tile's stores, so its release fence finds the stores
-// drained) or eager (right after the stores; the fence then waits for them to
-// drain, which couples the tile to the X-Stage: docs/perf-log.md, f1).
-// at-exit: every flag of a CTA once it has no tiles left (one fence per CTA).
-enum class FlagTiming { lagged, eager, at_exit };
-std::string to_string(FlagTiming f);  // "lagged", "eager", "at-exit"
-FlagTiming parse_flag_timing(std::string_view text);
+// How the fused variants' epilogue sends rows (StorePath) and when they
+// publish flags (Completion): xstage/remote_store.hpp, shared with the kernels.
+// The coupled variant publishes with Completion::coupled whatever `flags` says.
 
 enum class TileOrder { linear, rotated };
 std::string to_string(TileOrder o);  // "linear", "rotated"
@@ -66,10 +50,10 @@ std::vector<int> ulysses_tile_order(const UlyssesLayout& layout, int block_m, Ti
 
 struct UlyssesRun {
   UlyssesVariant variant = UlyssesVariant::fused;
-  // fused and coupled; none: default_epilogue_store(kernel, variant, flags), chosen by measurement
-  std::optional<EpilogueStore> store = std::nullopt;
+  // fused and coupled; none: default_store_path(kernel, variant, flags), chosen by measurement
+  std::optional<StorePath> store = std::nullopt;
   TileOrder order = TileOrder::rotated;           // fused and coupled
-  FlagTiming flags = FlagTiming::at_exit;         // fused; default by measurement (perf-log f8)
+  Completion flags = Completion::at_exit;         // fused; default by measurement (perf-log f8)
   A2aVersion a2a = A2aVersion::copy_engine;       // sequential
   int paced_rows = 0;  // paced: fewest rows a send carries (0: kDefaultPacedRows)
   bool test_receivers_time_out = false;  // tests only: receivers wait for a flag value no run sets
@@ -86,14 +70,14 @@ struct UlyssesRun {
 // paced-warp publishes its flags at exit only: with lagged flags the default
 // is paced, with eager ones vector16, so that every (kernel, variant, flags)
 // has a default that runs.
-EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant,
-                                     FlagTiming flags = FlagTiming::at_exit);
+StorePath default_store_path(AttentionKernel kernel, UlyssesVariant variant,
+                                     Completion flags = Completion::at_exit);
 
 // Whether the fused kernel runs a store path with a variant and flag timing
 // (the coupled variant has its own timing, `flags` is not looked at), on the
 // attention kernel (AttentionKernel::mma_sync or wgmma_pingpong); when not, a
 // sentence that says why.
-std::optional<std::string> ulysses_combination_error(EpilogueStore store, UlyssesVariant variant, FlagTiming flags,
+std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVariant variant, Completion flags,
                                                      AttentionKernel kernel);
 
 // The paced path's default slice: 16 rows (4 KiB an SM at D = 128, one
@@ -177,8 +161,8 @@ class UlyssesAttention {
   std::string check_flags_in_flight(const UlyssesRun& run, int* seen_while_running = nullptr);
 
   // Where the runs write: every rank's sequence-sharded output [B, S_r, H, D]
-  // (bf16) and its completion flags (layout: src/device/attention/
-  // ulysses_params.hpp), placed as the world says; and the epoch the last
+  // (bf16) and its completion flags (layout: src/device/ulysses/
+  // params.hpp), placed as the world says; and the epoch the last
   // fused or coupled run published (its flags hold it; a new run publishes
   // epoch() + 1).
   const SymmetricBuffer& output_buffer() const;

@@ -20,9 +20,9 @@ struct UlyssesBenchOptions {
   int64_t batch = 1, heads = 24, head_dim = 128;
   std::vector<int64_t> seqs = {4096};  // total sequence lengths S
   std::vector<UlyssesVariant> variants;  // empty: all four
-  std::vector<EpilogueStore> stores;     // fused and coupled; empty: vector16, bulk, paced
+  std::vector<StorePath> stores;     // fused and coupled; empty: vector16, bulk, paced
   std::vector<TileOrder> orders;         // fused; empty: both (coupled runs the rotated order)
-  std::vector<FlagTiming> flags;         // fused; empty: at-exit
+  std::vector<Completion> flags;         // fused; empty: at-exit
   std::vector<A2aVersion> a2a;           // sequential; empty: every available one
   std::vector<int> paced_rows;           // paced slices to run; empty: the default (kDefaultPacedRows)
   int iters = 10, warmup = 1;

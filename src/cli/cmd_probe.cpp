@@ -229,7 +229,7 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
           p.bursts = a.bursts;
           p.store = parse_store_kind(a.store);
           p.gap = parse_gap_kind(a.gap_kind);
-          p.completion = parse_completion(a.completion);
+          p.completion = parse_burst_completion(a.completion);
           p.warmup = !a.no_warmup;
           if (!a.settle.empty()) p.settle_ns = parse_time_ns(a.settle, "--settle");
           plan.push_back({p, "train"});
@@ -323,7 +323,7 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
   parse_size_bytes(a.dst_size, "--dst-size");
   parse_store_kind(a.store);
   parse_gap_kind(a.gap_kind);
-  parse_completion(a.completion);
+  parse_burst_completion(a.completion);
   if (cuda_device_count() == 0)
     throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");
   const DeviceInfo dev = device_info(a.device);

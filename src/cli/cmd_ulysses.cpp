@@ -49,9 +49,14 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   if (a.sweep && !a.seqs.empty()) throw Error("--sweep and --seq: give one of them");
   o.seqs = a.sweep ? default_sweep() : a.seqs.empty() ? std::vector<int64_t>{4096} : a.seqs;
   for (const auto& v : a.variants) o.variants.push_back(parse_ulysses_variant(v));
-  for (const auto& s : a.stores) o.stores.push_back(parse_epilogue_store(s));
+  for (const auto& s : a.stores) o.stores.push_back(parse_store_path(s));
   for (const auto& t : a.orders) o.orders.push_back(parse_tile_order(t));
-  for (const auto& f : a.flags) o.flags.push_back(parse_flag_timing(f));
+  for (const auto& f : a.flags) {
+    // Coupled completion is a variant of its own, not a timing of fused's flags.
+    if (f == "coupled")
+      throw Error("--flags coupled: expected lagged, eager or at-exit (coupled completion is --variants coupled)");
+    o.flags.push_back(parse_completion(f));
+  }
   for (const auto& v : a.a2a) o.a2a.push_back(parse_a2a_version(v));
   o.paced_rows = a.paced_rows;
   o.iters = a.iters, o.warmup = a.warmup, o.max_seconds_per_point = a.max_seconds;

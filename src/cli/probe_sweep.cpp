@@ -51,8 +51,8 @@ std::vector<PlannedPoint> plan_sweep(const std::string& sweep, Transport t, int 
   };
   grid(train_K, train_V, train_G, "train", base);
   grid(hold_K, hold_V, hold_G, "holdout", base);
-  // Completion: bursts far apart, so each drains before the next.
-  for (Completion c : {Completion::fence, Completion::flag})
+  // BurstCompletion: bursts far apart, so each drains before the next.
+  for (BurstCompletion c : {BurstCompletion::fence, BurstCompletion::flag})
     for (double V : train_V) {
       ProbePoint p = base;
       p.K = sms;

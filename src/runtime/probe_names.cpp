@@ -30,11 +30,11 @@ const char* to_string(GapKind g) {
   }
   return "?";
 }
-const char* to_string(Completion c) {
+const char* to_string(BurstCompletion c) {
   switch (c) {
-    case Completion::none: return "none";
-    case Completion::fence: return "fence";
-    case Completion::flag: return "flag";
+    case BurstCompletion::none: return "none";
+    case BurstCompletion::fence: return "fence";
+    case BurstCompletion::flag: return "flag";
   }
   return "?";
 }
@@ -63,8 +63,8 @@ GapKind parse_gap_kind(const std::string& s) {
   static const GapKind all[] = {GapKind::spin, GapKind::fma, GapKind::mma};
   return parse_choice(s, "--gap-kind", all);
 }
-Completion parse_completion(const std::string& s) {
-  static const Completion all[] = {Completion::none, Completion::fence, Completion::flag};
+BurstCompletion parse_burst_completion(const std::string& s) {
+  static const BurstCompletion all[] = {BurstCompletion::none, BurstCompletion::fence, BurstCompletion::flag};
   return parse_choice(s, "--completion", all);
 }
 

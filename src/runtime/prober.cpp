@@ -206,7 +206,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   kp.visible_ns = m.visible.ptr;
   kp.calib = m.calib.ptr;
   kp.sink = m.sink.ptr;
-  const int blocks = pt.K + (pt.completion == Completion::flag ? 1 : 0);
+  const int blocks = pt.K + (pt.completion == BurstCompletion::flag ? 1 : 0);
   XSTAGE_CUDA(probe::launch_bursts(kp, pt.store, pt.gap, blocks, 32 * pt.warps, m.stream));
   XSTAGE_CUDA(probe::launch_verify(reinterpret_cast<const uint32_t*>(m.dst), slot, slots_written, kp.slots, pt.bursts,
                                    kp.chunk_bytes, m.mismatches.ptr, m.stream));
@@ -243,8 +243,8 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
     const uint64_t next = b + 1 < pt.bursts ? start_cycles[size_t(b + 1) * pt.K + k] : calib[4 * k + 3];
     return double(next - start_cycles[size_t(b) * pt.K + k]) - double(gap_done[size_t(b) * pt.K + k]);
   };
-  const auto fence = pt.completion == Completion::fence ? m.fence.fetch(nrec) : std::vector<uint32_t>();
-  const auto vis = pt.completion == Completion::flag ? m.visible.fetch(pt.bursts) : std::vector<uint64_t>();
+  const auto fence = pt.completion == BurstCompletion::fence ? m.fence.fetch(nrec) : std::vector<uint32_t>();
+  const auto vis = pt.completion == BurstCompletion::flag ? m.visible.fetch(pt.bursts) : std::vector<uint64_t>();
   for (int b = 0; b < pt.bursts; ++b) {
     double mx = 0, sum = 0, fmx = 0;
     uint64_t first = ~0ull;

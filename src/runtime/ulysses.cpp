@@ -1,5 +1,5 @@
 // Ulysses attention on a World (include/xstage/ulysses.hpp): buffers, the
-// four variants, checks. Kernels: src/device/attention/ (ulysses_launch.hpp).
+// four variants, checks. Kernels: src/device/ulysses/ (launch.hpp).
 #include "xstage/ulysses.hpp"
 
 #include <cuda_runtime.h>
@@ -15,8 +15,9 @@
 #include <fmt/format.h>
 
 #include "device/attention/attention_launch.hpp"
-#include "device/attention/ulysses_launch.hpp"
 #include "device/fill/fill_random.hpp"
+#include "device/remote/diagnostics.hpp"
+#include "device/ulysses/launch.hpp"
 #include "util/npy.hpp"
 #include "xstage/attention.hpp"
 #include "xstage/device.hpp"
@@ -43,76 +44,35 @@ UlyssesVariant parse_ulysses_variant(std::string_view t) {
 
 bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }
 
-std::string to_string(EpilogueStore s) {
-  switch (s) {
-    case EpilogueStore::vector16: return "vector16";
-    case EpilogueStore::vector16_wt: return "vector16-wt";
-    case EpilogueStore::vector16_cs: return "vector16-cs";
-    case EpilogueStore::bulk: return "bulk";
-    case EpilogueStore::paced: return "paced";
-    case EpilogueStore::paced_bulk: return "paced-bulk";
-    case EpilogueStore::paced_warp: return "paced-warp";
-  }
-  return "?";
-}
-
-bool is_paced(EpilogueStore s) {
-  return s == EpilogueStore::paced || s == EpilogueStore::paced_bulk || s == EpilogueStore::paced_warp;
-}
-
 namespace {
-bool sent_by_producer(EpilogueStore s) { return s == EpilogueStore::paced_bulk || s == EpilogueStore::paced_warp; }
+bool sent_by_producer(StorePath s) { return s == StorePath::paced_bulk || s == StorePath::paced_warp; }
 }  // namespace
 
-EpilogueStore default_epilogue_store(AttentionKernel kernel, UlyssesVariant variant, FlagTiming flags) {
-  if (variant == UlyssesVariant::coupled || flags == FlagTiming::eager) return EpilogueStore::vector16;
-  return kernel == AttentionKernel::mma_sync || flags == FlagTiming::lagged ? EpilogueStore::paced
-                                                                            : EpilogueStore::paced_warp;
+StorePath default_store_path(AttentionKernel kernel, UlyssesVariant variant, Completion flags) {
+  if (variant == UlyssesVariant::coupled || flags == Completion::eager) return StorePath::vector16;
+  return kernel == AttentionKernel::mma_sync || flags == Completion::lagged ? StorePath::paced
+                                                                            : StorePath::paced_warp;
 }
 
-std::optional<std::string> ulysses_combination_error(EpilogueStore store, UlyssesVariant variant, FlagTiming flags,
+std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVariant variant, Completion flags,
                                                      AttentionKernel kernel) {
   const bool mma = kernel == AttentionKernel::mma_sync;
   if (mma && sent_by_producer(store))
     return fmt::format("the {} store path is sent by the wgmma kernel's producer warpgroup; the mma kernel has none",
                        to_string(store));
-  if (!mma && (store == EpilogueStore::vector16_wt || store == EpilogueStore::vector16_cs))
+  if (!mma && (store == StorePath::vector16_wt || store == StorePath::vector16_cs))
     return fmt::format("store path {} runs on the mma attention kernel only (--kernel mma)", to_string(store));
   if (variant == UlyssesVariant::coupled && is_paced(store))
     return fmt::format("the {} store path has no coupled form (coupled waits for each whole tile's stores)",
                        to_string(store));
-  if (variant == UlyssesVariant::fused && store == EpilogueStore::paced && flags == FlagTiming::eager)
+  if (variant == UlyssesVariant::fused && flags == Completion::coupled)
+    return "coupled completion is the coupled variant (--variants coupled), not a flag timing of fused";
+  if (variant == UlyssesVariant::fused && store == StorePath::paced && flags == Completion::eager)
     return "the paced store path publishes its flags lagged or at exit, not eager";
-  if (variant == UlyssesVariant::fused && sent_by_producer(store) && flags != FlagTiming::at_exit)
+  if (variant == UlyssesVariant::fused && sent_by_producer(store) && flags != Completion::at_exit)
     return fmt::format("the {} store path publishes its flags at exit only, not {}", to_string(store),
                        to_string(flags));
   return std::nullopt;
-}
-
-EpilogueStore parse_epilogue_store(std::string_view t) {
-  for (auto s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs, EpilogueStore::bulk,
-                 EpilogueStore::paced, EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
-    if (t == to_string(s)) return s;
-  throw Error(fmt::format("store path '{}': expected vector16 (16-byte stores from registers), vector16-wt, "
-                          "vector16-cs (the same, write-through or streaming), bulk (TMA bulk copies from shared "
-                          "memory), paced (16-byte stores spread over the next tile's mainloop), paced-bulk or "
-                          "paced-warp (the same slices sent by a producer warp, TMA bulk copies or 16-byte stores)",
-                          t));
-}
-
-std::string to_string(FlagTiming f) {
-  switch (f) {
-    case FlagTiming::lagged: return "lagged";
-    case FlagTiming::eager: return "eager";
-    case FlagTiming::at_exit: return "at-exit";
-  }
-  return "?";
-}
-
-FlagTiming parse_flag_timing(std::string_view t) {
-  for (auto f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit})
-    if (t == to_string(f)) return f;
-  throw Error(fmt::format("flag timing '{}': expected lagged, eager or at-exit", t));
 }
 
 std::string to_string(TileOrder o) { return o == TileOrder::linear ? "linear" : "rotated"; }
@@ -148,13 +108,24 @@ std::vector<int> ulysses_tile_order(const UlyssesLayout& l, int block_m, TileOrd
 
 namespace {
 
-// XSTAGE_ULYSSES_EXPERIMENT: bits of attention::kExperiment* for performance
-// experiments (parts of the fused kernel's end left out); unset or 0 in
-// every run that is a result.
+// XSTAGE_ULYSSES_EXPERIMENT: bits of remote::kDiag* (parts of the fused
+// kernel's end left out, or time-stamped); unset or 0 in every run that is a
+// result. Only a build with -DXSTAGE_DIAGNOSTICS=ON compiles them in; any
+// other refuses the variable rather than run something else than asked.
 unsigned int experiment_bits() {
   static const unsigned int bits = [] {
     const char* v = std::getenv("XSTAGE_ULYSSES_EXPERIMENT");
-    return v == nullptr ? 0u : unsigned(std::strtoul(v, nullptr, 0));
+    if (v == nullptr || *v == 0) return 0u;
+    char* end = nullptr;
+    const unsigned long x = std::strtoul(v, &end, 0);
+    if (*end != 0 || (x & ~static_cast<unsigned long>(remote::kDiagAll)) != 0)
+      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT = '{}': expected a sum of the diagnostic bits {}, {}, {}, {}",
+                              v, remote::kDiagNoWait, remote::kDiagNoAcquireFence, remote::kDiagTrace,
+                              remote::kDiagSlowPoll));
+    if (x != 0 && !remote::kDiagnostics)
+      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT = '{}': diagnostics are compiled out of this build "
+                              "(configure with -DXSTAGE_DIAGNOSTICS=ON)", v));
+    return unsigned(x);
   }();
   return bits;
 }
@@ -168,7 +139,7 @@ void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {
   if (H % w.size() != 0)
     throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks (H % P must be 0)", H, w.size()));
   // The kernels carry S as int, and the fused epilogues find a row's owner
-  // with 32-bit divisions (device/attention/epilogue_ulysses.cuh).
+  // with 32-bit divisions (device/ulysses/destination.cuh).
   if (max_S > (int64_t(1) << 31) - 1)
     throw Error(fmt::format("ulysses: S = {}: expected at most 2^31 - 1 tokens", max_S));
   // Tile indices: 32 bits in the fused kernels' flag walk at exit (tile32; BLOCK_M >= 128).
@@ -186,11 +157,11 @@ struct UlyssesAttention::Impl {
     Stream stream = nullptr;
     uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // the first rank's shard
     int* order[2] = {nullptr, nullptr};                               // [TileOrder]: P * max_m_blocks
-    attention::FlagTimeoutRecord* timeout_record = nullptr;  // what its wait timed out on, if it did
-    unsigned long long* trace = nullptr;  // kExperimentTrace only: time stamps of the last launch's end
+    remote::FlagTimeoutRecord* timeout_record = nullptr;  // what its wait timed out on, if it did
+    unsigned long long* trace = nullptr;  // kDiagTrace only: time stamps of the last launch's end
   };
   static constexpr size_t kTraceBytes =
-      sizeof(unsigned long long) * size_t(attention::kTraceMaxGrid + attention::kTraceSlots);
+      sizeof(unsigned long long) * size_t(remote::kTraceMaxGrid + remote::kTraceSlots);
 
   World& w;
   int64_t B, H, D, max_S, Hl;
@@ -226,9 +197,9 @@ struct UlyssesAttention::Impl {
       for (auto& t : g.order) t = static_cast<int*>(w.alloc_local(rank_base, size_t(P * max_m) * sizeof(int)));
       XSTAGE_CUDA(cudaSetDevice(g.device));
       g.timeout_record =
-          static_cast<attention::FlagTimeoutRecord*>(w.alloc_local(rank_base, sizeof(attention::FlagTimeoutRecord)));
-      XSTAGE_CUDA(cudaMemset(g.timeout_record, 0, sizeof(attention::FlagTimeoutRecord)));
-      if (experiment_bits() & attention::kExperimentTrace)
+          static_cast<remote::FlagTimeoutRecord*>(w.alloc_local(rank_base, sizeof(remote::FlagTimeoutRecord)));
+      XSTAGE_CUDA(cudaMemset(g.timeout_record, 0, sizeof(remote::FlagTimeoutRecord)));
+      if (experiment_bits() & remote::kDiagTrace)
         g.trace = static_cast<unsigned long long*>(w.alloc_local(rank_base, kTraceBytes));
       groups.push_back(g);
     };
@@ -238,7 +209,7 @@ struct UlyssesAttention::Impl {
       for (int r : w.local_ranks()) make_group(r, 1);
     out_capacity = UlyssesLayout({B, max_S, H, D, P, 2}).max_shard_bytes();
     out = &w.alloc_symmetric(out_capacity);
-    const int64_t flag_slots = P * B * Hl * int64_t(attention::ulysses_flag_stride((max_S + P - 1) / P, bm));
+    const int64_t flag_slots = P * B * Hl * int64_t(ulysses::ulysses_flag_stride((max_S + P - 1) / P, bm));
     // The receiver wait indexes the flags of all P ranks in 32 bits (ulysses_wait.cuh).
     if (flag_slots * P > std::numeric_limits<int32_t>::max())
       throw Error(fmt::format("ulysses: {} completion flags a rank x {} ranks do not fit the 32-bit indices of the "
@@ -271,14 +242,14 @@ struct UlyssesAttention::Impl {
     return p;
   }
 
-  attention::UlyssesStoreParams store_params(const Group& g) const {
-    attention::UlyssesStoreParams ep;
+  ulysses::UlyssesStoreParams store_params(const Group& g) const {
+    ulysses::UlyssesStoreParams ep;
     const int li = w.local_index(g.rank_base);
     ep.out = out->device_table(li);
     ep.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
     ep.P = P, ep.rank_base = g.rank_base, ep.batch = int(B), ep.heads_per_rank = int(Hl), ep.head_dim = int(D);
     ep.S = layout->shape().S, ep.chunk = layout->chunk_rows();
-    ep.flag_stride = attention::ulysses_flag_stride(ep.chunk, bm);
+    ep.flag_stride = ulysses::ulysses_flag_stride(ep.chunk, bm);
     ep.epoch = epoch;
     return ep;
   }
@@ -297,30 +268,22 @@ struct UlyssesAttention::Impl {
   void launch_fused(const Group& g, const UlyssesRun& run) {
     const auto p = mainloop(g);
     auto ep = store_params(g);
-    attention::OrderedSchedulerParams sp;
+    sched::OrderedSchedulerParams sp;
     sp.order = g.order[run.order == TileOrder::linear ? 0 : 1];
     sp.batch = int(B), sp.rank_base = g.rank_base;
-    const attention::StorePath paths[] = {attention::StorePath::vector16, attention::StorePath::vector16_wt,
-                                          attention::StorePath::vector16_cs, attention::StorePath::bulk,
-                                          attention::StorePath::paced, attention::StorePath::paced_bulk,
-                                          attention::StorePath::paced_warp};
-    const EpilogueStore store = run.store.value_or(default_epilogue_store(kernel, run.variant, run.flags));
-    const auto path = paths[static_cast<int>(store)];
+    const StorePath store = run.store.value_or(default_store_path(kernel, run.variant, run.flags));
     if (run.paced_rows < 0)
       throw Error(fmt::format("ulysses: paced rows: expected >= 0 (0: the default {}), got {}", kDefaultPacedRows,
                               run.paced_rows));
     // Slices of more rows than a tile has send it whole: the cap changes
     // nothing else and keeps the kernels' rows + paced_min_rows - 1 in range.
     ep.paced_min_rows = std::min(run.paced_rows > 0 ? run.paced_rows : kDefaultPacedRows, bm);
-    const attention::Completion timings[] = {attention::Completion::lagged, attention::Completion::eager,
-                                             attention::Completion::at_exit};
-    const auto completion = run.variant == UlyssesVariant::coupled ? attention::Completion::coupled
-                                                                   : timings[static_cast<int>(run.flags)];
+    const Completion completion = run.variant == UlyssesVariant::coupled ? Completion::coupled : run.flags;
     if (const auto why = ulysses_combination_error(store, run.variant, run.flags, kernel))
       throw Error(fmt::format("ulysses: {} with store path {} and {} flags is not a combination the kernel runs: {}",
                               to_string(run.variant), to_string(store), to_string(run.flags), *why));
     // The grid's last CTA waits for the flags of the ranks this launch
-    // receives for (device/attention/ulysses_wait.cuh): the receiver side.
+    // receives for (device/remote/receive.cuh): the receiver side.
     ep.receive = 1;
     ep.timeout_record = g.timeout_record;
     ep.recv_rank_first = g.rank_base, ep.recv_ranks = g.n;
@@ -332,7 +295,7 @@ struct UlyssesAttention::Impl {
       XSTAGE_CUDA(cudaMemsetAsync(g.trace, 0, kTraceBytes, g.stream));
       ep.trace = g.trace;
     }
-    check_cuda(attention::launch_ulysses_attention(p, ep, sp, path, completion, kernel_id, g.stream),
+    check_cuda(ulysses::launch_ulysses_attention(p, ep, sp, store, completion, kernel_id, g.stream),
                fmt::format("fused Ulysses attention launch ({} kernel, ranks {}..{}, S = {}, D = {})",
                            to_string(kernel), g.rank_base, g.rank_base + g.n - 1, p.S_q, D)
                    .c_str(),
@@ -458,15 +421,15 @@ void UlyssesAttention::run(const UlyssesRun& r) {
 
 void UlyssesAttention::check_receivers() const {
   for (const auto& g : impl_->groups) {
-    if (g.trace != nullptr) {  // kExperimentTrace: what the last fused launch's end looked like
-      std::vector<unsigned long long> t(size_t(attention::kTraceMaxGrid + attention::kTraceSlots));
+    if (g.trace != nullptr) {  // kDiagTrace: what the last fused launch's end looked like
+      std::vector<unsigned long long> t(size_t(remote::kTraceMaxGrid + remote::kTraceSlots));
       XSTAGE_CUDA(cudaSetDevice(g.device));
       XSTAGE_CUDA(cudaMemcpy(t.data(), g.trace, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
       std::vector<unsigned long long> done;
-      for (int i = 0; i < attention::kTraceMaxGrid; ++i)
+      for (int i = 0; i < remote::kTraceMaxGrid; ++i)
         if (t[size_t(i)] != 0) done.push_back(t[size_t(i)]);
       std::sort(done.begin(), done.end());
-      const unsigned long long* w = t.data() + attention::kTraceMaxGrid;
+      const unsigned long long* w = t.data() + remote::kTraceMaxGrid;
       if (!done.empty()) {
         const auto signed_ns = [](unsigned long long a, unsigned long long b) {
           return static_cast<long long>(a) - static_cast<long long>(b);
@@ -480,7 +443,7 @@ void UlyssesAttention::check_receivers() const {
                    w[4]);
       }
     }
-    attention::FlagTimeoutRecord r;
+    remote::FlagTimeoutRecord r;
     XSTAGE_CUDA(cudaSetDevice(g.device));
     XSTAGE_CUDA(cudaMemcpy(&r, g.timeout_record, sizeof(r), cudaMemcpyDeviceToHost));
     if (r.set == 0) continue;
@@ -606,17 +569,17 @@ std::string UlyssesAttention::check_flags(int d) const {
   const Impl& m = *impl_;
   const UlyssesLayout& l = layout();
   const int64_t chunk = l.chunk_rows();
-  const int stride = attention::ulysses_flag_stride(chunk, m.bm);
+  const int stride = ulysses::ulysses_flag_stride(chunk, m.bm);
   std::vector<uint64_t> flags(size_t(m.P * m.B * m.Hl) * size_t(stride));
   XSTAGE_CUDA(cudaSetDevice(m.w.device_of(d)));
   XSTAGE_CUDA(cudaMemcpy(flags.data(), m.flags->ptrs[size_t(d)], flags.size() * sizeof(uint64_t), cudaMemcpyDefault));
-  const attention::RankRange mine = attention::ulysses_receiver_m_blocks(d, m.bm, l.shape().S, chunk);
+  const remote::RankRange mine = ulysses::ulysses_receiver_m_blocks(d, m.bm, l.shape().S, chunk);
   for (int src = 0; src < m.P; ++src)
     for (int b = 0; b < int(m.B); ++b)
       for (int h = 0; h < int(m.Hl); ++h)
         for (int j = 0; j < stride; ++j) {  // slot j of the stream: m-block mine.first + j
           const int mb = mine.first + j;
-          const int64_t stream = attention::ulysses_stream_index(src, b, h, int(m.B), int(m.Hl));
+          const int64_t stream = ulysses::ulysses_stream_index(src, b, h, int(m.B), int(m.Hl));
           const uint64_t v = flags[size_t(stream * stride + j)];
           const bool expected = mb <= mine.last;  // none for a rank without rows (last < first)
           if (expected != (v == m.epoch))

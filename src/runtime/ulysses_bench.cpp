@@ -83,13 +83,13 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
   // Every store path asked for runs in one of the fused variants asked for,
   // with one of the flag timings asked for (coupled has its own timing):
   // else the sweep would leave it out without a word.
-  const auto flags = o.flags.empty() ? std::vector{FlagTiming::at_exit} : o.flags;
+  const auto flags = o.flags.empty() ? std::vector{Completion::at_exit} : o.flags;
   const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::fused, UlyssesVariant::coupled} : o.variants;
-  for (EpilogueStore st : o.stores) {
+  for (StorePath st : o.stores) {
     bool runs = false;
     std::vector<std::string> why;  // each reason once
     for (UlyssesVariant v : variants)
-      for (FlagTiming ft : flags) {
+      for (Completion ft : flags) {
         if (!is_fused(v)) continue;
         const auto e = ulysses_combination_error(st, v, ft, o.kernel);
         runs = runs || !e;
@@ -125,12 +125,12 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
                                            : o.variants;
   // By default the two whole-tile paths and the fused default (paced-warp on
   // the wgmma kernel, paced on the mma kernel).
-  const auto stores = o.stores.empty() ? std::vector{EpilogueStore::vector16, EpilogueStore::bulk,
-                                                     default_epilogue_store(o.kernel, UlyssesVariant::fused)}
+  const auto stores = o.stores.empty() ? std::vector{StorePath::vector16, StorePath::bulk,
+                                                     default_store_path(o.kernel, UlyssesVariant::fused)}
                                        : o.stores;
   const auto orders = o.orders.empty() ? std::vector{TileOrder::linear, TileOrder::rotated} : o.orders;
   // At exit: the best or as good on every path measured (docs/perf-log.md, f8).
-  const auto flag_timings = o.flags.empty() ? std::vector{FlagTiming::at_exit} : o.flags;
+  const auto flag_timings = o.flags.empty() ? std::vector{Completion::at_exit} : o.flags;
   const auto a2as = o.a2a.empty() ? available_versions(o.world.backend) : o.a2a;
 
   auto world = World::create(o.world);
@@ -216,9 +216,9 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
           seq_rows.push_back(measure(run, row));
         }
       } else {
-        for (EpilogueStore s : stores)
+        for (StorePath s : stores)
           for (TileOrder ord : (v == UlyssesVariant::coupled ? std::vector{TileOrder::rotated} : orders))
-            for (FlagTiming ft : (v == UlyssesVariant::coupled ? std::vector{FlagTiming::eager} : flag_timings)) {
+            for (Completion ft : (v == UlyssesVariant::coupled ? std::vector{Completion::eager} : flag_timings)) {
               // The paced paths have no coupled form and fewer flag timings.
               if (ulysses_combination_error(s, v, ft, o.kernel)) continue;
               const std::vector<int> slices =
@@ -273,8 +273,8 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       UlyssesRun run{UlyssesVariant::fused};
       run.order = orders.front();
       bool found = false;
-      for (EpilogueStore st : stores)
-        for (FlagTiming ft : flag_timings)
+      for (StorePath st : stores)
+        for (Completion ft : flag_timings)
           if (!found && !ulysses_combination_error(st, UlyssesVariant::fused, ft, o.kernel)) {
             run.store = st, run.flags = ft;
             found = true;

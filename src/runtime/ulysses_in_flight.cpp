@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "device/attention/ulysses_params.hpp"
+#include "device/ulysses/params.hpp"
 #include "runtime/flag_watch.hpp"
 #include "xstage/error.hpp"
 
@@ -61,17 +61,17 @@ std::string UlyssesAttention::check_flags_in_flight(const UlyssesRun& run, int* 
   std::vector<std::vector<uint16_t>> want(static_cast<size_t>(P));
   std::vector<const uint16_t*> out(static_cast<size_t>(P));
   std::vector<Slot> slots;
-  const int stride = attention::ulysses_flag_stride(c, bm);
+  const int stride = ulysses::ulysses_flag_stride(c, bm);
   for (int d = 0; d < P; ++d) {
     want[size_t(d)] = download_output(d);
     out[size_t(d)] = static_cast<const uint16_t*>(host_view(output_buffer().ptrs[size_t(d)], "output"));
     const auto* flags = static_cast<const uint64_t*>(host_view(flag_buffer().ptrs[size_t(d)], "flag"));
-    const attention::RankRange mine = attention::ulysses_receiver_m_blocks(d, bm, S, c);
+    const remote::RankRange mine = ulysses::ulysses_receiver_m_blocks(d, bm, S, c);
     for (int src = 0; src < P; ++src)
       for (int b = 0; b < int(B); ++b)
         for (int h = 0; h < int(Hl); ++h)
           for (int mb = mine.first; mb <= mine.last; ++mb) {
-            const int64_t stream = attention::ulysses_stream_index(src, b, h, int(B), int(Hl));
+            const int64_t stream = ulysses::ulysses_stream_index(src, b, h, int(B), int(Hl));
             const int64_t begin = std::max<int64_t>(int64_t(mb) * bm, d * c) - d * c;
             const int64_t end = std::min<int64_t>(int64_t(mb + 1) * bm, d * c + l.seq_rows(d)) - d * c;
             slots.push_back({d, src, b, h, mb, flags + stream * stride + (mb - mine.first), begin, end});

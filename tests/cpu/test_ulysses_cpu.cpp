@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
-#include "device/attention/ulysses_params.hpp"
+#include "device/ulysses/params.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 #include "xstage/model.hpp"
@@ -72,7 +72,7 @@ TEST(UlyssesTileOrder, UnevenShardsAndEmptyRanksStillGiveAPermutation) {
 // waits (every m-block overlapping its rows) must be the same set, or a
 // receiver waits forever or reads rows before they land.
 TEST(UlyssesFlags, WritersAndReceiversAgreeOnEveryTile) {
-  using namespace xstage::attention;
+  using namespace xstage::ulysses;
   for (int P : {1, 2, 3, 8})
     for (int64_t S : {1, 5, 127, 128, 129, 333, 1000, 1024, 4097})
       for (int block_m : {64, 128}) {
@@ -95,7 +95,7 @@ TEST(UlyssesFlags, WritersAndReceiversAgreeOnEveryTile) {
 // take distinct slots inside [0, streams x stride), and they are exactly the
 // slots a receiver waits on (slot j of a stream while j < its m-block span).
 TEST(UlyssesFlags, EachDestinationsSlotsAreTheTilesItWaitsFor) {
-  using namespace xstage::attention;
+  using namespace xstage::ulysses;
   for (int P : {1, 2, 3, 8})
     for (int64_t S : {1, 5, 127, 128, 129, 333, 1000, 4097})
       for (int block_m : {64, 128, 192}) {
@@ -127,7 +127,7 @@ TEST(UlyssesFlags, EachDestinationsSlotsAreTheTilesItWaitsFor) {
 
 TEST(UlyssesFlags, RanksWithoutRowsWaitForNothing) {
   // S = 5 over P = 4: chunk 2, rank 3 owns no rows.
-  const auto r = xstage::attention::ulysses_receiver_m_blocks(3, 128, 5, 2);
+  const auto r = xstage::ulysses::ulysses_receiver_m_blocks(3, 128, 5, 2);
   EXPECT_LT(r.last, r.first);
 }
 
@@ -250,7 +250,8 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --variants fast", "variant 'fast': expected attention-only, sequential, fused or coupled");
   expect_error("ulysses --stores dma", "store path 'dma': expected vector16");
   expect_error("ulysses --orders random", "tile order 'random': expected linear or rotated");
-  expect_error("ulysses --flags late", "flag timing 'late': expected lagged, eager or at-exit");
+  expect_error("ulysses --flags late", "flag timing 'late': expected lagged, eager, at-exit or coupled");
+  expect_error("ulysses --flags coupled", "expected lagged, eager or at-exit (coupled completion is --variants");
   expect_error("ulysses --a2a nccl", "--a2a nccl: NCCL's all-to-all needs --backend nccl");
   expect_error("ulysses --backend nccl --placement host", "--placement host");
   expect_error("ulysses --timeout 0", "--timeout: expected a positive time");
@@ -268,29 +269,29 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
 }
 
 TEST(UlyssesCombinations, EachStorePathRunsWhereItsKernelAndFlagsAllowIt) {
-  const auto ok = [](EpilogueStore s, UlyssesVariant v, FlagTiming f, AttentionKernel k) {
+  const auto ok = [](StorePath s, UlyssesVariant v, Completion f, AttentionKernel k) {
     return !ulysses_combination_error(s, v, f, k).has_value();
   };
   const auto fused = UlyssesVariant::fused, coupled = UlyssesVariant::coupled;
   const auto wgmma = AttentionKernel::wgmma_pingpong, mma = AttentionKernel::mma_sync;
-  for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit})
+  for (Completion f : {Completion::lagged, Completion::eager, Completion::at_exit})
     for (AttentionKernel k : {wgmma, mma}) {
-      EXPECT_TRUE(ok(EpilogueStore::vector16, fused, f, k));
-      EXPECT_TRUE(ok(EpilogueStore::bulk, fused, f, k));
-      EXPECT_EQ(ok(EpilogueStore::vector16_wt, fused, f, k), k == mma);
-      EXPECT_EQ(ok(EpilogueStore::paced, fused, f, k), f != FlagTiming::eager);
-      EXPECT_EQ(ok(EpilogueStore::paced_bulk, fused, f, k), k == wgmma && f == FlagTiming::at_exit);
-      EXPECT_EQ(ok(EpilogueStore::paced_warp, fused, f, k), k == wgmma && f == FlagTiming::at_exit);
-      EXPECT_FALSE(ok(EpilogueStore::paced_warp, coupled, f, k));
-      EXPECT_TRUE(ok(EpilogueStore::vector16, coupled, f, k));
-      EXPECT_FALSE(ok(EpilogueStore::paced, coupled, f, k));
-      EXPECT_FALSE(ok(EpilogueStore::paced_bulk, coupled, f, k));
+      EXPECT_TRUE(ok(StorePath::vector16, fused, f, k));
+      EXPECT_TRUE(ok(StorePath::bulk, fused, f, k));
+      EXPECT_EQ(ok(StorePath::vector16_wt, fused, f, k), k == mma);
+      EXPECT_EQ(ok(StorePath::paced, fused, f, k), f != Completion::eager);
+      EXPECT_EQ(ok(StorePath::paced_bulk, fused, f, k), k == wgmma && f == Completion::at_exit);
+      EXPECT_EQ(ok(StorePath::paced_warp, fused, f, k), k == wgmma && f == Completion::at_exit);
+      EXPECT_FALSE(ok(StorePath::paced_warp, coupled, f, k));
+      EXPECT_TRUE(ok(StorePath::vector16, coupled, f, k));
+      EXPECT_FALSE(ok(StorePath::paced, coupled, f, k));
+      EXPECT_FALSE(ok(StorePath::paced_bulk, coupled, f, k));
     }
-  EXPECT_EQ(parse_epilogue_store("paced-bulk"), EpilogueStore::paced_bulk);
-  EXPECT_EQ(parse_epilogue_store("paced-warp"), EpilogueStore::paced_warp);
-  EXPECT_TRUE(is_paced(EpilogueStore::paced_warp));
-  EXPECT_TRUE(is_paced(EpilogueStore::paced_bulk));
-  EXPECT_FALSE(is_paced(EpilogueStore::bulk));
+  EXPECT_EQ(parse_store_path("paced-bulk"), StorePath::paced_bulk);
+  EXPECT_EQ(parse_store_path("paced-warp"), StorePath::paced_warp);
+  EXPECT_TRUE(is_paced(StorePath::paced_warp));
+  EXPECT_TRUE(is_paced(StorePath::paced_bulk));
+  EXPECT_FALSE(is_paced(StorePath::bulk));
 }
 
 TEST(UlyssesCli, WithoutAGpuSaysSoOnOneLine) {
@@ -450,12 +451,12 @@ TEST(PairedTiming, SettledPairsFollowARunOfTheBaseBothOfThem) {
 TEST(UlyssesFlags, SlotArithmeticHoldsAtTheLongestSequence) {
   // S = 2^31 - 1 (the host's limit) over P = 8: d * chunk near 2^31, in 32 bits.
   const int64_t S = (int64_t(1) << 31) - 1, P = 8, chunk = (S + P - 1) / P;
-  const int block_m = 128, stride = xstage::attention::ulysses_flag_stride(chunk, block_m);
+  const int block_m = 128, stride = xstage::ulysses::ulysses_flag_stride(chunk, block_m);
   for (int d = 0; d < P; ++d) {
     const int first = int(int64_t(d) * chunk / block_m);
     const int m_block = int(std::min(S - 1, int64_t(d) * chunk + chunk - 1) / block_m);  // d's last m-block
-    EXPECT_EQ(xstage::attention::ulysses_flag_index(3, first, d, block_m, chunk, stride), 3 * int64_t(stride)) << d;
-    EXPECT_EQ(xstage::attention::ulysses_flag_index(3, m_block, d, block_m, chunk, stride),
+    EXPECT_EQ(xstage::ulysses::ulysses_flag_index(3, first, d, block_m, chunk, stride), 3 * int64_t(stride)) << d;
+    EXPECT_EQ(xstage::ulysses::ulysses_flag_index(3, m_block, d, block_m, chunk, stride),
               3 * int64_t(stride) + (m_block - first))
         << d;
     EXPECT_LT(m_block - first, stride) << d;
@@ -488,12 +489,12 @@ TEST(UlyssesStorePaths, TheDefaultIsARunnableCombinationOnEveryKernelAndVariant)
   using namespace xstage;
   for (AttentionKernel k : {AttentionKernel::wgmma_pingpong, AttentionKernel::mma_sync})
     for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
-      for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
-        const EpilogueStore s = default_epilogue_store(k, v, f);
+      for (Completion f : {Completion::lagged, Completion::eager, Completion::at_exit}) {
+        const StorePath s = default_store_path(k, v, f);
         EXPECT_FALSE(ulysses_combination_error(s, v, f, k).has_value()) << to_string(s) << " " << to_string(f);
       }
   // By measurement (docs/RESULTS.md section 4): the producer-sent 16-byte path where there is a producer.
-  EXPECT_EQ(default_epilogue_store(AttentionKernel::wgmma_pingpong, UlyssesVariant::fused), EpilogueStore::paced_warp);
-  EXPECT_EQ(default_epilogue_store(AttentionKernel::mma_sync, UlyssesVariant::fused), EpilogueStore::paced);
+  EXPECT_EQ(default_store_path(AttentionKernel::wgmma_pingpong, UlyssesVariant::fused), StorePath::paced_warp);
+  EXPECT_EQ(default_store_path(AttentionKernel::mma_sync, UlyssesVariant::fused), StorePath::paced);
   EXPECT_FALSE(UlyssesRun{}.store.has_value());
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
 #include "xstage/a2a.hpp"
 #include "xstage/device.hpp"
@@ -55,7 +56,7 @@ std::vector<UlyssesShape> shapes(int P) {
 class A2aEmulated : public testing::TestWithParam<Case> {};
 
 TEST_P(A2aEmulated, BitExactAgainstTheCpuReference) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const Case c = GetParam();
   auto world = World::create({Backend::emulated, c.P, c.placement, 0});
   size_t capacity = 0;
@@ -102,7 +103,7 @@ TEST_P(A2aEmulated, BitExactAgainstTheCpuReference) {
 INSTANTIATE_TEST_SUITE_P(AllCases, A2aEmulated, testing::ValuesIn(all_cases()), case_name);
 
 TEST(A2aEmulatedCheck, LibraryCheckPassesAndBenchRuns) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const CliRun r = run_cli("a2a --ranks 4 --heads 8 --head-dim 64 -b 100K -e 1M -f 4 -n 3 -w 1 --check --csv "
                            "--placement host");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -122,7 +123,7 @@ TEST(A2aEmulatedCheck, LibraryCheckPassesAndBenchRuns) {
 }
 
 TEST(FlagTimeout, FiresWithRankFlagExpectedAndSeen) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const CliRun r = run_cli("selftest flag-timeout --timeout 50ms --rank 2 --flag 5");
   EXPECT_NE(r.rc, 0) << r.out;
   // The device's own report (printf before the trap) ...

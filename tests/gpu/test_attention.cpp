@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
 #include "xstage/attention.hpp"
 #include "xstage/device.hpp"
@@ -144,7 +145,7 @@ void run_case(const Case& c) {
 class AttentionFwd : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionFwd, MatchesFp64Reference) {
-  if (xstage::cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   run_case(GetParam());
 }
 
@@ -181,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionFwd, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return name(i.param); });
 
 TEST(AttentionFwdLarge, SeveralCtasAndLongKv) {
-  if (xstage::cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   for (AttentionKernel k : {AttentionKernel::automatic, AttentionKernel::mma_sync, AttentionKernel::wgmma_pingpong}) {
     run_case({1, 4, 1000, 2047, 128, false, NAN, k});
     run_case({2, 2, 777, 1500, 64, true, NAN, k});
@@ -211,7 +212,7 @@ TEST(AttentionFwdLarge, KernelNames) {
 }
 
 TEST(AttentionFwdLarge, RejectsBadArguments) {
-  if (xstage::cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   AttentionForwardArgs a;
   a.B = a.H = a.S_q = a.S_kv = 1;
   a.D = 80;
@@ -219,7 +220,7 @@ TEST(AttentionFwdLarge, RejectsBadArguments) {
 }
 
 TEST(AttentionCliGpu, CheckPassesAndJsonHasKeys) {
-  if (xstage::cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   for (const char* kernel : {"auto", "mma", "wgmma"}) {
     const CliRun r = run_cli(std::string("attn --B 2 --S 257 --S-kv 131 --H 3 --D 64 --check --bench --iters 5 --json "
                                          "--kernel ") +

@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
 #include "xstage/a2a.hpp"
 #include "xstage/device.hpp"
@@ -16,7 +17,7 @@ int ranks_for_test() { return std::min(cuda_device_count(), 8); }
 }  // namespace
 
 TEST(PeerBackend, EveryVersionBitExactBothDirectionsAndPlacements) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
+  XSTAGE_NEED_GPUS(2);
   const int P = ranks_for_test();
   for (Placement pl : {Placement::device, Placement::host}) {
     auto world = World::create({Backend::peer, P, pl, 0});
@@ -37,7 +38,7 @@ TEST(PeerBackend, EveryVersionBitExactBothDirectionsAndPlacements) {
 }
 
 TEST(PeerBackend, SweepRunsEveryVersionChecked) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  XSTAGE_NEED_GPUS(2);
   const int P = ranks_for_test();
   const CliRun r = run_cli("a2a --backend peer --ranks " + std::to_string(P) + " --heads " + std::to_string(3 * P) +
                            " -b 1M -e 4M -n 3 -w 1 --check --csv");
@@ -47,7 +48,7 @@ TEST(PeerBackend, SweepRunsEveryVersionChecked) {
 }
 
 TEST(NcclBackend, LaunchedProcessesRunEveryVersionChecked) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  XSTAGE_NEED_GPUS(2);
 #ifndef XSTAGE_HAVE_NCCL
   GTEST_SKIP() << "built without NCCL";
 #endif

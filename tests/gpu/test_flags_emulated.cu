@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/need_gpus.hpp"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/store.cuh"
 #include "xstage/device.hpp"
@@ -61,11 +62,11 @@ void run_handoff(Placement placement) {
 }  // namespace
 
 TEST(FlagsEmulated, ReleaseAcquireHandoffDevice) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   run_handoff(Placement::device);
 }
 
 TEST(FlagsEmulated, ReleaseAcquireHandoffHost) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   run_handoff(Placement::host);
 }

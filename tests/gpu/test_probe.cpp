@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
@@ -13,13 +14,12 @@
 using namespace xstage;
 
 namespace {
-bool no_gpu() { return cuda_device_count() == 0; }
 }  // namespace
 
 class ProbeKinds : public ::testing::TestWithParam<std::tuple<Transport, StoreKind, GapKind>> {};
 
 TEST_P(ProbeKinds, WritesExactlyWhatItStores) {
-  if (no_gpu()) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const auto [t, s, g] = GetParam();
   Prober prober(t, 0, size_t(64) << 20);
   ProbePoint p;
@@ -54,8 +54,8 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, ProbeKinds,
                          });
 
 TEST(Probe, CompletionTimesFollowTheBurst) {
-  if (no_gpu()) GTEST_SKIP() << "no GPU";
-  for (Completion c : {Completion::fence, Completion::flag}) {
+  XSTAGE_NEED_GPUS(1);
+  for (BurstCompletion c : {BurstCompletion::fence, BurstCompletion::flag}) {
     Prober prober(Transport::host, 0, size_t(64) << 20);
     ProbePoint p;
     p.K = 16;
@@ -65,7 +65,7 @@ TEST(Probe, CompletionTimesFollowTheBurst) {
     p.completion = c;
     const ProbeMeasurement m = prober.run(p);
     EXPECT_EQ(m.mismatches, 0u);
-    const auto& done = c == Completion::fence ? m.fence_ns : m.complete_ns;
+    const auto& done = c == BurstCompletion::fence ? m.fence_ns : m.complete_ns;
     ASSERT_EQ(done.size(), 6u) << to_string(c);
     for (int b = 0; b < 6; ++b) EXPECT_GE(done[b], m.issue_max_ns[b] * 0.5) << to_string(c) << " burst " << b;
     // 1 MiB over PCIe (~50 GB/s) cannot be visible in under 10 us.
@@ -74,7 +74,7 @@ TEST(Probe, CompletionTimesFollowTheBurst) {
 }
 
 TEST(Probe, GapIsHonoured) {
-  if (no_gpu()) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   Prober prober(Transport::local, 0, size_t(16) << 20);
   ProbePoint p;
   p.K = 4;
@@ -88,7 +88,7 @@ TEST(Probe, GapIsHonoured) {
 }
 
 TEST(Probe, PeerNeedsTwoGpus) {
-  if (no_gpu()) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   if (cuda_device_count() >= 2) GTEST_SKIP() << "two GPUs: the multi-GPU tests cover peer";
   try {
     Prober prober(Transport::peer, 0);
@@ -99,7 +99,7 @@ TEST(Probe, PeerNeedsTwoGpus) {
 }
 
 TEST(Probe, BadPointsAreRejected) {
-  if (no_gpu()) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   Prober prober(Transport::local, 0, size_t(1) << 20);
   ProbePoint p;
   p.K = 64;
@@ -110,7 +110,7 @@ TEST(Probe, BadPointsAreRejected) {
 }
 
 TEST(Probe, CommandWritesCsvProfileAndValidation) {
-  if (no_gpu()) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const std::string dir = ::testing::TempDir() + "/probe-cmd";
   const CliRun r = run_cli("probe --transport local --K 8,32 --V 1MiB,4MiB --G 0,2us,20us,200us --bursts 16 "
                            "--quiet --bootstrap 2 -o " + dir);

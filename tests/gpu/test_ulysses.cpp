@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
 #include "util/npy.hpp"
 #include "xstage/attention.hpp"
@@ -56,12 +57,12 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
     runs.push_back(r);
   }
   for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
-    for (EpilogueStore s : {EpilogueStore::vector16, EpilogueStore::vector16_wt, EpilogueStore::vector16_cs,
-                            EpilogueStore::bulk, EpilogueStore::paced, EpilogueStore::paced_bulk,
-                            EpilogueStore::paced_warp})
+    for (StorePath s : {StorePath::vector16, StorePath::vector16_wt, StorePath::vector16_cs,
+                            StorePath::bulk, StorePath::paced, StorePath::paced_bulk,
+                            StorePath::paced_warp})
       for (TileOrder o : {TileOrder::linear, TileOrder::rotated})
-        for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
-          if (v == UlyssesVariant::coupled && f != FlagTiming::lagged) continue;  // coupled has its own timing
+        for (Completion f : {Completion::lagged, Completion::eager, Completion::at_exit}) {
+          if (v == UlyssesVariant::coupled && f != Completion::lagged) continue;  // coupled has its own timing
           if (ulysses_combination_error(s, v, f, kernel)) continue;
           UlyssesRun r{v};
           r.store = s, r.order = o, r.flags = f, r.timeout_s = 20;
@@ -78,7 +79,7 @@ std::string describe(const UlyssesRun& r) {
 class UlyssesEmulated : public testing::TestWithParam<Case> {};
 
 TEST_P(UlyssesEmulated, EveryVariantEqualsTheLocalResultsPermuted) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const Case c = GetParam();
   auto world = World::create({Backend::emulated, c.P, c.placement, 0});
   // S: tiles straddling shard boundaries (c = ceil(S/P) not a multiple of
@@ -105,7 +106,7 @@ TEST_P(UlyssesEmulated, EveryVariantEqualsTheLocalResultsPermuted) {
 INSTANTIATE_TEST_SUITE_P(AllCases, UlyssesEmulated, testing::ValuesIn(all_cases()), case_name);
 
 TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   // 24 KV steps a tile: slices of 1 row (a send most steps), 3, the default,
   // 64, and more rows than a tile has (all of it at the flush).
   auto world = World::create({Backend::emulated, 4, Placement::host, 0});
@@ -113,20 +114,20 @@ TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
     UlyssesAttention ua(*world, 2, 8, D, 3001);  // 384 tiles: several a CTA (sends during a next tile)
     ua.set_sequence(3001);
     ua.fill_inputs(uint64_t(77 + D));
-    for (EpilogueStore s : {EpilogueStore::paced, EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
+    for (StorePath s : {StorePath::paced, StorePath::paced_bulk, StorePath::paced_warp})
       for (int rows : {1, 3, kDefaultPacedRows, 64, 1000}) {
         UlyssesRun r{UlyssesVariant::fused};
-        r.store = s, r.flags = FlagTiming::at_exit, r.paced_rows = rows, r.timeout_s = 20;
+        r.store = s, r.flags = Completion::at_exit, r.paced_rows = rows, r.timeout_s = 20;
         EXPECT_EQ(ua.check_against_local(r), "") << to_string(s) << " D " << D << " rows " << rows;
       }
     UlyssesRun bad{UlyssesVariant::fused};
-    bad.store = EpilogueStore::paced, bad.paced_rows = -1;
+    bad.store = StorePath::paced, bad.paced_rows = -1;
     EXPECT_THROW(ua.run(bad), Error);
   }
 }
 
 TEST(UlyssesEmulatedPaced, FewerKvStepsThanTheLoadersRingWithSeveralTilesACta) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   // 1 and 2 KV steps a tile (fewer than the ring's stages: the slices are due
   // while the loader is already past them) and 400-800 tiles on the H200's
   // 132 CTAs; S = 100 and 200 split unevenly over 4 ranks (chunk 25 and 50),
@@ -136,23 +137,23 @@ TEST(UlyssesEmulatedPaced, FewerKvStepsThanTheLoadersRingWithSeveralTilesACta) {
     UlyssesAttention ua(*world, 1, 400, 128, S);
     ua.set_sequence(S);
     ua.fill_inputs(uint64_t(500 + S));
-    for (EpilogueStore s : {EpilogueStore::paced, EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
+    for (StorePath s : {StorePath::paced, StorePath::paced_bulk, StorePath::paced_warp})
       for (int rows : {1, kDefaultPacedRows, 2147483647}) {  // the last: capped at a tile on the host
         UlyssesRun r{UlyssesVariant::fused};
-        r.store = s, r.flags = FlagTiming::at_exit, r.paced_rows = rows, r.timeout_s = 20;
+        r.store = s, r.flags = Completion::at_exit, r.paced_rows = rows, r.timeout_s = 20;
         EXPECT_EQ(ua.check_against_local(r), "") << to_string(s) << " S " << S << " rows " << rows;
       }
   }
 }
 
 TEST(UlyssesEmulatedReceivers, AWaitThatTimesOutNamesRankFlagAndValues) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   auto world = World::create({Backend::emulated, 2, Placement::device, 0});
   UlyssesAttention ua(*world, 1, 2, 64, 300);
   ua.set_sequence(300);
   ua.fill_inputs(5);
   UlyssesRun r{UlyssesVariant::fused};
-  r.store = EpilogueStore::vector16, r.timeout_s = 0.01, r.test_receivers_time_out = true;
+  r.store = StorePath::vector16, r.timeout_s = 0.01, r.test_receivers_time_out = true;
   try {
     ua.run(r);
     ADD_FAILURE() << "the run should have reported a timed-out receiver";
@@ -172,7 +173,7 @@ TEST(UlyssesEmulatedReceivers, AWaitThatTimesOutNamesRankFlagAndValues) {
 }
 
 TEST(UlyssesEmulatedReuse, ManyRunsAndShorterSequencesOnTheSameBuffers) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   auto world = World::create({Backend::emulated, 4, Placement::host, 0});
   UlyssesAttention ua(*world, 1, 8, 128, 2000);
   for (int64_t S : {2000, 777, 1999}) {
@@ -186,7 +187,7 @@ TEST(UlyssesEmulatedReuse, ManyRunsAndShorterSequencesOnTheSameBuffers) {
 }
 
 TEST(UlyssesEmulatedKernels, WgmmaRefusesTheMmaOnlyStorePathsAndOtherKernels) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   auto world = World::create({Backend::emulated, 2, Placement::device, 0});
   EXPECT_THROW(UlyssesAttention(*world, 1, 2, 64, 100, AttentionKernel::wgmma_n192), Error);
   UlyssesAttention ua(*world, 1, 2, 64, 100);
@@ -194,7 +195,7 @@ TEST(UlyssesEmulatedKernels, WgmmaRefusesTheMmaOnlyStorePathsAndOtherKernels) {
   ua.set_sequence(100);
   ua.fill_inputs(3);
   UlyssesRun r{UlyssesVariant::fused};
-  r.store = EpilogueStore::vector16_wt;
+  r.store = StorePath::vector16_wt;
   try {
     ua.run(r);
     ADD_FAILURE() << "vector16-wt ran on the wgmma kernel";
@@ -204,7 +205,7 @@ TEST(UlyssesEmulatedKernels, WgmmaRefusesTheMmaOnlyStorePathsAndOtherKernels) {
 }
 
 TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const CliRun r = run_cli("ulysses --ranks 4 --heads 8 --head-dim 64 --seq 300,1000 --check -n 2 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,time_us,predicted_time_us,residual_paired,check"),
@@ -224,7 +225,7 @@ TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
 }
 
 TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairsTheResiduals) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const CliRun r = run_cli("ulysses --ranks 2 --heads 2 --head-dim 64 --seq 700 --stores vector16,bulk "
                            "--orders rotated -n 4 --max-seconds 100 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -266,7 +267,7 @@ TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairs
 }
 
 TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   const auto dir = std::filesystem::temp_directory_path() / ("xstage-ulysses-dump-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const CliRun r = run_cli("ulysses --ranks 2 --heads 4 --head-dim 128 --seq 131 --variants fused --stores bulk "
@@ -311,7 +312,7 @@ int count_checked_rows(const std::string& out, const std::string& prefix, int* t
 }  // namespace
 
 TEST(UlyssesPeer, EveryVariantEqualsTheLocalResultsPermuted) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
+  XSTAGE_NEED_GPUS(2);
   const int P = gpus_for_test();
   for (AttentionKernel k : {AttentionKernel::wgmma_pingpong, AttentionKernel::mma_sync})
     for (Placement pl : {Placement::device, Placement::host}) {
@@ -331,7 +332,7 @@ TEST(UlyssesPeer, EveryVariantEqualsTheLocalResultsPermuted) {
 // timing's events must stay on the lead stream's (an event created on the
 // last GPU made every peer sweep fail with an invalid resource handle).
 TEST(UlyssesPeer, TheCommandTimesEveryVariantInPairsAcrossGpus) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
+  XSTAGE_NEED_GPUS(2);
   const int P = gpus_for_test();
   for (const char* pairing : {"adjacent", "settled"}) {
     const CliRun r = run_cli("ulysses --backend peer --placement device --ranks " + std::to_string(P) + " --heads " +
@@ -345,7 +346,7 @@ TEST(UlyssesPeer, TheCommandTimesEveryVariantInPairsAcrossGpus) {
 }
 
 TEST(UlyssesNccl, LaunchedProcessesCheckEveryVariant) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  XSTAGE_NEED_GPUS(2);
 #ifndef XSTAGE_HAVE_NCCL
   GTEST_SKIP() << "built without NCCL";
 #endif

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string>
 
+#include "gpu/need_gpus.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 #include "xstage/ulysses.hpp"
@@ -15,7 +16,7 @@
 using namespace xstage;
 
 TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   auto world = World::create({Backend::emulated, 4, Placement::host, 0});
   int early = 0, checked = 0;
   for (int D : {64, 128}) {
@@ -26,11 +27,11 @@ TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
     ua.set_sequence(12001);
     ua.fill_inputs(uint64_t(900 + D));
     for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
-      for (EpilogueStore s : {EpilogueStore::vector16, EpilogueStore::bulk, EpilogueStore::paced,
-                              EpilogueStore::paced_bulk, EpilogueStore::paced_warp})
-        for (FlagTiming f : {FlagTiming::lagged, FlagTiming::eager, FlagTiming::at_exit}) {
+      for (StorePath s : {StorePath::vector16, StorePath::bulk, StorePath::paced,
+                              StorePath::paced_bulk, StorePath::paced_warp})
+        for (Completion f : {Completion::lagged, Completion::eager, Completion::at_exit}) {
           if (ulysses_combination_error(s, v, f, ua.kernel())) continue;
-          if (v == UlyssesVariant::coupled && f != FlagTiming::eager) continue;  // coupled has one timing
+          if (v == UlyssesVariant::coupled && f != Completion::eager) continue;  // coupled has one timing
           UlyssesRun r{v};
           r.store = s, r.flags = f, r.timeout_s = 20;
           int seen_early = 0;
@@ -40,7 +41,7 @@ TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
           // eager, coupled) are seen while the kernel runs (80-230 of 776 on
           // the H200); at exit they come in the CTAs' last microseconds (8-52),
           // so those count toward the total only.
-          if (f != FlagTiming::at_exit)
+          if (f != Completion::at_exit)
             EXPECT_GT(seen_early, 0) << to_string(v) << " " << to_string(s) << " " << to_string(f) << " D " << D;
           early += seen_early;
           ++checked;
@@ -53,7 +54,7 @@ TEST(UlyssesInFlight, EveryFlagFindsItsTileThereWhileTheKernelRuns) {
 }
 
 TEST(UlyssesInFlight, NeedsHostBuffersAndAVariantWithFlags) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   auto device_world = World::create({Backend::emulated, 2, Placement::device, 0});
   UlyssesAttention on_device(*device_world, 1, 2, 64, 300);
   on_device.set_sequence(300);

@@ -1,6 +1,7 @@
 #include "device/attention/attention_launch.hpp"
 #include "device/attention/config_wgmma.cuh"
 #include "device/attention/launch_attention.cuh"
+#include "device/sched/linear.cuh"
 
 namespace xstage::attention {
 
@@ -16,8 +17,8 @@ int launch_attention_fwd_local_kernel(const MainloopParams& p, const LocalStoreP
   if (kernel == kKernelAuto) kernel = attention_fwd_default_kernel(p.D);
   if (kernel == kKernelMmaSync) {
     switch (p.D) {
-      case 64: return launch_attention_kernel<64, LocalStoreEpilogue, LinearTileScheduler>(p, ep, {}, stream);
-      case 128: return launch_attention_kernel<128, LocalStoreEpilogue, LinearTileScheduler>(p, ep, {}, stream);
+      case 64: return launch_attention_kernel<64, LocalStoreEpilogue, sched::LinearTileScheduler>(p, ep, {}, stream);
+      case 128: return launch_attention_kernel<128, LocalStoreEpilogue, sched::LinearTileScheduler>(p, ep, {}, stream);
       default: return int(cudaErrorInvalidValue);
     }
   }
@@ -58,7 +59,7 @@ namespace {
 template <int D>
 int ctas_per_sm() {
   using Cfg = Sm90AttnFwdConfig<D>;
-  auto* fn = sm90_bf16_attention_fwd<D, LocalStoreEpilogue, LinearTileScheduler>;
+  auto* fn = sm90_bf16_attention_fwd<D, LocalStoreEpilogue, sched::LinearTileScheduler>;
   if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES)) != cudaSuccess)
     return 0;
   int n = 0;

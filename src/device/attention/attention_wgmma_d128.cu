@@ -3,6 +3,7 @@
 // dim so the two build in parallel).
 #include "device/attention/attention_launch.hpp"
 #include "device/attention/launch_attention_wgmma.cuh"
+#include "device/sched/linear.cuh"
 
 namespace xstage::attention {
 
@@ -10,17 +11,17 @@ int launch_attention_wgmma_local_d128(const MainloopParams& p, const LocalStoreP
                                       cudaStream_t stream) {
   switch (kernel) {
     case kKernelWgmmaBasic:
-      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, LinearTileScheduler, kWgmmaBasic>(p, ep, {}, stream);
+      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, sched::LinearTileScheduler, kWgmmaBasic>(p, ep, {}, stream);
     case kKernelWgmmaOverlap:
-      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, LinearTileScheduler, kWgmmaOverlap>(p, ep, {}, stream);
+      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, sched::LinearTileScheduler, kWgmmaOverlap>(p, ep, {}, stream);
     case kKernelWgmmaPingpong:
-      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, LinearTileScheduler, kWgmmaPingpong>(p, ep, {}, stream);
+      return launch_attention_wgmma_kernel<128, LocalStoreEpilogue, sched::LinearTileScheduler, kWgmmaPingpong>(p, ep, {}, stream);
     default: return int(cudaErrorInvalidValue);
   }
 }
 
 int attention_wgmma_pingpong_ctas_per_sm_d128() {
-  return attention_wgmma_ctas_per_sm<128, LocalStoreEpilogue, LinearTileScheduler>();
+  return attention_wgmma_ctas_per_sm<128, LocalStoreEpilogue, sched::LinearTileScheduler>();
 }
 
 }  // namespace xstage::attention

@@ -15,15 +15,16 @@
 //     has no tiles left. The local store does nothing in
 //     the three hooks.
 #include <cstdint>
+#include <type_traits>
 
 #include "device/attention/attention_params.hpp"
 #include "device/attention/config.cuh"
 #include "device/attention/epilogue_local.cuh"
-#include "device/attention/epilogue_traits.cuh"
 #include "device/attention/mma_bf16.cuh"
 #include "device/attention/online_softmax.cuh"
 #include "device/attention/tile_loader.cuh"
-#include "device/attention/tile_scheduler.cuh"
+#include "device/epilogue/staged_rows.cuh"
+#include "device/epilogue/traits.cuh"
 #include "device/ptx/cp_async.cuh"
 
 namespace xstage::attention {
@@ -35,7 +36,7 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
   using Cfg = Sm90AttnFwdConfig<D>;
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, ST = Cfg::SMEM_STRIDE, THREADS = Cfg::THREADS;
   static_assert(Cfg::STAGES == 2, "sm90_bf16_attention_fwd: the mainloop is written for double buffering");
-  static_assert(!ProducerSends<Epilogue>::value,
+  static_assert(!epilogue::ProducerSends<Epilogue>::value,
                 "sm90_bf16_attention_fwd: no producer warp here to send the rows (the wgmma kernel has one)");
 
   extern __shared__ __align__(128) uint16_t smem[];
@@ -55,8 +56,11 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
   const uint16_t* v_all = static_cast<const uint16_t*>(p.v);
 
   typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile (thread 0)
-  for (int64_t t = blockIdx.x; t < sched.num_tiles(); t += gridDim.x) {
-    const TileCoord c = sched.tile(t);
+  static_assert(std::is_empty_v<typename Scheduler::SharedStorage>,
+                "sm90_bf16_attention_fwd reserves no shared memory for its scheduler");
+  for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
+    sched.wait_ready(w);
+    const auto c = sched.coord(w);
     const int m0 = c.m_block * BM;
     const uint16_t* qb = q_all + int64_t(c.b) * p.q_stride_b + int64_t(c.h) * p.q_stride_h;
     const uint16_t* kb = k_all + int64_t(c.b) * p.k_stride_b + int64_t(c.h) * p.k_stride_h;
@@ -119,7 +123,7 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
     const float inv[2] = {1.f / sm.l[0], 1.f / sm.l[1]};
     rescale_rows<D / 8>(o, inv);
     uint16_t* srows = so + warp * 16 * ST;
-    stage_o_rows<D, ST>(srows, o, lane);
+    epilogue::stage_o_rows<D, ST>(srows, o, lane);
     __syncwarp();
     const int row0 = m0 + warp * 16;
     Epilogue::template store_rows<D, ST>(ep, c, row0, p.S_q, srows, lane);

@@ -8,7 +8,7 @@
 //     ring of STAGES slots, each slot with full/empty mbarriers for K and for
 //     V separately; it gives its registers to the consumers (setmaxnreg);
 //     with an epilogue that has the producer send (kProducerSends), its warp 1
-//     sends the staged output rows (epilogue_ulysses_producer_paced.cuh);
+//     sends the staged output rows (remote/epilogue_producer_paced.cuh);
 //   - warpgroups 1 and 2 are consumers of 64 query rows each:
 //     S = Q K^T by wgmma with both operands in (128-byte swizzled) shared
 //     memory, online softmax in registers (the wgmma accumulator layout per
@@ -34,16 +34,18 @@
 // finish once the CTA has no tiles left.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 
 #include "device/attention/attention_params.hpp"
 #include "device/attention/config_wgmma.cuh"
 #include "device/attention/epilogue_local.cuh"
-#include "device/attention/epilogue_traits.cuh"
 #include "device/attention/online_softmax.cuh"
-#include "device/attention/tile_scheduler.cuh"
+#include "device/epilogue/staged_rows.cuh"
+#include "device/epilogue/traits.cuh"
 #include "device/ptx/math.cuh"
+#include "device/sched/attention_tile.hpp"
 #include "device/ptx/mbarrier.cuh"
 #include "device/ptx/tma.cuh"
 #include "device/ptx/wgmma.cuh"
@@ -171,13 +173,16 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   // The staging buffer's hand-over when the producer sends the rows (kSends).
   uint64_t* o_full = bars + 2 + 4 * STAGES;
   uint64_t* o_empty = o_full + 1;
-  constexpr bool kSends = ProducerSends<Epilogue>::value;
+  constexpr bool kSends = epilogue::ProducerSends<Epilogue>::value;
   uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
   // KV steps the loader has issued, over the CTA's tiles (the sender's pace;
   // written and read with atomics: plain volatile accesses are a data race).
   uint32_t* progress = reinterpret_cast<uint32_t*>(smem + Cfg::OFF_PROGRESS);
-  TileCoord* tile_slot = reinterpret_cast<TileCoord*>(smem + Cfg::OFF_TILE);
-  static_assert(sizeof(TileCoord) <= 16, "the tile slot holds 16 bytes");
+  using Coord = typename Scheduler::Coord;
+  Coord* tile_slot = reinterpret_cast<Coord*>(smem + Cfg::OFF_TILE);
+  static_assert(sizeof(Coord) <= 16, "the tile slot holds 16 bytes");
+  static_assert(std::is_empty_v<typename Scheduler::SharedStorage>,
+                "sm90_bf16_attention_fwd_wgmma reserves no shared memory for its scheduler");
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -205,7 +210,6 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
 
   const Scheduler sched(p, sp, BM);
   const int n_kv = (p.S_kv + BN - 1) / BN;  // >= 1: S_kv >= 1
-  const int64_t num_tiles = sched.num_tiles();
 
   if (tid < 128) {
     // ---------------- producer warpgroup
@@ -215,8 +219,9 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       ptx::tma_prefetch_descriptor(&tm.k);
       ptx::tma_prefetch_descriptor(&tm.v);
       uint32_t it = 0, tc = 0;
-      for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
-        const TileCoord c = sched.tile(t);
+      for (auto w = sched.first(); sched.valid(w); w = sched.next(w), ++tc) {
+        sched.wait_ready(w);
+        const Coord c = sched.coord(w);
         ptx::mbar_wait(q_empty, (tc & 1) ^ 1);  // both consumer warpgroups are done with the last Q
         // The tile's coordinates for the consumers, published by the arrive
         // (release at CTA scope) that their wait on q_full acquires: they
@@ -301,13 +306,13 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     }
   };
   if constexpr (PINGPONG) {  // the last warpgroup lets warpgroup 0 go first
-    if (cwg == CWGS - 1 && int64_t(blockIdx.x) < num_tiles) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, TURN_THREADS);
+    if (cwg == CWGS - 1 && sched.valid(sched.first())) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, TURN_THREADS);
   }
 
   typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile
   uint32_t it = 0, tc = 0;
-  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x, ++tc) {
-    const bool last_tile = t + gridDim.x >= num_tiles;
+  for (auto w = sched.first(); sched.valid(w); w = sched.next(w), ++tc) {
+    const bool last_tile = sched.is_last(w);
 #pragma unroll
     for (int db = 0; db < D / 8; ++db) o[db][0] = o[db][1] = o[db][2] = o[db][3] = 0.f;
     wgmma_detail::OnlineSoftmaxFma<BN / 8> sm;
@@ -316,7 +321,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     ptx::mbar_wait(q_full, tc & 1);
     // The producer wrote it before the arrive this wait saw; it writes the
     // next one only after every consumer thread has released this Q (q_empty).
-    const TileCoord c = *tile_slot;
+    const Coord c = *tile_slot;
     const int m0 = c.m_block * BM;
 
     auto softmax = [&](int j) {
@@ -429,7 +434,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       if (tc > 0) ptx::mbar_wait(o_empty, (tc - 1) & 1);
     }
     uint16_t* srows = so + wrow * ST;
-    stage_o_rows<D, ST>(srows, o, lane);
+    epilogue::stage_o_rows<D, ST>(srows, o, lane);
     __syncwarp();
     const int row0 = m0 + wrow;
     Epilogue::template store_rows<D, ST>(ep, c, row0, p.S_q, srows, lane);

@@ -172,12 +172,12 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
     }
     issue_burst<S>(chunk, p.chunk_bytes, tag, tile);
     __syncthreads();
-    if (p.completion == Completion::fence) {
+    if (p.completion == BurstCompletion::fence) {
       if constexpr (S == StoreKind::bulk) ptx::bulk_wait_group_all();
       ptx::fence_sc_sys();
       __syncthreads();
       if (threadIdx.x == 0) records[b].fence_cycles = static_cast<uint32_t>(ptx::clock_cycles() - c0);
-    } else if (p.completion == Completion::flag) {
+    } else if (p.completion == BurstCompletion::flag) {
       if constexpr (S == StoreKind::bulk) {
         ptx::bulk_wait_group_all();  // each issuing thread's copies are written...
         __syncthreads();             // ...before thread 0 releases the flag

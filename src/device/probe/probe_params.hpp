@@ -26,7 +26,7 @@ struct KernelParams {
   uint64_t gap_cycles;
   uint64_t settle_cycles;  // pause after the warm-up, so the measured run starts on an empty stage
   int K;
-  Completion completion;
+  BurstCompletion completion;
   uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)
   uint64_t* start_barrier; // device memory, zeroed: the producers meet here before the measured bursts
   uint64_t timeout_ns;     // receiver's flag wait

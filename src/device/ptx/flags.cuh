@@ -23,6 +23,18 @@ __device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t* flag) {
   return v;
 }
 
+// A system-scope load of a data word: served by the memory that owns the
+// address, not a cache (the completion-coupled check reads a stored word back
+// through the same path as the writes queued ahead of it).
+__device__ __forceinline__ uint32_t ld_relaxed_sys_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Keeps a value (and the loads it came from) alive without emitting code.
+__device__ __forceinline__ void keep(uint32_t v) { asm volatile("" ::"r"(v)); }
+
 __device__ __forceinline__ uint64_t ld_acquire_sys_u64(const uint64_t* flag) {
   uint64_t v;
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");

@@ -1,6 +1,6 @@
 #pragma once
 // Plain parameter blocks of the fused Ulysses attention (attention with the
-// post-attention all-to-all in its epilogue), shared by the .cu launch file
+// post-attention all-to-all in its epilogue), shared by the .cu launch files
 // and host C++.
 //
 // One launch covers `n_ranks` consecutive ranks starting at `rank_base` (all
@@ -13,28 +13,17 @@
 #include <cstdint>
 
 #include "device/host_device.hpp"
+#include "device/remote/flag_timeout_record.hpp"
+#include "device/remote/rank_range.hpp"
 
-namespace xstage::attention {
+namespace xstage::ulysses {
 
-// How the epilogue moves a staged output row (epilogue_ulysses.cuh).
-// paced: rows sent in slices during the next tile's mainloop (epilogue_ulysses_paced.cuh);
-// paced_bulk, paced_warp: the same slices sent by a warp of the wgmma
-// kernel's producer warpgroup, as TMA bulk copies or 16-byte stores
-// (epilogue_ulysses_producer_paced.cuh).
-enum class StorePath { vector16, vector16_wt, vector16_cs, bulk, paced, paced_bulk, paced_warp };
-// When a tile's completion flags are published (epilogue_ulysses.cuh).
-enum class Completion { lagged, eager, coupled, at_exit };
+using remote::RankRange;
 
-// What a fused kernel's receiver wait leaves behind when a flag times out
-// (device memory, zeroed; the host reads it after the run and aborts with it).
-struct FlagTimeoutRecord {
-  unsigned int set = 0;  // 1 once a receiver timed out (the first one fills the rest)
-  int rank = 0, flag = 0, block = 0, thread = 0;
-  unsigned long long waited_ns = 0, expected = 0, seen = 0;
-};
-
+// The Ulysses destination map's parameters, with the members the
+// remote-store layer reads (remote/destination.cuh).
 struct UlyssesStoreParams {
-  void* const* out = nullptr;       // [P] device table: rank d's sequence-sharded output (bf16)
+  void* const* out = nullptr;        // [P] device table: rank d's sequence-sharded output (bf16)
   uint64_t* const* flags = nullptr;  // [P] device table: rank d's completion flags
   int P = 1;
   int rank_base = 0;       // rank of the launch's first batch block
@@ -46,40 +35,27 @@ struct UlyssesStoreParams {
   int flag_stride = 0;     // a stream's slots in a destination's flag array (ulysses_flag_stride)
   uint64_t epoch = 0;      // value the flags of this run are set to (runs count up)
   int paced_min_rows = 8;  // paced paths: a send waits until this many rows are due (the last one excepted)
-  // The receiver wait at the kernel's end (ulysses_wait.cuh): whether the
+  // The receiver wait at the kernel's end (remote/receive.cuh): whether the
   // kernel waits (0: no receiver side in it), the ranks whose flags it waits
   // for, and how long the wait may take (it starts while the other CTAs
   // compute their last tiles).
   int receive = 0;
-  FlagTimeoutRecord* timeout_record = nullptr;  // where a timed-out wait says what it waited for
+  remote::FlagTimeoutRecord* timeout_record = nullptr;  // where a timed-out wait says what it waited for
   int recv_rank_first = 0, recv_ranks = 0;
   int block_m = 128;  // the kernel's BLOCK_M: the m-blocks a receiver waits for
   uint64_t timeout_ns = 0;
   uint64_t recv_epoch = 0;  // what the receivers wait for: epoch (tests: a later one, to time out)
-  // Performance experiments only (XSTAGE_ULYSSES_EXPERIMENT, kExperiment*
-  // bits; docs/perf-log.md, f9): parts of the kernel's end left out to see
-  // what they cost, or time stamps of it. A run with bit 1 or 2 set is not a
-  // result: its completion is not guaranteed. (Bits 4-32 and 1024 of f9
-  // lived in commits 71ad905-b5d71da; f14's 512 and 1024, paced-warp's
-  // sender with its loads or its stores only, in f2a5ec1.)
+  // Diagnostics (remote/diagnostics.hpp; read only in a build with
+  // XSTAGE_DIAGNOSTICS): kDiag* bits, and where kDiagTrace writes.
   unsigned int experiment = 0;
-  // kExperimentTrace: ulysses_wait_trace.cuh; zeroed before each launch.
   unsigned long long* trace = nullptr;
 };
-inline constexpr int kTraceMaxGrid = 4096, kTraceSlots = 8;
-
-inline constexpr unsigned int kExperimentNoWait = 1;          // no receiver wait at the end
-inline constexpr unsigned int kExperimentNoAcquireFence = 2;  // the wait ends without its acquire fence
-inline constexpr unsigned int kExperimentTrace = 128;         // time stamps of the kernel's end into p.trace
-inline constexpr unsigned int kExperimentSlowPoll = 256;      // the receiver polls every ~2 us, not ~64 ns
 
 // Destination d's flag array: stream after stream (src, b, h), each with
 // flag_stride slots, one per m-block overlapping d's rows from d's first
 // (flag_stride: the most m-blocks a shard overlaps). The array holds only
-// flags d reads (P times fewer slots than one per global m-block, as the
-// first layout had), contiguous but for each stream's unused last slots, so
-// a receiver's warp reads its flags in a few lines a load. (Measured: the
-// layout alone did not make the wait faster; docs/perf-log.md, f9.)
+// flags d reads, contiguous but for each stream's unused last slots, so a
+// receiver's warp reads its flags in a few lines a load.
 XSTAGE_HD inline int ulysses_flag_stride(int64_t chunk, int block_m) {
   return int((chunk + block_m - 1) / block_m) + 1;
 }
@@ -97,9 +73,6 @@ XSTAGE_HD inline int64_t ulysses_flag_index(int64_t stream, int m_block, int d, 
 
 // The ranks a tile's rows go to: rows [m0, min(m0 + block_m, S)) belong to
 // ranks first..last (several when a shard is shorter than a tile).
-struct RankRange {
-  int first, last;
-};
 XSTAGE_HD inline RankRange ulysses_tile_destinations(int64_t m0, int block_m, int64_t S, int64_t chunk) {
   const int64_t last_row = (m0 + block_m < S ? m0 + block_m : S) - 1;
   return {int(m0 / chunk), int(last_row / chunk)};
@@ -114,13 +87,4 @@ XSTAGE_HD inline RankRange ulysses_receiver_m_blocks(int d, int block_m, int64_t
   return {int(begin / block_m), int((end - 1) / block_m)};
 }
 
-// Tile order given as a table: order[src * m_blocks + i] is the m-block a
-// source rank computes i-th (within each (b, h)). The linear order is the
-// identity; the rank-rotated order interleaves destinations.
-struct OrderedSchedulerParams {
-  const int* order = nullptr;  // [P * m_blocks] device array
-  int batch = 1;
-  int rank_base = 0;
-};
-
-}  // namespace xstage::attention
+}  // namespace xstage::ulysses

@@ -9,22 +9,26 @@
 #include <cstdint>
 
 #include "device/attention/attention_params.hpp"
-#include "device/attention/tile_scheduler.cuh"
-#include "device/attention/ulysses_params.hpp"
+#include "device/sched/attention_tile.hpp"
+#include "device/sched/ordered_params.hpp"
+#include "device/sched/persistent_walk.cuh"
 
-namespace xstage::attention {
+namespace xstage::sched {
 
-struct OrderedTileScheduler {
+struct OrderedTileScheduler : PersistentWalk {
   using Params = OrderedSchedulerParams;
+  struct SharedStorage {};
+  using Coord = TileCoord;
   int m_blocks, H, B;
   Params sp;
 
-  __host__ __device__ OrderedTileScheduler(const MainloopParams& p, const Params& sp_, int block_m)
-      : m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B), sp(sp_) {}
+  __host__ __device__ OrderedTileScheduler(const attention::MainloopParams& p, const Params& sp_, int block_m)
+      : PersistentWalk{0}, m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B), sp(sp_) {
+    tiles = int64_t(m_blocks) * H * B;
+  }
 
-  __host__ __device__ int64_t num_tiles() const { return int64_t(m_blocks) * H * B; }
-
-  __device__ TileCoord tile(int64_t t) const {
+  __device__ __forceinline__ TileCoord coord(Work<int64_t> w) const {
+    int64_t t = w.t;
     TileCoord c;
     const int i = int(t % m_blocks);
     t /= m_blocks;
@@ -34,8 +38,9 @@ struct OrderedTileScheduler {
     c.m_block = __ldg(sp.order + int64_t(src) * m_blocks + i);
     return c;
   }
-  // tile(t) in 32-bit arithmetic, for t < 2^31 (LinearTileScheduler::tile32).
-  __device__ TileCoord tile32(uint32_t t) const {
+  // The same in 32-bit arithmetic (the host checks the tile count fits).
+  __device__ __forceinline__ TileCoord coord(Work<uint32_t> w) const {
+    uint32_t t = w.t;
     TileCoord c;
     const int i = int(t % uint32_t(m_blocks));
     t /= uint32_t(m_blocks);
@@ -45,13 +50,6 @@ struct OrderedTileScheduler {
     c.m_block = __ldg(sp.order + src * m_blocks + i);
     return c;
   }
-
-  // Persistent: as many CTAs as fit at once, each walking every gridDim-th
-  // tile (the same order one CTA per tile would run in).
-  __host__ static int64_t grid_size(int64_t num_tiles, int sm_count, int ctas_per_sm) {
-    const int64_t resident = int64_t(sm_count) * ctas_per_sm;
-    return num_tiles < resident ? num_tiles : resident;
-  }
 };
 
-}  // namespace xstage::attention
+}  // namespace xstage::sched

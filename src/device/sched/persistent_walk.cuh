@@ -1,0 +1,77 @@
+#pragma once
+// The tile-scheduler contract, and the persistent strided walk that the
+// static schedulers share.
+//
+// A kernel never walks its tiles by hand; it asks its Scheduler policy:
+//   using Params          plain struct passed to the kernel by value
+//   using Coord           what a tile is (the kernel's coordinates)
+//   struct SharedStorage  shared memory the scheduler needs (empty here: a
+//                         static walk needs none; a dynamic one keeps the
+//                         next work item a producer fetched for its
+//                         consumers there, and the kernel must reserve it)
+//   Scheduler(problem, params, block_m)       built by every CTA (and the host)
+//   num_tiles()                                tiles of the launch
+//   first<Index>()                             this CTA's first work item
+//   next(work[, k])                            the item k places further on
+//   valid(work), is_last(work), coord(work)
+//   nth<Index>(k)                              this CTA's k-th item (a replay
+//                                              of the walk, for publishing at
+//                                              exit; a dynamic scheduler
+//                                              without it rules out at-exit
+//                                              completion)
+//   wait_ready(work)                           blocks until the item's inputs
+//                                              exist (no-op without dependencies)
+//   static grid_size(num_tiles, sms, ctas_per_sm)   CTAs to launch
+// Index is the walk's integer type: 64-bit where tile counts are unbounded,
+// 32-bit where the host has checked the count fits and the divisions in
+// coord() sit on a critical path (a 64-bit division is a long software
+// routine; docs/perf-log.md, f7, f8).
+// docs/design/scheduler.md shows how an L1/L2-interleaved MoE schedule
+// (dynamic, with dependencies) fits the same members.
+#include <cstdint>
+
+namespace xstage::sched {
+
+template <class Index>
+struct Work {
+  Index t;  // tile index in the launch's order
+};
+
+// Tile t runs on CTA t % gridDim.x, in increasing t: each CTA walks every
+// gridDim-th tile, the order one CTA per tile would run in, and the grid is
+// as many CTAs as fit at once.
+struct PersistentWalk {
+  int64_t tiles = 0;
+
+  template <class Index = int64_t>
+  __device__ __forceinline__ Work<Index> first() const {
+    return {Index(blockIdx.x)};
+  }
+  template <class Index = int64_t>
+  __device__ __forceinline__ Work<Index> nth(Index k) const {
+    return {Index(blockIdx.x) + k * Index(gridDim.x)};
+  }
+  template <class Index>
+  __device__ __forceinline__ Work<Index> next(Work<Index> w, Index k = 1) const {
+    return {w.t + k * Index(gridDim.x)};
+  }
+  template <class Index>
+  __device__ __forceinline__ bool valid(Work<Index> w) const {
+    return w.t < Index(tiles);
+  }
+  template <class Index>
+  __device__ __forceinline__ bool is_last(Work<Index> w) const {
+    return w.t + Index(gridDim.x) >= Index(tiles);
+  }
+  template <class Index>
+  __device__ __forceinline__ void wait_ready(Work<Index>) const {}
+
+  __host__ __device__ int64_t num_tiles() const { return tiles; }
+
+  __host__ static int64_t grid_size(int64_t num_tiles, int sm_count, int ctas_per_sm) {
+    const int64_t resident = int64_t(sm_count) * ctas_per_sm;
+    return num_tiles < resident ? num_tiles : resident;
+  }
+};
+
+}  // namespace xstage::sched
