@@ -5,7 +5,7 @@ Input: `ncu -i REPORT --page source --print-source sass --csv` (scripts/device.s
 too). Prints the share of each stall reason over all warp-stall samples, then the instructions with the most
 samples and their two largest reasons.
 
-  python3 bench/ncu_sass_top.py results/h200/kpw/kpw-warp-sass-0056948.csv.gz [more.csv ...] [--top N]
+  python3 bench/ncu_sass_top.py results/h200/ulysses/kpw/kpw-warp-sass-0056948.csv.gz [more.csv ...] [--top N]
 """
 import argparse
 import csv

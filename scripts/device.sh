@@ -268,7 +268,7 @@ if [[ " $stages " == *" nvsweep "* ]]; then  # issue 7: fused Ulysses over NVLin
   n=$(nvidia-smi -L | wc -l)
   timed u-sdpa-peer 200 python3 bench/ulysses_vs_sdpa.py --xstage $X --backend peer --out "$OUT/r/ulysses-vs-sdpa-peer.json"
   tail -6 "$OUT/r/u-sdpa-peer.log" >"$OUT/r/u-sdpa-peer-summary.txt"
-  nv_sweep="--sweep --placement device --profile results/h200x2/profile-peer.json --variants attention-only,sequential,fused,coupled
+  nv_sweep="--sweep --placement device --profile results/h200x2/probe/profile-peer.json --variants attention-only,sequential,fused,coupled
     --stores vector16,bulk,paced --orders linear,rotated --check --check-rows 2 --timeout 20 --max-seconds 0.6"
   timed u-sweep-peer 240 $X ulysses --backend peer $nv_sweep -o "$OUT/r/ulysses-peer.json"
   tail -9 "$OUT/r/u-sweep-peer.log" >"$OUT/r/u-sweep-peer-summary.txt"
@@ -350,7 +350,7 @@ fi
 
 if [[ " $stages " == *" kexp "* ]]; then  # what each part of the fused kernel's end costs: SM cycles with parts left out
   # XSTAGE_ULYSSES_EXPERIMENT bits (ulysses_params.hpp): 1 no receiver wait, 2 no acquire fence after it.
-  # Not results: diagnostics (more bits at the commits of results/h200/ulysses-kernel-end.txt).
+  # Not results: diagnostics (more bits at the commits of results/h200/ulysses/diagnostics/ulysses-kernel-end.txt).
   ncu_cyc="--clock-control none --cache-control none --csv --metrics sm__cycles_elapsed.max"
   ke="ulysses --variants attention-only,fused --stores vector16,bulk,paced --orders rotated --flags at-exit
     -n 3 -w 0 --max-seconds 0.001 --profile none --placement device"
