@@ -5,8 +5,8 @@ issue 5, plus a correctness check of ours against torch on random inputs
 exchanged through .npy files.
 
 Run on the GPU machine from the repository root after the build:
-    python3 bench/attention_vs_sdpa.py [--xstage build/xstage] [--out results/h200/attention.json]
-Writes results/h200/attention.json (rows: B, H, S, S_kv, D, tflops,
+    python3 bench/attention_vs_sdpa.py [--xstage build/xstage] [--out results/h200/attention/attention.json]
+Writes results/h200/attention/attention.json (rows: B, H, S, S_kv, D, tflops,
 cudnn_tflops, flash_tflops, rel_err; with --kernels, "ours" holds one entry
 per xstage kernel and tflops / rel_err are the first one's) and prints a table last. A failure of one
 backend on one shape is recorded in the row ("errors") and does not stop the run.
@@ -129,7 +129,7 @@ def check_against_torch(xstage, kernel, B, H, S, S_kv, D, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--xstage", default=os.environ.get("XSTAGE_BIN", "build/xstage"))
-    ap.add_argument("--out", default="results/h200/attention.json")
+    ap.add_argument("--out", default="results/h200/attention/attention.json")
     ap.add_argument("--kernels", default="auto",
                     help="comma-separated xstage kernels to time (xstage attn --kernel): auto, mma, wgmma, ...")
     ap.add_argument("--shapes", default="", help="comma-separated shape names to run (default: all)")

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The top stall locations of a kernel from Nsight Compute's source page (docs/perf-log.md, f14).
 
-Input: `ncu -i REPORT --page source --print-source sass --csv` (scripts/device.sh kpw writes them; gzip is read
+Input: `ncu -i REPORT --page source --print-source sass --csv` (perf-log f14's kpw stage wrote them; gzip is read
 too). Prints the share of each stall reason over all warp-stall samples, then the instructions with the most
 samples and their two largest reasons.
 
-  python3 bench/ncu_sass_top.py results/h200/kpw/kpw-warp-sass-0056948.csv.gz [more.csv ...] [--top N]
+  python3 bench/ncu_sass_top.py results/h200/ulysses/kpw/kpw-warp-sass-0056948.csv.gz [more.csv ...] [--top N]
 """
 import argparse
 import csv

@@ -5,7 +5,7 @@ For each timeline and S: the attention-only runs grouped by the variant of the r
 count), and each configuration's paired residual (its time over the attention-only run just before it, minus 1;
 median and interquartile range over its runs).
 
-  python3 bench/pairing_bias.py results/h200/pairing/timeline-host-adjacent.csv ...
+  python3 bench/pairing_bias.py results/h200/ulysses/pairing/timeline-host-adjacent.csv ...
 """
 import csv
 import statistics

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ulysses all-to-all bandwidth against size (xstage a2a CSVs), one panel per file.
 
-usage: bench/plot_a2a.py --out docs/img/a2a.png results/h200/a2a-emulated.csv ...
+usage: bench/plot_a2a.py --out docs/img/a2a.png results/h200/a2a/a2a-emulated.csv ...
 """
 import argparse, csv
 import matplotlib

@@ -2,7 +2,7 @@
 """Issue time against gap, measured by `xstage probe`, with the Burst-Gap model
 and both counterfactuals (predicted by `xstage predict` from the fitted profile).
 
-usage: bench/plot_probe.py --xstage build/xstage --out docs/img results/h200/probe-host.csv ...
+usage: bench/plot_probe.py --xstage build/xstage --out docs/img results/h200/probe/probe-host.csv ...
 """
 import argparse, csv, json, os, subprocess
 import matplotlib

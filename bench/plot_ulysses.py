@@ -5,10 +5,10 @@ variants' times against S and the fused kernel's residual over attention-only
 next to the Burst-Gap prediction. Where a report holds NCCL's all-to-all, the
 sequential variant with it is drawn too.
 
-usage: bench/plot_ulysses.py --merged results/h200/ulysses.json --out docs/img/ulysses-h200.png \
-           results/h200/ulysses-host.json results/h200/ulysses-device.json
-       bench/plot_ulysses.py --merged results/h200x2/ulysses.json --out docs/img/ulysses-h200x2.png \
-           results/h200x2/ulysses-peer.json results/h200x2/ulysses-nccl.json
+usage: bench/plot_ulysses.py --merged results/h200/ulysses/ulysses.json --out docs/img/ulysses-h200.png \
+           results/h200/ulysses/ulysses-host.json results/h200/ulysses/ulysses-device.json
+       bench/plot_ulysses.py --merged results/h200x2/ulysses/ulysses.json --out docs/img/ulysses-h200x2.png \
+           results/h200x2/ulysses/ulysses-peer.json results/h200x2/ulysses/ulysses-nccl.json
 """
 import argparse
 import json

@@ -7,7 +7,7 @@ many rounds coupled's paired residual was above fused's. Then the store paths si
 residual (flags at exit, the better tile order) where the report has `residual_paired`, else its median time over
 the attention-only median.
 
-  python3 bench/ulysses_tables.py results/h200/ulysses-host.json results/h200/ulysses-device.json
+  python3 bench/ulysses_tables.py results/h200/ulysses/ulysses-host.json results/h200/ulysses/ulysses-device.json
 """
 import json
 import sys

@@ -61,7 +61,7 @@ struct UlyssesRun {
 };
 
 // The store path of a run that names none, by measurement (docs/RESULTS.md
-// section 4, the sweeps at 8e550be and 897cf8e): fused on the wgmma kernel,
+// section 4, the paired sequence sweeps): fused on the wgmma kernel,
 // paced-warp (the least residual of the five paths on the PCIe path up to
 // S = 32k, within the rounds' spread beyond, and within 1.3 points of the
 // best with device buffers); fused on the mma

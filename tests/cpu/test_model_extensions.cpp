@@ -142,8 +142,8 @@ TEST(ColdStart, WindowedMeanIsTheSumOfColdBursts) {
 }
 
 TEST(ColdStart, ProfilesWithoutTheExtensionsPredictAsBefore) {
-  // Old profiles: the embedded ones without the extensions (the nominal ones;
-  // the measured H200 ones carry both now), and one as the fitter wrote them.
+  // Profiles without the extensions: the embedded nominal ones (the measured
+  // H200 ones carry both), and one as the fitter writes it without them.
   std::vector<Profile> old;
   for (const Profile& p : embedded_profiles())
     if (!p.t0.has_near() && !p.has_cold_start()) old.push_back(p);

@@ -389,7 +389,7 @@ TEST(UlyssesPredictCli, LocalProfileSetsTheT0TakenOutOfEachTile) {
   const auto by_default = predicted(""), as_remote = predicted(" --local-profile h200-host-pcie");
   EXPECT_EQ(by_default["local_profile"], "h200-local");
   EXPECT_EQ(as_remote["local_profile"], "h200-host-pcie");
-  // As if the attention-only run had stored through PCIe (the old prediction):
+  // With the host profile as the local one, the attention-only run stores through PCIe:
   // each of the 24 waves' compute is short by the host's T0 less the local one.
   const auto ks = ulysses_kernel_shape({1, 16384, 24, 128, 8, 2}, true, 0, 128, 132, 24000.0);
   ASSERT_EQ(ks.tiles, 3072);
