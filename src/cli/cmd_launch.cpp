@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "commands.hpp"
-#include "xstage/launch.hpp"
+#include "xstage/process_launch.hpp"
 
 namespace xstage::cli {
 

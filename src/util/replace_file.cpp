@@ -1,6 +1,7 @@
 #include "replace_file.hpp"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -19,6 +20,17 @@ void write_file_replacing(const std::string& path, const std::string& text, cons
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error(fmt::format("{} {}: cannot rename {} into place", what, path, tmp));
+}
+
+void write_file_replacing(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
+    f << text;
+    if (!f) throw Error(fmt::format("{}: write failed", path));
+  }
+  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace xstage::detail

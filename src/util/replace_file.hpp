@@ -8,4 +8,8 @@ namespace xstage::detail {
 
 void write_file_replacing(const std::string& path, const std::string& text, const std::string& what);
 
+// The same for a file no option names (the probe's outputs in its folder):
+// errors name the file alone.
+void write_file_replacing(const std::string& path, const std::string& text);
+
 }  // namespace xstage::detail

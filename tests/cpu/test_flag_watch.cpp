@@ -1,4 +1,4 @@
-// watch_flags (src/runtime/flag_watch.hpp), the host side of
+// watch_flags (src/runtime/comm/flag_watch.hpp), the host side of
 // UlyssesAttention::check_flags_in_flight: a writer thread stands in for the
 // kernel, so that a flag set before its data is shown to be caught.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/flag_watch.hpp"
+#include "runtime/comm/flag_watch.hpp"
 
 using namespace std::chrono_literals;
 

@@ -15,8 +15,8 @@
 #include "xstage/model.hpp"
 #include "xstage/profile.hpp"
 #include "xstage/ulysses.hpp"
-#include "runtime/paired_schedule.hpp"
-#include "runtime/paired_stats.hpp"
+#include "runtime/core/paired_schedule.hpp"
+#include "runtime/core/paired_stats.hpp"
 #include "xstage/ulysses_bench.hpp"
 #include "xstage/ulysses_prediction.hpp"
 

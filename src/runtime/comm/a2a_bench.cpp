@@ -9,7 +9,7 @@
 
 #include "xstage/a2a.hpp"
 #include "xstage/error.hpp"
-#include "runtime/timing.hpp"
+#include "runtime/core/timing.hpp"
 
 namespace xstage {
 

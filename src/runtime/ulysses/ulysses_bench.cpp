@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/paired_stats.hpp"
-#include "runtime/timing.hpp"
+#include "runtime/core/paired_stats.hpp"
+#include "runtime/core/timing.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/error.hpp"
 #include "xstage/profile.hpp"

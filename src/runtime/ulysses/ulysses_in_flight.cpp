@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 
 #include "device/ulysses/params.hpp"
-#include "runtime/flag_watch.hpp"
+#include "runtime/comm/flag_watch.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage {

@@ -1,10 +1,10 @@
-#include "probe_sweep.hpp"
+#include "xstage/probe_sweep.hpp"
 
 #include <cmath>
 
 #include "xstage/error.hpp"
 
-namespace xstage::cli {
+namespace xstage {
 
 namespace {
 constexpr double KiB = 1024, MiB = 1024 * 1024, us = 1000;
@@ -94,4 +94,4 @@ std::vector<PlannedPoint> plan_sweep(const std::string& sweep, Transport t, int 
   return out;
 }
 
-}  // namespace xstage::cli
+}  // namespace xstage

@@ -1,4 +1,4 @@
-#include "xstage/launch.hpp"
+#include "xstage/process_launch.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>

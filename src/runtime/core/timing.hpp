@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/paired_schedule.hpp"
+#include "runtime/core/paired_schedule.hpp"
 #include "xstage/device.hpp"
 #include "xstage/world.hpp"
 

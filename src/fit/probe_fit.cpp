@@ -1,0 +1,130 @@
+#include "xstage/probe_fit.hpp"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "util/replace_file.hpp"
+#include "xstage/build_info.hpp"
+#include "xstage/error.hpp"
+#include "xstage/profile.hpp"
+
+namespace xstage {
+
+namespace {
+using nlohmann::json;
+
+json errors_json(const ErrorSummary& e) {
+  return {{"median_rel_err", e.median_rel_err}, {"p90_rel_err", e.p90_rel_err}, {"points", e.points}};
+}
+
+json validation_json(const ProbeFit& f, const std::string& command) {
+  const Validation& val = *f.validation;
+  const Profile& p = f.fit.profile;
+  const double ce = f.copy_engine_Bps;
+  json pts = json::array();
+  for (const auto& h : val.points) {
+    json row{{"K", h.K}, {"V_bytes", h.V_bytes}, {"gap_ns", h.gap_ns}, {"measured_ns", h.measured_ns},
+             {"regime", to_string(h.regime)}};
+    for (size_t i = 0; i < kAllModels.size(); ++i) {
+      row[std::string(to_string(kAllModels[i])) + "_ns"] = h.predicted_ns[i];
+      row[std::string(to_string(kAllModels[i])) + "_rel_err"] = h.rel_err[i];
+    }
+    pts.push_back(row);
+  }
+  json onsets = json::array();
+  for (const auto& o : val.onsets)
+    onsets.push_back({{"K", o.K}, {"V_bytes", o.V_bytes}, {"measured_ns", o.measured_ns},
+                      {"predicted_ns", o.predicted_ns}, {"rel_err", o.rel_err}, {"steady_ns", o.steady_ns}});
+  json models;
+  for (size_t i = 0; i < kAllModels.size(); ++i) models[to_string(kAllModels[i])] = errors_json(val.errors[i]);
+  const auto& meta = f.measured;
+  json j = {{"transport", f.transport},
+            {"R_Bps", p.R_Bps},
+            {"Q_bytes", p.Q_bytes},
+            {"Q_fill_bytes", p.fill_capacity()},
+            {"T0", {{"fixed_ns", p.t0.fixed_ns},
+                    {"per_producer_Bps", p.t0.per_producer_Bps},
+                    {"aggregate_Bps", p.t0.aggregate_Bps}}},
+            {"latency_ns", p.latency_ns},
+            {"copy_engine_Bps", ce},
+            {"R_over_copy_engine", p.R_Bps / ce},
+            {"onset_gap_err", val.onset_gap_err},
+            {"onset_gap_err_steady", val.onset_gap_err_steady},
+            {"models", models},
+            {"fit_median_abs_rel_err", f.fit.median_abs_rel_err},
+            {"fit_notes", f.fit.notes},
+            {"samples_csv", f.samples_csv},
+            {"measured", {{"device", meta.at("device")}, {"date", meta.at("date")}, {"commit", meta.at("commit")},
+                          {"command", meta.at("command")}}},
+            {"fitted", {{"commit", build_commit()}, {"command", command}}},
+            {"heldout", pts},
+            {"onsets", onsets}};
+  if (f.destination_check_failures) j["destination_check_failures"] = *f.destination_check_failures;
+  return j;
+}
+
+}  // namespace
+
+ProbeFit fit_probe_csv(const std::string& csv, const std::string& csv_path, bool validate, int bootstrap,
+                       const std::string& command) {
+  ProbeFit f;
+  SampleSet set = parse_samples_csv(csv, csv_path);
+  auto meta = [&](const char* key) {
+    auto it = set.metadata.find(key);
+    if (it == set.metadata.end()) throw Error(fmt::format("{}: no '# {}:' line", csv_path, key));
+    return it->second;
+  };
+  f.transport = meta("transport");
+  const std::string ce_text = meta("copy_engine_Bps");
+  char* ce_end = nullptr;
+  const double ce = std::strtod(ce_text.c_str(), &ce_end);
+  if (ce_end == ce_text.c_str() || *ce_end != '\0' || !(ce > 0))
+    throw Error(fmt::format("{}: '# copy_engine_Bps: {}' is not a positive number", csv_path, ce_text));
+  f.copy_engine_Bps = ce;
+  const std::string device = meta("device");
+  FitOptions opt;
+  opt.bootstrap = bootstrap;
+  if (validate) {
+    f.validation = validate_holdout(set.samples, opt);
+    f.fit = f.validation->fit;
+  } else {
+    f.fit = fit_profile(set.samples, opt);
+  }
+  Profile& p = f.fit.profile;
+  const std::string& transport = f.transport;
+  p.name = device.find("H200") != std::string::npos
+               ? fmt::format("h200-{}", transport == "host" ? "host-pcie" : transport)
+               : fmt::format("measured-{}", transport);
+  p.transport = transport;
+  p.provenance = {device, meta("driver"), meta("date"), meta("commit"), meta("command"),
+                  fmt::format("measured by the command above (SM clock {} MHz measured; copy engine {:.1f} GB/s on the "
+                              "same path); fitted on {} training rows of {} by xstage {}: {}",
+                              meta("sm_clock_mhz_measured"), ce / 1e9, f.fit.samples, csv_path, build_commit(),
+                              command)};
+  if (f.validation) f.validation->fit.profile = p;
+  f.samples_csv = csv_path;
+  f.measured = std::move(set.metadata);
+  return f;
+}
+
+void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::string& command) {
+  save_profile(f.fit.profile, fmt::format("{}/profile-{}.json", out_dir, f.transport));
+  if (f.validation)
+    detail::write_file_replacing(fmt::format("{}/validation-{}.json", out_dir, f.transport), validation_json(f, command).dump(2) + "\n");
+}
+
+void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command) {
+  json all = {{"fitted_by_commit", build_commit()}, {"command", command}, {"transports", json::array()}};
+  for (const auto& f : fits) {
+    if (!f.validation) continue;
+    json slim = validation_json(f, command);
+    slim.erase("heldout");
+    slim.erase("onsets");
+    all["transports"].push_back(slim);
+  }
+  if (!all["transports"].empty()) detail::write_file_replacing(out_dir + "/probe-validation.json", all.dump(2) + "\n");
+}
+
+}  // namespace xstage
