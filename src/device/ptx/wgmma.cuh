@@ -46,6 +46,20 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
          (uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
 }
 
+// Moves a descriptor's start address by `bytes` (a multiple of 16; the address
+// field is the low 14 bits and holds address >> 4, so no carry leaves it for
+// addresses inside the 256 KiB shared window).
+__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + uint64_t(bytes >> 4);
+}
+
+// Byte offset of bf16 element (row, col), col < 64, in a 128-byte-swizzled
+// tile that starts on a 1024-byte boundary (the layout above; what an operand
+// written by ordinary stores instead of the TMA unit must follow).
+__host__ __device__ constexpr uint32_t sw128_offset(uint32_t row, uint32_t col) {
+  return row * 128 + (((col / 8) ^ (row % 8)) * 16) + (col % 8) * 2;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
