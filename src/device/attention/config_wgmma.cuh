@@ -92,8 +92,6 @@ struct Sm90WgmmaAttnConfig {
 
   static_assert(BLOCK_M % 16 == 0, "BLOCK_M must be a multiple of 16 (the epilogue stages 16 rows a warp)");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a wgmma N and a TMA box height");
-  static_assert(BLOCK_N == 64 || BLOCK_N == 128 || BLOCK_N == 176 || BLOCK_N == 192,
-                "BLOCK_N: ptx/wgmma.cuh instantiates N = 64, 128, 176, 192");
   static_assert(Q_BYTES % 1024 == 0 && KV_BYTES % 1024 == 0, "tiles must keep 1024-byte alignment");
   static_assert((SMEM_STRIDE * 2) % 16 == 0, "staged O rows must stay 16-byte aligned");
   static_assert(CONSUMER_THREADS * (CONSUMER_REGS - LAUNCH_REGS) <= 128 * (LAUNCH_REGS - PRODUCER_REGS),
