@@ -20,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu/need_gpus.hpp"
 #include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/wgmma.cuh"
 #include "xstage/device.hpp"
@@ -158,11 +159,11 @@ void check_all() {
 }  // namespace
 
 TEST(Wgmma, SsKMajorAB) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   check_all<false>();
 }
 
 TEST(Wgmma, RsMnMajorB) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  XSTAGE_NEED_GPUS(1);
   check_all<true>();
 }
