@@ -8,8 +8,9 @@
 #           peerprobe multi ux2 nvsweep   (default: build tests sanitize probe a2a)
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
-# GPU tests straight from the GoogleTest binary. XSTAGE_REQUIRE_GPU=1 is exported: on a
-# device run a GPU test that finds no GPU fails instead of skipping. One-off diagnostic
+# GPU tests straight from the GoogleTest binary. XSTAGE_REQUIRE_GPU is exported as the
+# machine's GPU count (at least 1): on a device run a GPU test that finds fewer GPUs than
+# the machine has fails instead of skipping (tests/gpu/need_gpus.hpp). One-off diagnostic
 # stages are not kept here; docs/perf-log.md has their commands beside what they found.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -20,12 +21,12 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 has upaired && stages+=" usweep"
 export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
-export XSTAGE_REQUIRE_GPU=1
 commit=$(cat COMMIT 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 nccl_root=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
 B=build-dev
 if ! has build && [ -x prebuilt/xstage ]; then B=prebuilt; fi
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+export XSTAGE_REQUIRE_GPU=$((ngpu > 1 ? ngpu : 1))
 summary=()
 note() { summary+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
 timed() {  # name, timeout seconds, command...
