@@ -76,12 +76,12 @@ struct Sm90WgmmaAttnConfig {
   static constexpr uint32_t OFF_BAR = OFF_O + ((O_STAGE_BYTES + 127) / 128) * 128;
   // Barriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per
   // stage, then o_full, o_empty (the staged rows' hand-over to the producer,
-  // used when it sends them: epilogue_ulysses_producer_paced.cuh).
+  // used when it sends them: remote/epilogue_producer_paced.cuh).
   static constexpr int NUM_BARRIERS = 4 + 4 * STAGES;
   // The coordinates of the tile whose Q is loaded (the producer writes them
   // before q_full; the consumers read them after waiting on it).
   static constexpr uint32_t OFF_TILE = OFF_BAR + ((NUM_BARRIERS * 8 + 15) / 16) * 16;
-  // The KV steps the loader has issued (read by a sender warp: epilogue_ulysses_producer_paced.cuh).
+  // The KV steps the loader has issued (read by a sender warp: remote/epilogue_producer_paced.cuh).
   static constexpr uint32_t OFF_PROGRESS = OFF_TILE + 16;
   static constexpr size_t SMEM_BYTES = size_t(OFF_PROGRESS) + 16 + 1024;  // + alignment slack
 

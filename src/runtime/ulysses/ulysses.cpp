@@ -142,7 +142,7 @@ void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {
   // with 32-bit divisions (device/ulysses/destination.cuh).
   if (max_S > (int64_t(1) << 31) - 1)
     throw Error(fmt::format("ulysses: S = {}: expected at most 2^31 - 1 tokens", max_S));
-  // Tile indices: 32 bits in the fused kernels' flag walk at exit (tile32; BLOCK_M >= 128).
+  // Tile indices: 32 bits in the fused kernels' flag walk at exit (the 32-bit walk; BLOCK_M >= 128).
   const int64_t tiles = B * ((max_S + 127) / 128) * H;
   if (tiles > (int64_t(1) << 31) - 1)
     throw Error(fmt::format("ulysses: B * H * ceil(S / 128) = {} tiles: expected at most 2^31 - 1", tiles));
@@ -210,7 +210,7 @@ struct UlyssesAttention::Impl {
     out_capacity = UlyssesLayout({B, max_S, H, D, P, 2}).max_shard_bytes();
     out = &w.alloc_symmetric(out_capacity);
     const int64_t flag_slots = P * B * Hl * int64_t(ulysses::ulysses_flag_stride((max_S + P - 1) / P, bm));
-    // The receiver wait indexes the flags of all P ranks in 32 bits (ulysses_wait.cuh).
+    // The receiver wait indexes the flags of all P ranks in 32 bits (device/ulysses/destination.cuh, ReceiverFlags).
     if (flag_slots * P > std::numeric_limits<int32_t>::max())
       throw Error(fmt::format("ulysses: {} completion flags a rank x {} ranks do not fit the 32-bit indices of the "
                               "receiver wait; expected at most {} in all (smaller B, H or S)",
