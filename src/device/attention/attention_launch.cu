@@ -5,7 +5,7 @@
 
 namespace xstage::attention {
 
-// The wgmma kernel with the ping-pong schedule since 2026-11-30 (128-key tiles
+// The wgmma kernel with the ping-pong schedule (128-key tiles
 // at D=128, 192-key tiles at D=64): correct on every test shape, 1.6-2.8x the
 // mma.sync kernel (docs/perf-log.md, "Attention forward, wgmma kernel").
 // D = 64: three consumer warpgroups without ping-pong, the fastest measured

@@ -4,7 +4,7 @@
 // strides of MainloopParams, seen by the TMA unit as 4-D (D, S, H, B) boxes of
 // 64 x rows), sets the shared-memory limit and launches on `stream`. Same
 // template parameters as launch_attention_kernel (launch_attention.cuh), so an
-// epilogue written for the first kernel launches this one unchanged. Returns a
+// epilogue written for the mma.sync kernel launches this one unchanged. Returns a
 // cudaError_t as int (cudaErrorInvalidValue also when the driver rejects a
 // tensor map, cudaErrorNotSupported when it has no cuTensorMapEncodeTiled).
 #include <cuda_runtime.h>

@@ -5,7 +5,8 @@
 //   A (16x16): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
 //   B (16x8):  b[0] = (k 2t..2t+1, n g), b[1] = (k 2t+8.., n g)
 //   C (16x8):  c[0..1] = (g, 2t..2t+1), c[2..3] = (g+8, 2t..2t+1)
-// To be replaced by wgmma (warpgroup-wide, operands in smem descriptors) later.
+// The mma.sync kernel's mainloop; the wgmma kernel has warpgroup GEMMs with
+// operands in shared memory instead (ptx/wgmma.cuh).
 #include <cstdint>
 
 #include "device/ptx/ldmatrix.cuh"

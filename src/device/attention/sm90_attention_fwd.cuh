@@ -1,7 +1,8 @@
 #pragma once
 // sm90_bf16_attention_fwd: non-causal attention forward, bf16 in and out, fp32
-// accumulation and online softmax. First version: FlashAttention-2 structure
-// on warp-level mma.sync (see docs/design/attention.md):
+// accumulation and online softmax, FlashAttention-2 structure on warp-level
+// mma.sync (sm90_attention_fwd_wgmma.cuh is the faster, warp-specialised one;
+// docs/design/attention.md):
 //   - a CTA owns BLOCK_M query rows of one (batch, head) (the scheduler policy
 //     says which), 8 warps x 16 rows; Q is loaded once into registers;
 //   - it walks the KV sequence in BLOCK_N tiles, K and V double-buffered in

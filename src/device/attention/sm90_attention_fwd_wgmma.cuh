@@ -12,7 +12,7 @@
 //   - warpgroups 1 and 2 are consumers of 64 query rows each:
 //     S = Q K^T by wgmma with both operands in (128-byte swizzled) shared
 //     memory, online softmax in registers (the wgmma accumulator layout per
-//     warp is the mma.sync one, so the quad reductions of the first kernel
+//     warp is the mma.sync one, so the quad reductions of the mma.sync kernel
 //     carry over; the scale is folded into the exponent's FMA),
 //     O += P V by wgmma with P straight from registers and V read through an
 //     MN-major (transposed) descriptor;
@@ -21,7 +21,7 @@
 //   - ragged edges: the TMA unit zero-fills rows past S_q / S_kv (nothing is
 //     read there), keys >= S_kv are left out of the row max and get p = 0 on
 //     the last KV tile, and the epilogue policy skips rows >= S_q.
-// Epilogue contract (as the first kernel, with the 256 consumer threads in
+// Epilogue contract (as the mma.sync kernel, with the 256 consumer threads in
 // the role of the CTA and their index 0..255 as `tid`): in every KV step
 // Epilogue::mainloop_step (an epilogue with kOwnStaging sends the previous
 // tile's staged rows there); after the mainloop flush and a consumer barrier
