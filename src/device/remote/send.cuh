@@ -33,7 +33,8 @@ __device__ __forceinline__ void send_warp_rows(const typename Dest::Params& p, c
   if constexpr (kPath != StorePath::bulk) {
     const RowRun rr = Dest::row_run(p, c, row0, 16, D);
     epilogue::for_each_staged_chunk<D, SMEM_STRIDE>(srows, row0, S_q, lane, [&](int row, int col, uint4 v) {
-      uint16_t* dst = row_in_run<Dest, D>(p, c, rr, row0, row - row0) + col;
+      const int r = row - row0;
+      uint16_t* dst = (rr.covers(r) ? rr.base + r * rr.pitch : Dest::row_address(p, c, row, D)) + col;
       if constexpr (kPath == StorePath::vector16_wt)
         ptx::st_global_wt_v4_b32(dst, v);
       else if constexpr (kPath == StorePath::vector16_cs)

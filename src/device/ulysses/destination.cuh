@@ -37,17 +37,31 @@ struct UlyssesDestination {
     return {owner_of_row(p, m0), owner_of_row(p, last_row)};
   }
 
+  // A row's destination rank, its row within that rank's shard, and the
+  // shard's rows.
+  struct RowTarget {
+    int64_t S_d;    // rows of the destination's shard
+    int64_t local;  // row within it
+    int d;          // destination rank
+  };
+  __device__ __forceinline__ static RowTarget row_target(const Params& p, int64_t row) {
+    RowTarget t;
+    t.d = owner_of_row(p, row);
+    const int64_t begin = int64_t(t.d) * p.chunk;
+    t.local = row - begin;
+    const int64_t end = begin + p.chunk < p.S ? begin + p.chunk : p.S;
+    t.S_d = end - begin;
+    return t;
+  }
+
   // Element pointer of (row, head of tile c) in its destination's shard.
   __device__ __forceinline__ static uint16_t* row_address(const Params& p, const Tile& c, int64_t row, int D) {
     const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
     const int H_total = p.P * p.heads_per_rank;
     const int hg = src * p.heads_per_rank + c.h;
-    const int d = owner_of_row(p, row);
-    const int64_t begin = int64_t(d) * p.chunk;
-    const int64_t local = row - begin;
-    const int64_t end = begin + p.chunk < p.S ? begin + p.chunk : p.S;
-    uint16_t* base = static_cast<uint16_t*>(p.out[d]);
-    return base + ((int64_t(b) * (end - begin) + local) * H_total + hg) * D;
+    const RowTarget t = row_target(p, row);
+    uint16_t* base = static_cast<uint16_t*>(p.out[t.d]);
+    return base + ((int64_t(b) * t.S_d + t.local) * H_total + hg) * D;
   }
 
   __device__ __forceinline__ static remote::RowRun row_run(const Params& p, const Tile& c, int64_t row0, int rows,
@@ -55,10 +69,8 @@ struct UlyssesDestination {
     // A warp's rows may start past S (the sequence's last tile): no row of it
     // is stored, and row0 / chunk would index past the P destinations.
     if (row0 >= p.S) return {nullptr, 0, 0};
-    const int d = owner_of_row(p, row0);
-    const int64_t begin = int64_t(d) * p.chunk;
-    const int64_t end = begin + p.chunk < p.S ? begin + p.chunk : p.S;
-    const int64_t left = end - row0;
+    const RowTarget t = row_target(p, row0);
+    const int64_t left = t.S_d - t.local;
     return {row_address(p, c, row0, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
   }
 
