@@ -9,27 +9,13 @@
 
 #include <fmt/format.h>
 
+#include "runtime/core/device_buffer.hpp"
 #include "util/npy.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage {
 
 namespace {
-
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  explicit DeviceBuffer(size_t n) { XSTAGE_CUDA(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-struct CudaEvent {
-  cudaEvent_t e = nullptr;
-  CudaEvent() { XSTAGE_CUDA(cudaEventCreate(&e)); }
-  ~CudaEvent() { cudaEventDestroy(e); }
-};
 
 // Fast, platform-independent uniform values with unit variance.
 void fill_uniform_unit_variance(std::vector<float>& x, uint64_t seed) {
