@@ -47,7 +47,7 @@ const CliCase kCliCases[] = {
     {"tile_m128n256", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m128n256 --tile-l2 m128n256"},
     {"tile_m64n256", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m64n256 --tile-l2 m64n256 --routing-weights"},
     {"tile_m128n128", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m128n128 --tile-l2 m128n128"},
-    {"ragged_k", "--hidden 384 --inter 96 --counts 1,0,65,127,0,3 --routing-weights --seed 9"},
+    {"small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 9"},
     {"one_row", "--hidden 256 --inter 128 --counts 0,1 --seed 10"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),

@@ -28,10 +28,13 @@ struct GroupedGemmConfig {
   // CTA: the loads run ahead across tile boundaries, so the next tile's
   // operands arrive while this one's epilogue stores.
   static constexpr size_t SMEM_LIMIT = 227 * 1024;
-  static constexpr int STAGES_FIT = int((SMEM_LIMIT - 1024 - 1024) / STAGE_BYTES);
+  // The epilogue's warp-private staging rows (epilogue_store.cuh): 16 x 72 bf16 a consumer warp.
+  static constexpr size_t STAGING_BYTES = size_t(CONSUMER_WARPS) * 16 * 72 * 2;
+  static constexpr int STAGES_FIT = int((SMEM_LIMIT - 1024 - 1024 - STAGING_BYTES) / STAGE_BYTES);
   static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
   static_assert(STAGES >= 2, "at least double buffering");
-  static constexpr size_t OFF_BAR = size_t(STAGES) * STAGE_BYTES;  // full[STAGES], empty[STAGES]
+  static constexpr size_t OFF_STAGING = size_t(STAGES) * STAGE_BYTES;
+  static constexpr size_t OFF_BAR = OFF_STAGING + STAGING_BYTES;  // full[STAGES], empty[STAGES]
   // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom in the kernel.
   static constexpr size_t SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + 1024;
 };

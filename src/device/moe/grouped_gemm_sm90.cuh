@@ -9,7 +9,8 @@
 //   - warpgroups 1 and 2 are consumers: each owns 64 x WG_TILE_N of the tile
 //     and runs wgmma with both operands K-major in shared memory, one k-block
 //     group in flight while it waits for the next, then hands its
-//     accumulators to the epilogue policy (epilogue_store.cuh);
+//     accumulators to the epilogue policy (epilogue_store.cuh), which stores
+//     them through warp-private staging rows;
 //   - the tile order is the scheduler policy's (sched/grouped.cuh); producer
 //     and consumers walk it independently, reading the same offsets, so they
 //     agree on every tile without a hand-over through shared memory;
@@ -21,6 +22,7 @@
 
 #include <cuda.h>
 
+#include "device/moe/epilogue_store.cuh"
 #include "device/moe/grouped_gemm_config.cuh"
 #include "device/moe/moe_params.hpp"
 #include "device/ptx/mbarrier.cuh"
@@ -89,6 +91,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int cwg = (tid - 128) / 128;
   const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
   const int warp = (tid / 32) % 4, lane = tid & 31;
+  uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + ((tid - 128) / 32) * kStageWarpElems;
   // K-major, 128-byte swizzle: 8-row atoms 1024 bytes apart; a k step of 16
   // moves 32 bytes inside the atom (ptx/wgmma.cuh).
   const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (lane == 0) ptx::mbar_arrive(empty + prev_s);
     const int row = c.row_begin + c.m_block * BM + wg_m * 64 + warp * 16;
     const int col0 = (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv;
-    Epilogue::template store<WN / 8>(p, acc, row, c.row_end, col0, lane);
+    Epilogue::template store<WN / 8>(p, acc, row, c.row_end, col0, lane, stage);
   }
 }
 
