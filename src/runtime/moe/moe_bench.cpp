@@ -57,24 +57,6 @@ std::vector<uint16_t> interleave_host(const std::vector<uint16_t>& w13, int E, i
   return out;
 }
 
-// Median and fastest of `iters` runs of `body` after `warmup`, one event pair each.
-void time_runs(int warmup, int iters, const std::function<void()>& body, double& median, double& fastest) {
-  for (int i = 0; i < warmup; ++i) body();
-  std::vector<CudaEvent> ev(2 * size_t(iters));
-  for (int i = 0; i < iters; ++i) {
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i].e));
-    body();
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i + 1].e));
-  }
-  XSTAGE_CUDA(cudaDeviceSynchronize());
-  XSTAGE_CUDA(cudaGetLastError());
-  std::vector<float> ms(iters);
-  for (int i = 0; i < iters; ++i) XSTAGE_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i].e, ev[2 * i + 1].e));
-  std::sort(ms.begin(), ms.end());
-  median = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
-  fastest = ms.front();
-}
-
 float timed_once(const std::function<void()>& body) {
   CudaEvent e0, e1;
   XSTAGE_CUDA(cudaEventRecord(e0.e));
@@ -246,13 +228,13 @@ MoeBenchReport run_moe_bench(MoeBenchOptions o) {
     const float first = (r.has_l1 ? r.l1.first_run_ms : 0) + (r.has_l2 ? r.l2.first_run_ms : 0);
     const int iters = o.iters > 0 ? o.iters : std::clamp(int(std::ceil(500.0 / std::max(first, 1e-3f))), 5, 100);
     r.iters = iters;
-    if (r.has_l1) time_runs(o.warmup, iters, [&] { moe_gemm(l1); }, r.l1.median_ms, r.l1.min_ms);
-    if (r.has_l2) time_runs(o.warmup, iters, [&] { moe_gemm(l2); }, r.l2.median_ms, r.l2.min_ms);
+    if (r.has_l1) time_event_runs(o.warmup, iters, [&] { moe_gemm(l1); }, r.l1.median_ms, r.l1.min_ms);
+    if (r.has_l2) time_event_runs(o.warmup, iters, [&] { moe_gemm(l2); }, r.l2.median_ms, r.l2.min_ms);
     for (MoeGemmReport* g : {&r.l1, &r.l2})
       g->tflops = std::isfinite(g->median_ms) && g->median_ms > 0 ? g->flop / (g->median_ms * 1e-3) / 1e12 : NAN;
     if (o.mode == MoeBenchMode::layer) {
       double fastest = 0;
-      time_runs(o.warmup, iters, [&] { moe_gemm(l1), moe_gemm(l2); }, r.layer_median_ms, fastest);
+      time_event_runs(o.warmup, iters, [&] { moe_gemm(l1), moe_gemm(l2); }, r.layer_median_ms, fastest);
       r.layer_tflops = (r.l1.flop + r.l2.flop) / (r.layer_median_ms * 1e-3) / 1e12;
     }
   }
