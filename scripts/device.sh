@@ -4,7 +4,7 @@
 # results/<machine>/: probe, probe-peer (results/h200x2/probe), a2a, attention, ulysses),
 # all in $OUT/results.tar.gz, and a short summary last.
 #   usage: scripts/device.sh [stage ...]
-#   stages: build tests sanitize probe a2a attn report bench usweep uquick ulong usdpa usan
+#   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
 #           peerprobe multi ux2 nvsweep   (default: build tests sanitize probe a2a)
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
@@ -143,6 +143,20 @@ if has attn; then  # attention forward: tests, sanitizers, and the side-by-side 
   tail -15 "$OUT/r/attn-bench.log" >"$OUT/r/attn-summary.txt"
 fi
 
+if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side with torch._grouped_mm and cuBLAS
+  mkdir -p "$OUT/r/moe"
+  gpu_tests moe-tests 240 MoeGemm
+  for tool in memcheck racecheck synccheck; do
+    san "san-$tool-moe" $tool $X moe-gemm --hidden 256 --inter 128 --counts 3,0,70,129,1 --routing-weights --check
+  done
+  lib=$B/libxstage_moe.so
+  clocks_start "$OUT/r/moe/clocks-moe.csv"
+  timed moe-bench 400 python3 bench/moe_vs_torch.py --lib "$lib" --check --commit "$commit" \
+    --out "$OUT/r/moe/moe-gemm.json"
+  clocks_stop
+  tail -12 "$OUT/r/moe-bench.log" >"$OUT/r/moe-summary.txt"
+fi
+
 if has usan; then  # fused Ulysses attention under compute-sanitizer: every store path, both kernels
   u_small="ulysses --ranks 4 --heads 4 --seq 300 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001
     --flags lagged,at-exit --paced-rows 1,16"
@@ -253,6 +267,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/tests-summary.txt" ] && tail -6 "$OUT/r/tests-summary.txt"
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
+  [ -f "$OUT/r/moe-summary.txt" ] && cat "$OUT/r/moe-summary.txt"
   for f in u-san u-sdpa u-sweep-host u-sweep-device u-quick-host u-quick-device u-long u-x2-tests u-peer u-nccl \
            u-sdpa-peer u-sweep-peer u-sweep-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"

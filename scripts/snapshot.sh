@@ -30,8 +30,8 @@ echo "$commit" > .device/snapshot/COMMIT
 if ((prebuilt)); then
   export PATH=$PATH:/usr/local/cuda/bin
   cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DXSTAGE_GIT_COMMIT="$commit" >/dev/null
-  cmake --build build-device -j "$(nproc)" --target xstage_cli xstage_gpu_tests >&2
+  cmake --build build-device -j "$(nproc)" --target xstage_cli xstage_gpu_tests xstage_moe >&2
   mkdir -p .device/snapshot/prebuilt
-  cp build-device/xstage build-device/xstage_gpu_tests .device/snapshot/prebuilt/
+  cp build-device/xstage build-device/xstage_gpu_tests build-device/libxstage_moe.so .device/snapshot/prebuilt/
 fi
 echo "$commit"

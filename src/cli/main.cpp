@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   add_attn_command(app);
   add_ulysses_command(app);
   add_ulysses_predict_command(app);
+  add_moe_gemm_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

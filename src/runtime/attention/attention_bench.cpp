@@ -9,27 +9,13 @@
 
 #include <fmt/format.h>
 
+#include "runtime/core/device_buffer.hpp"
 #include "util/npy.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage {
 
 namespace {
-
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  explicit DeviceBuffer(size_t n) { XSTAGE_CUDA(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-struct CudaEvent {
-  cudaEvent_t e = nullptr;
-  CudaEvent() { XSTAGE_CUDA(cudaEventCreate(&e)); }
-  ~CudaEvent() { cudaEventDestroy(e); }
-};
 
 // Fast, platform-independent uniform values with unit variance.
 void fill_uniform_unit_variance(std::vector<float>& x, uint64_t seed) {
@@ -107,23 +93,12 @@ CheckResult check_against_reference(const AttentionBenchOptions& o, const Attent
   return c;
 }
 
-// Median and fastest of `iters` runs after `warmup`, one event pair per run.
 void time_runs(const AttentionForwardArgs& args, int warmup, int iters, AttentionBenchReport& r) {
-  for (int i = 0; i < warmup; ++i) attention_forward(args);
-  std::vector<CudaEvent> ev(2 * size_t(iters));
-  for (int i = 0; i < iters; ++i) {
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i].e));
-    attention_forward(args);
-    XSTAGE_CUDA(cudaEventRecord(ev[2 * i + 1].e));
-  }
-  XSTAGE_CUDA(cudaDeviceSynchronize());
-  XSTAGE_CUDA(cudaGetLastError());
-  std::vector<float> ms(iters);
-  for (int i = 0; i < iters; ++i) XSTAGE_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i].e, ev[2 * i + 1].e));
-  std::sort(ms.begin(), ms.end());
+  double median = 0, fastest = 0;
+  time_event_runs(warmup, iters, [&] { attention_forward(args); }, median, fastest);
   r.iters = iters;
-  r.median_ms = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
-  r.min_ms = ms.front();
+  r.median_ms = median;
+  r.min_ms = fastest;
 }
 
 }  // namespace

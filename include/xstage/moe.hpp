@@ -1,0 +1,74 @@
+#pragma once
+// MoE expert compute on the GPU: the two grouped GEMMs of an expert layer
+// (kernel: src/device/moe/), bf16 in and out, fp32 accumulation.
+//   L1: H[rows of e] = SwiGLU(X[rows of e] W13[e]^T) (times each row's routing
+//       weight when given): W13[e] is [2I, K] with gate and up rows
+//       interleaved in groups of 8 (moe_interleave_w13), H is [rows, I];
+//   L2: Y[rows of e] = H[rows of e] W2[e]^T, W2[e] [N, I].
+// The rows of expert e are offs[e-1] .. offs[e] (offs[-1] = 0), offs a device
+// int32 array of cumulative ends as torch._grouped_mm takes; any count works,
+// 0 included. Requirements (checked, naming the argument): E >= 1; K >= 8 and
+// a multiple of 8; N a positive multiple of 128 (a tile of 256 columns
+// needs a multiple of 256); device pointers 16-byte aligned; rows_total >= 0. The offsets are not read by the host: values outside
+// [previous end, rows_total] make empty experts.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace xstage {
+
+enum class MoeGemmKind : int { l1_swiglu = 0, l2 = 1 };
+
+// Tile shape, BLOCK_M x BLOCK_N (src/device/moe/moe_params.hpp's TileId values).
+enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2 };
+// "auto", "m128n256", "m64n256", "m128n128"; throws xstage::Error otherwise.
+MoeTile parse_moe_tile(const std::string& name);
+std::string to_string(MoeTile t);
+int moe_tile_block_m(MoeTile t);
+int moe_tile_block_n(MoeTile t);
+
+struct MoeGemmArgs {
+  MoeGemmKind kind = MoeGemmKind::l2;
+  const void* a = nullptr;            // bf16 [rows_total, K]
+  const void* b = nullptr;            // bf16 [E, N, K] (L1: N = 2I, interleaved)
+  void* c = nullptr;                  // bf16 [rows_total, N] (L2) or [rows_total, N / 2] (L1)
+  const int32_t* offs = nullptr;      // device int32 [E], cumulative row ends
+  const float* row_weight = nullptr;  // L1 only, optional: fp32 [rows_total]
+  int rows_total = 0, K = 0, N = 0, E = 0;
+  MoeTile tile = MoeTile::automatic;
+};
+
+// The tile heuristic (docs/design/moe.md): for each compiled shape whose
+// BLOCK_N divides N, the expected tiles with rows_total / E rows an expert,
+// the waves of `sm_count` CTAs they take, and a cost per tile of
+// BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N) (work plus a per-operand-row
+// load cost, so that small tiles pay for their lower data reuse); the
+// cheapest wins, ties to the larger tile.
+MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count);
+
+// Throws xstage::Error naming the first bad field.
+void validate_moe_gemm_args(const MoeGemmArgs& a);
+// Validates, resolves the tile, launches on `stream` (asynchronous).
+void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream = nullptr);
+// The tile moe_gemm runs for these arguments on the current device.
+MoeTile moe_resolved_tile(const MoeGemmArgs& a);
+
+// W13 from the usual [E, 2I, K] layout (gate rows 0 .. I-1, then up rows) to
+// the interleaved one, on the host (I a multiple of 8).
+void moe_interleave_w13(const uint16_t* src, uint16_t* dst, int E, int I, int K);
+// Row r of the interleaved W13 of one expert: the row of the usual layout it holds.
+inline int moe_w13_source_row(int r, int I) {
+  const int j = r / 16, q = r % 16;
+  return q < 8 ? 8 * j + q : I + 8 * j + (q - 8);
+}
+
+// ---- CPU reference (fp64 accumulation over bf16 values as float)
+// out[n] = sum_k a[k] * b[n * K + k] for n < N.
+void moe_reference_row(const float* a, const float* b, int K, int N, double* out);
+// SwiGLU of one L1 row computed on the interleaved W13 (N = 2I columns in,
+// I out), times `weight`.
+void moe_reference_swiglu(const double* gate_up_interleaved, int I, double weight, double* out);
+
+}  // namespace xstage

@@ -1,0 +1,39 @@
+// A C entry point to the grouped GEMMs for bench/moe_vs_torch.py (ctypes):
+// torch allocates the tensors and owns the stream, we launch into them, so
+// our kernels and torch's run in one process, interleaved, on the same data.
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+
+#include <cuda_runtime_api.h>
+
+#include "xstage/moe.hpp"
+
+namespace {
+void set_message(char* buf, int len, const char* what) {
+  if (buf != nullptr && len > 0) std::snprintf(buf, size_t(len), "%s", what);
+}
+}  // namespace
+
+extern "C" {
+
+// kind: 0 L1 (SwiGLU, W13 interleaved), 1 L2; tile: -1 auto or a MoeTile value.
+// Returns 0, or 1 with the error message in err.
+int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32_t* offs, const float* row_weight,
+                    int rows_total, int K, int N, int E, int tile, void* stream, char* err, int err_len) {
+  try {
+    xstage::MoeGemmArgs args{kind == 0 ? xstage::MoeGemmKind::l1_swiglu : xstage::MoeGemmKind::l2,
+                             a, b, c, offs, row_weight, rows_total, K, N, E, xstage::MoeTile(tile)};
+    xstage::moe_gemm(args, static_cast<cudaStream_t>(stream));
+    return 0;
+  } catch (const std::exception& e) {
+    set_message(err, err_len, e.what());
+    return 1;
+  }
+}
+
+// The tile the heuristic picks (a MoeTile value).
+int xstage_moe_pick_tile(int rows_total, int E, int N, int sm_count) {
+  return int(xstage::moe_pick_tile(rows_total, E, N, sm_count));
+}
+}

@@ -1,0 +1,215 @@
+// xstage moe-gemm: the local MoE expert layer's grouped GEMMs on the GPU
+// (L1 with its SwiGLU epilogue, L2, or both in sequence): inputs from .npy
+// files or random from a seed, --check against an fp64 CPU reference on
+// sampled rows, --bench timing with device events. The measurement is the
+// library's (xstage/moe_bench.hpp); here the options, the model shapes, the
+// files' shapes, and the printing.
+#include <cmath>
+#include <iostream>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "util/npy.hpp"
+#include "xstage/build_info.hpp"
+#include "xstage/error.hpp"
+#include "xstage/moe_bench.hpp"
+
+namespace xstage::cli {
+
+namespace {
+
+struct ModelShape {
+  int hidden, inter, experts, top_k;
+};
+// hidden / MoE intermediate / routed experts / top-k, from the models' configs.
+const std::map<std::string, ModelShape>& model_shapes() {
+  static const std::map<std::string, ModelShape> m{
+      {"deepseek-v3", {7168, 2048, 256, 8}}, {"qwen3-235b-a22b", {4096, 1536, 128, 8}},
+      {"qwen3-30b-a3b", {2048, 768, 128, 8}}, {"mixtral-8x7b", {4096, 14336, 8, 2}},
+      {"hidream-i1", {2560, 6912, 4, 2}}};
+  return m;
+}
+
+struct MoeArgs {
+  std::string gemm = "layer", model;
+  int hidden = 0, inter = 0, experts = 0, ep = 1, rows_per_expert = 128;
+  std::vector<int> counts;
+  bool uneven = false, routing_weights = false;
+  std::string tile_l1 = "auto", tile_l2 = "auto";
+  uint64_t seed = 1;
+  bool check = false, bench = false;
+  int warmup = 3, iters = 0, check_rows = 0;
+  std::string x_path, h_path, w13_path, w2_path, weights_path, out_path;
+  OutputFlags out;
+  CLI::App* sub = nullptr;
+};
+
+std::vector<float> load(const std::string& path, const char* opt, const std::vector<size_t>& shape) {
+  if (path.empty()) return {};
+  NpyArray a = read_npy(path);
+  if (a.shape != shape)
+    throw Error(fmt::format("{} {}: expected shape [{}], got [{}]", opt, path, fmt::join(shape, ", "),
+                            fmt::join(a.shape, ", ")));
+  return std::move(a.data);
+}
+
+nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json gemm_json(const MoeGemmReport& g, bool bench, bool check) {
+  nlohmann::json j{{"tile", to_string(g.tile)}, {"flop", g.flop}, {"first_run_ms", g.first_run_ms}};
+  if (bench) {
+    j["median_ms"] = num_or_null(g.median_ms);
+    j["min_ms"] = num_or_null(g.min_ms);
+    j["tflops"] = num_or_null(g.tflops);
+  }
+  if (check) {
+    j["rel_err"] = num_or_null(g.rel_err);
+    j["max_abs_err"] = num_or_null(g.max_abs_err);
+    j["rows_checked"] = g.rows_checked;
+    j["elements_scanned"] = g.elements_scanned;
+    j["unwritten"] = g.unwritten;
+    j["check_pass"] = g.check_pass;
+  }
+  return j;
+}
+
+void run_moe_gemm(MoeArgs& a) {
+  // ---- everything that can be wrong with the arguments, before the GPU
+  MoeBenchOptions o;
+  o.mode = parse_moe_bench_mode(a.gemm);
+  if (!a.model.empty()) {
+    const auto it = model_shapes().find(a.model);
+    if (it == model_shapes().end()) {
+      std::vector<std::string> names;
+      for (const auto& [k, v] : model_shapes()) names.push_back(k);
+      throw Error(fmt::format("--model {}: expected one of {}", a.model, fmt::join(names, ", ")));
+    }
+    if (a.hidden == 0) a.hidden = it->second.hidden;
+    if (a.inter == 0) a.inter = it->second.inter;
+    if (a.experts == 0) a.experts = it->second.experts;
+  }
+  if (a.hidden == 0 || a.inter == 0) throw Error("--hidden and --inter (or --model): expected the layer's sizes");
+  if (a.ep < 1) throw Error(fmt::format("--ep: expected >= 1, got {}", a.ep));
+  if (!a.counts.empty()) {
+    if (a.sub->count("--experts") > 0 && size_t(a.experts) != a.counts.size())
+      throw Error(fmt::format("--counts: {} values, --experts says {}", a.counts.size(), a.experts));
+    o.counts = a.counts;
+  } else {
+    if (a.experts < 1) throw Error(fmt::format("--experts: expected >= 1, got {}", a.experts));
+    if (a.experts % a.ep != 0)
+      throw Error(fmt::format("--ep {}: expected a divisor of the {} experts", a.ep, a.experts));
+    if (a.rows_per_expert < 0) throw Error(fmt::format("--rows-per-expert: expected >= 0, got {}", a.rows_per_expert));
+    o.counts = moe_expert_counts(a.experts / a.ep, a.rows_per_expert, a.uneven, a.seed);
+  }
+  o.hidden = a.hidden, o.inter = a.inter;
+  o.routing_weights = a.routing_weights || !a.weights_path.empty();
+  o.tile_l1 = parse_moe_tile(a.tile_l1), o.tile_l2 = parse_moe_tile(a.tile_l2);
+  o.seed = a.seed, o.check = a.check, o.check_rows = a.check_rows;
+  o.bench = a.bench, o.warmup = a.warmup, o.iters = a.iters, o.out_path = a.out_path;
+  validate_moe_bench_options(o);
+  const size_t E = o.counts.size(), rows = [&] {
+    size_t s = 0;
+    for (int c : o.counts) s += size_t(c);
+    return s;
+  }();
+  const size_t H = size_t(a.hidden), I = size_t(a.inter);
+  o.x = load(a.x_path, "--x", {rows, H});
+  o.h = load(a.h_path, "--h", {rows, I});
+  o.w13 = load(a.w13_path, "--w13", {E, 2 * I, H});
+  o.w2 = load(a.w2_path, "--w2", {E, H, I});
+  o.weights = load(a.weights_path, "--weights", {rows});
+  const bool files = !o.x.empty() || !o.h.empty() || !o.w13.empty() || !o.w2.empty();
+
+  const MoeBenchReport r = run_moe_bench(std::move(o));
+  const bool l1 = r.has_l1, l2 = r.has_l2;
+  if (a.out.format() == Format::json) {
+    nlohmann::json j{{"gemm", a.gemm},
+                     {"model", a.model},
+                     {"hidden", a.hidden},
+                     {"inter", a.inter},
+                     {"experts", r.E},
+                     {"ep", a.ep},
+                     {"rows_total", r.rows_total},
+                     {"counts", a.counts.empty() && !a.uneven ? nlohmann::json(a.rows_per_expert)
+                                                              : nlohmann::json(std::vector<int>())},
+                     {"routing_weights", a.routing_weights || !a.weights_path.empty()},
+                     {"device", r.device.name},
+                     {"driver", r.device.driver},
+                     {"commit", build_commit()},
+                     {"command", command_line()},
+                     {"inputs", files ? "npy" : fmt::format("random seed {}", a.seed)}};
+    if (l1) j["l1"] = gemm_json(r.l1, a.bench, a.check);
+    if (l2) j["l2"] = gemm_json(r.l2, a.bench, a.check);
+    if (a.bench) {
+      j["iters"] = r.iters;
+      j["warmup"] = a.warmup;
+      if (l1 && l2) j["layer_median_ms"] = num_or_null(r.layer_median_ms), j["layer_tflops"] = num_or_null(r.layer_tflops);
+    }
+    if (a.check) j["check_pass"] = r.check_pass;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    Table t({"gemm", "tile", "M", "K", "N", "first_ms", "median_ms", "TFLOP/s", "rows_checked", "rel_err", "unwritten"});
+    auto add = [&](const char* name, const MoeGemmReport& g, int K, int N) {
+      t.add({name, to_string(g.tile), std::to_string(r.rows_total), std::to_string(K), std::to_string(N),
+             fmt::format("{:.3f}", g.first_run_ms), a.bench ? fmt::format("{:.4f}", g.median_ms) : "-",
+             a.bench ? fmt::format("{:.1f}", g.tflops) : "-",
+             a.check ? std::to_string(g.rows_checked) : "-", a.check ? fmt::format("{:.3e}", g.rel_err) : "-",
+             a.check ? std::to_string(g.unwritten) : "-"});
+    };
+    if (l1) add("L1+SwiGLU", r.l1, a.hidden, 2 * a.inter);
+    if (l2) add("L2", r.l2, a.inter, a.hidden);
+    if (a.out.format() == Format::csv) {
+      std::cout << t.csv();
+    } else {
+      std::cout << fmt::format("{} local experts, {} rows, on {}\n", r.E, r.rows_total, r.device.name);
+      std::cout << t.text();
+      if (a.bench && l1 && l2)
+        std::cout << fmt::format("layer (L1 then L2): {:.4f} ms, {:.1f} TFLOP/s\n", r.layer_median_ms, r.layer_tflops);
+    }
+  }
+  if (!r.check_pass)
+    throw Error(fmt::format("moe-gemm --check failed: L1 rel_err {:.3e}, {} unwritten; L2 rel_err {:.3e}, {} "
+                            "unwritten (limit 1e-2, 0)",
+                            r.l1.rel_err, r.l1.unwritten, r.l2.rel_err, r.l2.unwritten));
+}
+}  // namespace
+
+void add_moe_gemm_command(CLI::App& app) {
+  auto a = std::make_shared<MoeArgs>();
+  auto* sub = app.add_subcommand("moe-gemm", "MoE expert GEMMs on the GPU (bf16 grouped GEMMs, SwiGLU): check and benchmark");
+  a->sub = sub;
+  sub->add_option("--gemm", a->gemm, "l1 (with SwiGLU), l2, or layer (L1 then L2)")->capture_default_str();
+  sub->add_option("--model", a->model,
+                  "Shapes of a model: deepseek-v3, qwen3-235b-a22b, qwen3-30b-a3b, mixtral-8x7b, hidream-i1");
+  sub->add_option("--hidden", a->hidden, "Hidden size (L1's K, L2's N)");
+  sub->add_option("--inter", a->inter, "Expert intermediate size (L1's N is twice it, L2's K)");
+  sub->add_option("--experts", a->experts, "Routed experts of the model");
+  sub->add_option("--ep", a->ep, "Expert-parallel ranks: local experts = experts / ep")->capture_default_str();
+  sub->add_option("--rows-per-expert", a->rows_per_expert, "Rows routed to each local expert")->capture_default_str();
+  sub->add_flag("--uneven", a->uneven, "Uneven rows per expert (same total; some experts empty)");
+  sub->add_option("--counts", a->counts, "Rows of each local expert (overrides --experts/--ep/--rows-per-expert)")
+      ->delimiter(',');
+  sub->add_flag("--routing-weights", a->routing_weights, "Scale L1's output by each row's routing weight");
+  sub->add_option("--tile-l1", a->tile_l1, "auto, m128n256, m64n256, m128n128")->capture_default_str();
+  sub->add_option("--tile-l2", a->tile_l2, "auto, m128n256, m64n256, m128n128")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  sub->add_flag("--check", a->check, "Compare sampled rows with an fp64 CPU reference; scan for unwritten outputs");
+  sub->add_option("--check-rows", a->check_rows, "Rows to compare per GEMM (default about 16)");
+  sub->add_flag("--bench", a->bench, "Median time of many runs after warm-up (CUDA events), TFLOP/s");
+  sub->add_option("--warmup", a->warmup, "Warm-up runs before timing")->capture_default_str();
+  sub->add_option("--iters", a->iters, "Timed runs (default: about 0.5 s worth, 5..100)");
+  sub->add_option("--x", a->x_path, "Tokens as .npy [rows, hidden] (float32 or float16), rows grouped by expert");
+  sub->add_option("--h", a->h_path, "L2's input as .npy [rows, inter] (--gemm l2)");
+  sub->add_option("--w13", a->w13_path, "Gate and up weights .npy [experts, 2 inter, hidden]: gate rows, then up rows");
+  sub->add_option("--w2", a->w2_path, "Down weights .npy [experts, hidden, inter]");
+  sub->add_option("--weights", a->weights_path, "Routing weight of each row, .npy [rows] (implies --routing-weights)");
+  sub->add_option("--out", a->out_path, "Write the last GEMM's output as float32 .npy");
+  add_output_flags(sub, a->out);
+  sub->callback([a] { run_moe_gemm(*a); });
+}
+
+}  // namespace xstage::cli

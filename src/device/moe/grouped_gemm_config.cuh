@@ -1,0 +1,46 @@
+#pragma once
+// Tile shape and shared-memory plan of the grouped GEMM kernel
+// (grouped_gemm_sm90.cuh): BLOCK_M x BLOCK_N output tiles, k-blocks of 64
+// (one 128-byte swizzle row of bf16), two consumer warpgroups laid out
+// WG_M x WG_N over the tile, one producer warpgroup.
+#include <cstddef>
+#include <cstdint>
+
+namespace xstage::moe {
+
+template <int BM, int BN, int WGN>
+struct GroupedGemmConfig {
+  static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = 64;
+  static constexpr int WG_N = WGN, WG_M = 2 / WGN;
+  static_assert(WG_M * 64 == BM, "each consumer warpgroup owns 64 rows of the tile");
+  static constexpr int WG_TILE_N = BN / WGN;  // the wgmma N of one warpgroup
+  static_assert(WG_TILE_N % 16 == 0 && WG_TILE_N <= 256 && BN <= 256, "wgmma N and the TMA box (<= 256 rows)");
+  static constexpr int CONSUMER_WGS = 2;
+  static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
+  static constexpr int CONSUMER_WARPS = 4 * CONSUMER_WGS;
+  // Registers: the producer keeps few, the consumers hold 64 x WG_TILE_N fp32
+  // accumulators (up to 128 a thread); 40 * 128 + 232 * 256 <= 64 Ki.
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+
+  static constexpr uint32_t A_BYTES = BM * BLOCK_K * 2, B_BYTES = BN * BLOCK_K * 2;
+  static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+  // As many stages as fit beside the barriers in the 227 KiB an SM gives one
+  // CTA: the loads run ahead across tile boundaries, so the next tile's
+  // operands arrive while this one's epilogue stores.
+  static constexpr size_t SMEM_LIMIT = 227 * 1024;
+  // The epilogue's warp-private staging rows (epilogue_store.cuh): 16 x 72 bf16 a consumer warp.
+  static constexpr size_t STAGING_BYTES = size_t(CONSUMER_WARPS) * 16 * 72 * 2;
+  static constexpr int STAGES_FIT = int((SMEM_LIMIT - 1024 - 1024 - STAGING_BYTES) / STAGE_BYTES);
+  static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
+  static_assert(STAGES >= 2, "at least double buffering");
+  static constexpr size_t OFF_STAGING = size_t(STAGES) * STAGE_BYTES;
+  static constexpr size_t OFF_BAR = OFF_STAGING + STAGING_BYTES;  // full[STAGES], empty[STAGES]
+  // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom in the kernel.
+  static constexpr size_t SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + 1024;
+};
+
+using CfgM128N256 = GroupedGemmConfig<128, 256, 1>;
+using CfgM64N256 = GroupedGemmConfig<64, 256, 2>;
+using CfgM128N128 = GroupedGemmConfig<128, 128, 1>;
+
+}  // namespace xstage::moe

@@ -1,0 +1,46 @@
+#pragma once
+// One launch of sm90_bf16_grouped_gemm<Cfg, Epilogue, GroupedTileScheduler>:
+// builds the TMA maps of A and B, sizes the persistent grid (one CTA per SM,
+// never more than the tiles there can be), sets the shared-memory limit and
+// launches on `stream`. Returns a cudaError_t as int (cudaErrorInvalidValue
+// also when the driver rejects a tensor map).
+#include <cuda_runtime.h>
+
+#include "device/moe/grouped_gemm_sm90.cuh"
+#include "device/sched/grouped.cuh"
+
+namespace xstage::moe {
+
+inline int encode_rows_k(CUtensorMap* map, const void* base, int K, int64_t rows, int box_rows) {
+  const uint64_t dims[2] = {uint64_t(K), uint64_t(rows)};
+  const uint64_t strides[1] = {uint64_t(K) * 2};
+  const uint32_t box[2] = {64, uint32_t(box_rows)};
+  return ptx::encode_tensor_map_bf16_sw128(map, base, 2, dims, strides, box);
+}
+
+template <class Cfg, class Epilogue>
+int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
+  using Sched = sched::GroupedTileScheduler;
+  if (p.rows_total == 0) return 0;  // nothing to compute; a TMA map of 0 rows is invalid
+  GroupedTmaMaps tm;
+  int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
+  if (rc != 0) return rc;
+  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N};
+  auto* fn = sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched>;
+  static bool attribute_set = false;  // per instantiation; a failed set is retried
+  if (!attribute_set) {
+    const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES));
+    if (e != cudaSuccess) return int(e);
+    attribute_set = true;
+  }
+  int device = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return int(e);
+  const int64_t grid = Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks), sms, 1);
+  fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, sp, tm);
+  return int(cudaGetLastError());
+}
+
+}  // namespace xstage::moe

@@ -1,0 +1,38 @@
+#pragma once
+// Plain parameter block of the grouped (MoE expert) GEMM, shared by the .cu
+// launch files and host C++ (no CUDA types, no host libraries).
+//
+// C[rows of expert e, :] = A[rows of expert e, :] x B[e]^T, all bf16, fp32
+// accumulation. A is [rows_total, K] row-major (K contiguous); B is
+// [E, N, K] (K contiguous: each expert's weight stored as nn.Linear stores
+// it); the rows of expert e are offs[e-1] .. offs[e] of A (offs[-1] = 0), the
+// cumulative ends torch._grouped_mm takes. C is [rows_total, n_out] with
+// n_out = N (plain store) or N / 2 (SwiGLU).
+// Host validation (src/runtime/moe/) guarantees: pointers 16-byte aligned,
+// K a multiple of 8, N a multiple of the tile's BLOCK_N, rows_total >= 0,
+// E >= 1. The kernel clamps every expert's row range into [0, rows_total]
+// (offsets live on the device, where the host cannot check them without a
+// synchronisation): decreasing or too-large offsets give empty experts, never
+// out-of-bounds stores.
+#include <cstdint>
+
+namespace xstage::moe {
+
+struct GroupedGemmParams {
+  const void* a = nullptr;            // bf16 [rows_total, K]
+  const void* b = nullptr;            // bf16 [E, N, K]
+  void* c = nullptr;                  // bf16 [rows_total, n_out]
+  const int32_t* offs = nullptr;      // [E] cumulative row ends
+  const float* row_weight = nullptr;  // [rows_total] routing weight of each row, or nullptr (SwiGLU only)
+  int rows_total = 0, K = 0, N = 0, E = 0;
+};
+
+// The tile shapes compiled (BLOCK_M x BLOCK_N; two consumer warpgroups each).
+enum TileId : int {
+  kTileM128N256 = 0,  // warpgroups stacked along M: 64 x 256 each
+  kTileM64N256 = 1,   // warpgroups side by side along N: 64 x 128 each (small experts)
+  kTileM128N128 = 2,  // warpgroups stacked along M: 64 x 128 each (more tiles for few, large experts)
+  kTileCount = 3,
+};
+
+}  // namespace xstage::moe

@@ -1,0 +1,91 @@
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "device/moe/grouped_gemm_launch.hpp"
+#include "xstage/device.hpp"
+#include "xstage/error.hpp"
+#include "xstage/moe.hpp"
+
+namespace xstage {
+
+namespace {
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+const char* kind_name(MoeGemmKind k) { return k == MoeGemmKind::l1_swiglu ? "L1" : "L2"; }
+}  // namespace
+
+MoeTile parse_moe_tile(const std::string& name) {
+  if (name == "auto") return MoeTile::automatic;
+  if (name == "m128n256") return MoeTile::m128n256;
+  if (name == "m64n256") return MoeTile::m64n256;
+  if (name == "m128n128") return MoeTile::m128n128;
+  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256 or m128n128", name));
+}
+
+std::string to_string(MoeTile t) {
+  switch (t) {
+    case MoeTile::automatic: return "auto";
+    case MoeTile::m128n256: return "m128n256";
+    case MoeTile::m64n256: return "m64n256";
+    case MoeTile::m128n128: return "m128n128";
+  }
+  return "unknown";
+}
+
+int moe_tile_block_m(MoeTile t) { return moe::grouped_gemm_tile_shape(int(t)).block_m; }
+int moe_tile_block_n(MoeTile t) { return moe::grouped_gemm_tile_shape(int(t)).block_n; }
+
+void validate_moe_gemm_args(const MoeGemmArgs& a) {
+  const char* k = kind_name(a.kind);
+  if (a.E < 1) throw Error(fmt::format("moe gemm {}: E (experts): expected >= 1, got {}", k, a.E));
+  if (a.K < 8 || a.K % 8 != 0)
+    throw Error(fmt::format("moe gemm {}: K: expected a positive multiple of 8 (16-byte rows for the TMA unit), got {}",
+                            k, a.K));
+  if (a.N < 128 || a.N % 128 != 0)
+    throw Error(fmt::format("moe gemm {}: N: expected a positive multiple of 128 (the tile width), got {}", k, a.N));
+  if (a.rows_total < 0) throw Error(fmt::format("moe gemm {}: rows_total: expected >= 0, got {}", k, a.rows_total));
+  if (a.kind != MoeGemmKind::l1_swiglu && a.row_weight != nullptr)
+    throw Error(fmt::format("moe gemm {}: row_weight: expected none (the routing weight belongs to L1's epilogue)", k));
+  if (int64_t(a.E) * a.N > INT32_MAX || int64_t(a.rows_total) * a.N > (int64_t(1) << 40))
+    throw Error(fmt::format("moe gemm {}: E * N = {}: expected below 2^31 (B's rows are indexed in 32 bits)", k,
+                            int64_t(a.E) * a.N));
+  const std::pair<const void*, const char*> ptrs[] = {{a.a, "a"}, {a.b, "b"}, {a.c, "c"}, {a.offs, "offs"}};
+  for (const auto& [p, name] : ptrs) {
+    if (p == nullptr && (a.rows_total > 0 || std::string(name) == "offs"))
+      throw Error(fmt::format("moe gemm {}: {}: expected a device pointer, got null", k, name));
+    if (!aligned16(p)) throw Error(fmt::format("moe gemm {}: {}: expected 16-byte alignment, got {}", k, name, p));
+  }
+  if (a.tile != MoeTile::automatic) {
+    const int bn = moe_tile_block_n(a.tile);
+    if (bn == 0) throw Error(fmt::format("moe gemm {}: tile {}: unknown", k, int(a.tile)));
+    if (a.N % bn != 0)
+      throw Error(fmt::format("moe gemm {}: tile {}: N = {} is no multiple of its {} columns", k, to_string(a.tile),
+                              a.N, bn));
+  }
+}
+
+MoeTile moe_resolved_tile(const MoeGemmArgs& a) {
+  if (a.tile != MoeTile::automatic) return a.tile;
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    XSTAGE_CUDA(cudaGetDevice(&dev));
+    XSTAGE_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return moe_pick_tile(a.rows_total, a.E, a.N, sms);
+}
+
+void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
+  validate_moe_gemm_args(a);
+  moe::GroupedGemmParams p;
+  p.a = a.a, p.b = a.b, p.c = a.c, p.offs = a.offs, p.row_weight = a.row_weight;
+  p.rows_total = a.rows_total, p.K = a.K, p.N = a.N, p.E = a.E;
+  const int tile = int(moe_resolved_tile(a));
+  const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, stream)
+                                                  : moe::launch_grouped_gemm_plain(p, tile, stream);
+  XSTAGE_CUDA(rc);
+}
+
+}  // namespace xstage

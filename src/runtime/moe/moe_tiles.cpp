@@ -1,0 +1,57 @@
+// The tile heuristic and the W13 layout: CPU only (tested without a GPU).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "xstage/moe.hpp"
+
+namespace xstage {
+
+MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count) {
+  struct Shape {
+    MoeTile tile;
+    int bm, bn;
+  };
+  // Larger tiles first: ties go to them (more reuse of each loaded operand row).
+  static constexpr Shape shapes[] = {
+      {MoeTile::m128n256, 128, 256}, {MoeTile::m128n128, 128, 128}, {MoeTile::m64n256, 64, 256}};
+  const double rows_per_expert = E > 0 ? double(rows_total) / E : 0;
+  MoeTile best = MoeTile::m128n128;
+  double best_cost = -1;
+  for (const Shape& s : shapes) {
+    if (N % s.bn != 0) continue;
+    const int64_t m_blocks = int64_t(std::ceil(rows_per_expert / s.bm));
+    const int64_t tiles = int64_t(E) * m_blocks * (N / s.bn);
+    const int64_t waves = (tiles + sm_count - 1) / std::max(sm_count, 1);
+    const double cost = double(waves) * (double(s.bm) * s.bn + 64.0 * (s.bm + s.bn));
+    if (best_cost < 0 || cost < best_cost) best = s.tile, best_cost = cost;
+  }
+  return best;
+}
+
+void moe_interleave_w13(const uint16_t* src, uint16_t* dst, int E, int I, int K) {
+  for (int e = 0; e < E; ++e)
+    for (int r = 0; r < 2 * I; ++r)
+      std::memcpy(dst + (int64_t(e) * 2 * I + r) * K, src + (int64_t(e) * 2 * I + moe_w13_source_row(r, I)) * K,
+                  size_t(K) * 2);
+}
+
+void moe_reference_row(const float* a, const float* b, int K, int N, double* out) {
+  for (int n = 0; n < N; ++n) {
+    const float* bn = b + int64_t(n) * K;
+    double s = 0;
+    for (int k = 0; k < K; ++k) s += double(a[k]) * double(bn[k]);
+    out[n] = s;
+  }
+}
+
+void moe_reference_swiglu(const double* gu, int I, double weight, double* out) {
+  for (int i = 0; i < I; ++i) {
+    const int j = i / 8, q = i % 8;
+    const double gate = gu[16 * j + q], up = gu[16 * j + 8 + q];
+    out[i] = gate / (1.0 + std::exp(-gate)) * up * weight;
+  }
+}
+
+}  // namespace xstage

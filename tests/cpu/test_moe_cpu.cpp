@@ -1,0 +1,105 @@
+// MoE grouped GEMM host logic without a GPU: the tile heuristic, the W13
+// interleave, the SwiGLU reference, the check's row plan, argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "cli_runner.hpp"
+#include "runtime/moe/moe_check.hpp"
+#include "xstage/error.hpp"
+#include "xstage/moe.hpp"
+#include "xstage/moe_bench.hpp"
+
+using namespace xstage;
+
+TEST(MoeTiles, SmallExpertsTakeTheShortTile) {
+  // 32 experts of 64 rows, N = 4096: m64 tiles waste no rows.
+  EXPECT_EQ(moe_pick_tile(32 * 64, 32, 4096, 132), MoeTile::m64n256);
+  // Many rows an expert: the big tile.
+  EXPECT_EQ(moe_pick_tile(32 * 4096, 32, 4096, 132), MoeTile::m128n256);
+}
+
+TEST(MoeTiles, NarrowNLeavesOnlyTheNarrowTile) {
+  EXPECT_EQ(moe_pick_tile(1024, 4, 128 * 3, 132), MoeTile::m128n128);
+}
+
+TEST(MoeTiles, FewLargeExpertsFillTheMachineWithNarrowerTiles) {
+  // One expert of 256 rows, N = 4096: 2 x 16 tiles of 128 x 256 use 32 of 132
+  // SMs, 2 x 32 of 128 x 128 use 64 in the same one wave.
+  EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132), MoeTile::m128n128);
+}
+
+TEST(MoeW13, InterleaveTakesGateAndUpInGroupsOfEight) {
+  const int E = 2, I = 16, K = 3;
+  std::vector<uint16_t> src(size_t(E) * 2 * I * K), dst(src.size());
+  std::iota(src.begin(), src.end(), uint16_t(0));
+  moe_interleave_w13(src.data(), dst.data(), E, I, K);
+  for (int e = 0; e < E; ++e)
+    for (int r = 0; r < 2 * I; ++r) {
+      const int want = r % 16 < 8 ? 8 * (r / 16) + r % 16 : I + 8 * (r / 16) + r % 16 - 8;
+      EXPECT_EQ(dst[(size_t(e) * 2 * I + r) * K], src[(size_t(e) * 2 * I + want) * K]) << e << " " << r;
+    }
+}
+
+TEST(MoeReference, SwigluPairsInterleavedColumns) {
+  std::vector<double> gu(32), out(16);
+  for (int i = 0; i < 32; ++i) gu[i] = 0.1 * (i + 1);
+  moe_reference_swiglu(gu.data(), 16, 0.5, out.data());
+  for (int i = 0; i < 16; ++i) {
+    const double g = gu[16 * (i / 8) + i % 8], u = gu[16 * (i / 8) + 8 + i % 8];
+    EXPECT_NEAR(out[i], g / (1 + std::exp(-g)) * u * 0.5, 1e-12);
+  }
+}
+
+TEST(MoeCheck, PlanCoversBothEndsAndSkipsEmptyExperts) {
+  const std::vector<int32_t> offs = {0, 100, 100, 230, 230};
+  const MoeCheckPlan p = moe_check_plan(offs, 1, 16);
+  for (int e : p.experts) EXPECT_TRUE(e == 1 || e == 3) << e;
+  ASSERT_FALSE(p.experts.empty());
+  for (size_t i = 0; i < p.experts.size(); ++i) {
+    const int e = p.experts[i], begin = offs[e - 1], end = offs[e];
+    EXPECT_EQ(p.rows[i].front(), begin);
+    EXPECT_EQ(p.rows[i].back(), end - 1);
+  }
+}
+
+TEST(MoeCounts, UnevenKeepsTheTotalAndEmptiesSomeExperts) {
+  const std::vector<int> c = moe_expert_counts(16, 128, true, 3);
+  EXPECT_EQ(std::accumulate(c.begin(), c.end(), 0), 16 * 128);
+  EXPECT_EQ(c[0], 0);
+  int ragged = 0;
+  for (int v : c) ragged += v % 64 != 0;
+  EXPECT_GT(ragged, 4);
+}
+
+TEST(MoeArgs, ValidationNamesTheArgument) {
+  MoeGemmArgs a;
+  a.E = 2, a.K = 100, a.N = 256, a.rows_total = 0;
+  int dummy[4];
+  a.offs = reinterpret_cast<const int32_t*>(dummy);
+  auto msg = [&] {
+    try {
+      validate_moe_gemm_args(a);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg().find("K"), std::string::npos);
+  a.K = 128, a.N = 200;
+  EXPECT_NE(msg().find("N"), std::string::npos);
+  a.N = 384, a.tile = MoeTile::m128n256;
+  EXPECT_NE(msg().find("m128n256"), std::string::npos);
+}
+
+TEST(MoeCli, BadArgumentsFailBeforeTheGpu) {
+  for (const char* args : {"moe-gemm --model nope", "moe-gemm --model deepseek-v3 --ep 3",
+                           "moe-gemm --hidden 100 --inter 64 --experts 2", "moe-gemm --model mixtral-8x7b --tile-l1 x",
+                           "moe-gemm --model hidream-i1 --gemm l2 --routing-weights", "moe-gemm --counts 1,-2 --hidden 256 --inter 64"}) {
+    const CliRun r = run_cli(args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("expected"), std::string::npos) << args << "\n" << r.out;
+  }
+}
