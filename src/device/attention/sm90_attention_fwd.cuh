@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
   typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile (thread 0)
   static_assert(std::is_empty_v<typename Scheduler::SharedStorage>,
                 "sm90_bf16_attention_fwd reserves no shared memory for its scheduler");
-  for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
+  const auto walk = sched.walk();
+  for (auto w = walk.first(); walk.valid(w); w = walk.next(w)) {
     sched.wait_ready(w);
     const auto c = sched.coord(w);
     const int m0 = c.m_block * BM;

@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   __syncthreads();  // the last CTA-wide barrier: the roles split below
 
   const Scheduler sched(p, sp, BM);
+  const auto walk = sched.walk();
   const int n_kv = (p.S_kv + BN - 1) / BN;  // >= 1: S_kv >= 1
 
   if (tid < 128) {
@@ -219,7 +220,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       ptx::tma_prefetch_descriptor(&tm.k);
       ptx::tma_prefetch_descriptor(&tm.v);
       uint32_t it = 0, tc = 0;
-      for (auto w = sched.first(); sched.valid(w); w = sched.next(w), ++tc) {
+      for (auto w = walk.first(); walk.valid(w); w = walk.next(w), ++tc) {
         sched.wait_ready(w);
         const Coord c = sched.coord(w);
         ptx::mbar_wait(q_empty, (tc & 1) ^ 1);  // both consumer warpgroups are done with the last Q
@@ -306,13 +307,13 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     }
   };
   if constexpr (PINGPONG) {  // the last warpgroup lets warpgroup 0 go first
-    if (cwg == CWGS - 1 && sched.valid(sched.first())) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, TURN_THREADS);
+    if (cwg == CWGS - 1 && walk.valid(walk.first())) ptx::named_bar_arrive(Cfg::BAR_PINGPONG + 0, TURN_THREADS);
   }
 
   typename Epilogue::Pending pending{};  // what the epilogue carries from tile to tile
   uint32_t it = 0, tc = 0;
-  for (auto w = sched.first(); sched.valid(w); w = sched.next(w), ++tc) {
-    const bool last_tile = sched.is_last(w);
+  for (auto w = walk.first(); walk.valid(w); w = walk.next(w), ++tc) {
+    const bool last_tile = walk.is_last(w);
 #pragma unroll
     for (int db = 0; db < D / 8; ++db) o[db][0] = o[db][1] = o[db][2] = o[db][3] = 0.f;
     wgmma_detail::OnlineSoftmaxFma<BN / 8> sm;

@@ -98,13 +98,14 @@ struct RemoteProducerPacedEpilogue {
                                                 uint32_t* progress, int lane) {
     uint32_t k = 0;
     // 32-bit walk: the host checks the tile count fits.
-    for (auto w = sched.template first<uint32_t>(); sched.valid(w); w = sched.next(w), ++k) {
+    const auto walk = sched.walk();
+    for (auto w = walk.template first<uint32_t>(); walk.valid(w); w = walk.next(w), ++k) {
       const Tile c = sched.coord(w);
       const int m0 = int(Dest::first_row(c, block_m));
       const int rows = Dest::tile_rows(p, m0, block_m);
       const RowRun dst = Dest::row_run(p, c, m0, rows, p.head_dim);
       ptx::mbar_wait(o_full, k & 1);  // the consumers staged tile k's rows
-      if (sched.is_last(w)) {         // the CTA's last tile: at once, then every copy complete
+      if (walk.is_last(w)) {         // the CTA's last tile: at once, then every copy complete
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, 0, rows, lane);
         if constexpr (kBulk) {
           ptx::bulk_wait_group_all();       // this lane's copies performed their writes ...

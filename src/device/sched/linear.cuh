@@ -10,16 +10,15 @@
 
 namespace xstage::sched {
 
-struct LinearTileScheduler : PersistentWalk {
+struct LinearTileScheduler : PersistentWalk<LinearTileScheduler> {
   struct Params {};
   struct SharedStorage {};
   using Coord = TileCoord;
   int m_blocks, H, B;
 
   __host__ __device__ LinearTileScheduler(const attention::MainloopParams& p, const Params&, int block_m)
-      : PersistentWalk{0}, m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B) {
-    tiles = int64_t(m_blocks) * H * B;
-  }
+      : m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B) {}
+  __host__ __device__ int64_t num_tiles() const { return int64_t(m_blocks) * H * B; }
 
   __device__ __forceinline__ TileCoord coord(Work<int64_t> w) const {
     int64_t t = w.t;

@@ -15,7 +15,7 @@
 
 namespace xstage::sched {
 
-struct OrderedTileScheduler : PersistentWalk {
+struct OrderedTileScheduler : PersistentWalk<OrderedTileScheduler> {
   using Params = OrderedSchedulerParams;
   struct SharedStorage {};
   using Coord = TileCoord;
@@ -23,9 +23,8 @@ struct OrderedTileScheduler : PersistentWalk {
   Params sp;
 
   __host__ __device__ OrderedTileScheduler(const attention::MainloopParams& p, const Params& sp_, int block_m)
-      : PersistentWalk{0}, m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B), sp(sp_) {
-    tiles = int64_t(m_blocks) * H * B;
-  }
+      : m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B), sp(sp_) {}
+  __host__ __device__ int64_t num_tiles() const { return int64_t(m_blocks) * H * B; }
 
   __device__ __forceinline__ TileCoord coord(Work<int64_t> w) const {
     int64_t t = w.t;

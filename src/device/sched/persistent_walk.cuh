@@ -11,14 +11,15 @@
 //                         consumers there, and the kernel must reserve it)
 //   Scheduler(problem, params, block_m)       built by every CTA (and the host)
 //   num_tiles()                                tiles of the launch
-//   first<Index>()                             this CTA's first work item
-//   next(work[, k])                            the item k places further on
-//   valid(work), is_last(work), coord(work)
-//   nth<Index>(k)                              this CTA's k-th item (a replay
-//                                              of the walk, for publishing at
-//                                              exit; a dynamic scheduler
-//                                              without it rules out at-exit
-//                                              completion)
+//   walk()                                     this CTA's walk, taken once:
+//     first<Index>()                           its first work item
+//     next(work[, k])                          the item k places further on
+//     valid(work), is_last(work)
+//     nth<Index>(k)                            its k-th item (a replay of the
+//                                              walk, for publishing at exit; a
+//                                              dynamic walk without it rules
+//                                              out at-exit completion)
+//   coord(work)                                the item's coordinates
 //   wait_ready(work)                           blocks until the item's inputs
 //                                              exist (no-op without dependencies)
 //   static grid_size(num_tiles, sms, ctas_per_sm)   CTAs to launch
@@ -37,11 +38,14 @@ struct Work {
   Index t;  // tile index in the launch's order
 };
 
-// Tile t runs on CTA t % gridDim.x, in increasing t: each CTA walks every
-// gridDim-th tile, the order one CTA per tile would run in, and the grid is
-// as many CTAs as fit at once.
-struct PersistentWalk {
-  int64_t tiles = 0;
+// One CTA's walk over a static schedule: tile t runs on CTA t % gridDim.x, in
+// increasing t, so each CTA walks every gridDim-th tile (the order one CTA
+// per tile would run in) on a grid of as many CTAs as fit at once. The walk
+// is a value a kernel takes once, before its roles split, apart from the
+// scheduler's parameters: a dynamic schedule keeps its per-CTA state (a
+// cursor, the item fetched last) in its walk the same way.
+struct StridedWalk {
+  int64_t tiles;
 
   template <class Index = int64_t>
   __device__ __forceinline__ Work<Index> first() const {
@@ -63,10 +67,16 @@ struct PersistentWalk {
   __device__ __forceinline__ bool is_last(Work<Index> w) const {
     return w.t + Index(gridDim.x) >= Index(tiles);
   }
+};
+
+// What the static schedulers share; Derived (CRTP) supplies num_tiles() and coord().
+template <class Derived>
+struct PersistentWalk {
+  __device__ __forceinline__ StridedWalk walk() const {
+    return {static_cast<const Derived&>(*this).num_tiles()};
+  }
   template <class Index>
   __device__ __forceinline__ void wait_ready(Work<Index>) const {}
-
-  __host__ __device__ int64_t num_tiles() const { return tiles; }
 
   __host__ static int64_t grid_size(int64_t num_tiles, int sm_count, int ctas_per_sm) {
     const int64_t resident = int64_t(sm_count) * ctas_per_sm;
