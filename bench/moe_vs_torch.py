@@ -45,21 +45,32 @@ class Ours:
         self.lib = ctypes.CDLL(path)
         f = self.lib.xstage_moe_gemm
         f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 5 + [ctypes.c_void_p,
+        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 6 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
         self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
+        self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
         self.err = ctypes.create_string_buffer(512)
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
-    def gemm(self, kind, a, b, c, offs, w, N, tile=-1):
+    def gemm(self, kind, a, b, c, offs, w, N, tile=-1, splits=0):
         rc = self.lib.xstage_moe_gemm(kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                                       None if w is None else w.data_ptr(), a.shape[0], a.shape[1], N, offs.numel(),
-                                      tile, torch.cuda.current_stream().cuda_stream, self.err, 512)
+                                      tile, splits, torch.cuda.current_stream().cuda_stream, self.err, 512)
         if rc != 0:
             raise RuntimeError(self.err.value.decode())
 
-    def tile_name(self, rows, E, N):
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        return ["m128n256", "m64n256", "m128n128"][self.lib.xstage_moe_pick_tile(rows, E, N, sms)]
+    def plan(self, rows, E, N, K):
+        """The heuristic's (tile id, splits)."""
+        t = self.lib.xstage_moe_pick_tile(rows, E, N, self.sms)
+        return t, self.lib.xstage_moe_pick_splits(rows, E, N, K, t, self.sms)
+
+    def tile_name(self, rows, E, N, K):
+        t, s = self.plan(rows, E, N, K)
+        return TILES[t] + (f"/k{s}" if s > 1 else "")
+
+
+TILES = ["m128n256", "m64n256", "m128n128"]
+TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128)}
 
 
 def interleave_w13(w13):
@@ -246,7 +257,7 @@ def speed_phase(ours, rows_list, rounds, seed):
                 for gemm, t, f, err, n in (("L1+SwiGLU", t1, f1, err1, 2 * inter), ("L2", t2, f2, err2, hidden)):
                     fd = f / El
                     r = dict(model=name, P=P, experts=El, rows_per_expert=m, gemm=gemm,
-                             tile=ours.tile_name(rtot, El, n), flop=f,
+                             tile=ours.tile_name(rtot, El, n, hidden if gemm == "L1+SwiGLU" else inter), flop=f,
                              ours=t["ours"], torch=t["torch"], cublas_one_expert=t["cublas1"],
                              ours_tflops=f / t["ours"]["median_ms"] / 1e9,
                              torch_tflops=f / t["torch"]["median_ms"] / 1e9,
@@ -262,12 +273,77 @@ def speed_phase(ours, rows_list, rounds, seed):
     return out
 
 
+def sweep_phase(ours, rows_list, rounds, seed):
+    """Every compiled tile and split-K factor forced (ours only; torch once per shape for the ratio), the data
+    the tile heuristic is fitted from. Splits: 1, and those that keep one wave of work items on the SMs."""
+    out = []
+    peak = 990.0
+    for name, hidden, inter, E, _ in MODELS:
+        for P in RANKS:
+            if E % P:
+                continue
+            El = E // P
+            for m in rows_list:
+                counts = [m] * El
+                x, w13, w13i, w2, offs, _ = make_problem(hidden, inter, counts, False, seed)
+                rtot = x.shape[0]
+                h = torch.empty(rtot, inter, device="cuda", dtype=torch.bfloat16)
+                y = torch.empty(rtot, hidden, device="cuda", dtype=torch.bfloat16)
+                ref_h = torch_l1(x, w13, offs, None)
+                ref_y = torch_l2(ref_h, w2, offs)
+                for gemm, kind, a, b, c, ref, N, K in (("L1+SwiGLU", 0, x, w13i, h, ref_h, 2 * inter, hidden),
+                                                       ("L2", 1, ref_h, w2, y, ref_y, hidden, inter)):
+                    f = 2.0 * rtot * K * N
+                    fns, plans = {}, {}
+                    fns["torch"] = (lambda a=a: torch_l1(x, w13, offs, None)) if kind == 0 else \
+                        (lambda a=a: torch_l2(ref_h, w2, offs))
+                    heur = ours.plan(rtot, El, N, K)
+                    for t, (bm, bn) in TILE_SHAPE.items():
+                        if N % bn:
+                            continue
+                        tiles = El * -(-m // bm) * (N // bn)
+                        for sp in (1, 2, 3, 4, 6, 8):
+                            if sp > 1 and (tiles * sp > ours.sms or sp > (K + 63) // 64 // 8):
+                                continue
+                            key = f"{TILES[t]}/k{sp}"
+                            fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N:
+                                        ours.gemm(kind, a, b, c, offs, None, N, t, sp))
+                            plans[key] = (t, sp)
+                    diffs = {}
+                    for key, (t, sp) in plans.items():
+                        c.fill_(float("nan"))
+                        ours.gemm(kind, a, b, c, offs, None, N, t, sp)
+                        torch.cuda.synchronize()
+                        diffs[key] = rel(c, ref) if not bool(c.isnan().any()) else float("inf")
+                    clk0 = sm_clock()
+                    t_ = compare(fns, f / (peak * 0.6e9), rounds)
+                    clk1 = sm_clock()
+                    best = min(plans, key=lambda k: t_[k]["median_ms"])
+                    hk = f"{TILES[heur[0]]}/k{heur[1]}"
+                    r = dict(model=name, P=P, experts=El, rows_per_expert=m, gemm=gemm, flop=f,
+                             torch_ms=t_["torch"]["median_ms"], heuristic=hk, best=best, sm_clock_mhz=[clk0, clk1],
+                             configs={k: dict(t_[k], tflops=f / t_[k]["median_ms"] / 1e9,
+                                              speedup=t_["torch"]["median_ms"] / t_[k]["median_ms"],
+                                              rel_diff_vs_torch=diffs[k]) for k in plans})
+                    out.append(r)
+                    cells = " ".join(f"{k}:{r['configs'][k]['speedup']:.2f}" for k in plans)
+                    print(f"sweep {name:16s} P={P} m={m:4d} {gemm:9s} best {best} "
+                          f"({r['configs'][best]['speedup']:.2f}x) heur {hk} "
+                          f"({r['configs'].get(hk, {}).get('speedup', float('nan')):.2f}x) | {cells} "
+                          f"maxdiff {max(diffs.values()):.1e} clk {clk0}/{clk1}", flush=True)
+                del x, w13, w13i, w2, h, y, ref_h, ref_y
+                torch.cuda.empty_cache()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libxstage_moe.so")
     ap.add_argument("--out", default="moe-gemm.json")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="force every tile and split-K factor (the heuristic's data)")
+    ap.add_argument("--sweep-rows", default="64,128,256,512")
     ap.add_argument("--rows", default=",".join(map(str, ROWS)))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -279,6 +355,9 @@ def main():
                method="CUDA-graph replays of each side, alternating round by round; median per call over rounds")
     if a.check:
         res["check"] = check_phase(ours, a.seed)
+        json.dump(res, open(a.out, "w"), indent=1)
+    if a.sweep:
+        res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed)
         json.dump(res, open(a.out, "w"), indent=1)
     if not a.no_speed:
         res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed)

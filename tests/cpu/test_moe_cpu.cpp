@@ -31,6 +31,17 @@ TEST(MoeTiles, FewLargeExpertsFillTheMachineWithNarrowerTiles) {
   EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132), MoeTile::m128n128);
 }
 
+TEST(MoeTiles, SplitKOnlyWhenTilesLeaveSmsIdle) {
+  // Mixtral at P = 8, L2 (one expert, N = 4096, K = 14336), 128 rows: 32 tiles
+  // of 128 x 128 fill 132 SMs four times over with 4 splits of 56 k-blocks.
+  EXPECT_EQ(moe_pick_splits(128, 1, 4096, 14336, MoeTile::m128n128, 132), 4);
+  // Many experts: one split.
+  EXPECT_EQ(moe_pick_splits(128 * 256, 128, 7168, 2048, MoeTile::m128n256, 132), 1);
+  // Short K: every range keeps kMoeMinSplitKBlocks k-blocks.
+  EXPECT_EQ(moe_pick_splits(128, 1, 256, 1024, MoeTile::m128n256, 132), 1);
+  EXPECT_EQ(moe_pick_splits(128, 1, 256, 2048, MoeTile::m128n256, 132), 2);
+}
+
 TEST(MoeW13, InterleaveTakesGateAndUpInGroupsOfEight) {
   const int E = 2, I = 16, K = 3;
   std::vector<uint16_t> src(size_t(E) * 2 * I * K), dst(src.size());

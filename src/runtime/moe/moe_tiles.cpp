@@ -30,6 +30,16 @@ MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count) {
   return best;
 }
 
+int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
+  const int bm = tile == MoeTile::m64n256 ? 64 : 128, bn = tile == MoeTile::m128n128 ? 128 : 256;
+  if (E < 1 || N % bn != 0 || sm_count < 1) return 1;
+  const int64_t m_blocks = (int64_t(rows_total) / E + bm - 1) / bm;
+  const int64_t tiles = std::max<int64_t>(1, int64_t(E) * m_blocks * (N / bn));
+  const int64_t fill = sm_count / tiles;              // splits that still fit in one wave
+  const int64_t deep = (K + 63) / 64 / kMoeMinSplitKBlocks;  // splits that keep each k range long
+  return int(std::max<int64_t>(1, std::min<int64_t>({fill, deep, 8})));
+}
+
 void moe_interleave_w13(const uint16_t* src, uint16_t* dst, int E, int I, int K) {
   for (int e = 0; e < E; ++e)
     for (int r = 0; r < 2 * I; ++r)
