@@ -38,15 +38,18 @@ namespace xstage::moe {
 // Split-K hand-over of one work item's accumulators. Every consumer thread
 // writes its fragment (float4 per n-block, thread-fastest: 16-byte coalesced
 // stores), then thread 0 of the consumers counts the item in. Returns true in
-// the tile's last item, with acc replaced by the sum of all partials, added
-// in split order so that the result does not depend on which CTA came last.
+// the tile's last item, with acc replaced by the sum of all partials read
+// back in split order (its own too), so that the result does not depend on
+// which CTA came last, and acc is dead between the stores and the sum (no
+// second accumulator set: the 128x256 tile has no registers for one).
 // The release/acquire pair is the fence-barrier-atomic pattern: each thread's
 // fence orders its stores before the barrier, the atomic follows the barrier.
 template <int NB>
 __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedGemmParams& p, int tile, int split,
                                              int ct, volatile int* flag) {
   constexpr int kTileFloats = NB * 4 * 256;  // 256 consumer threads
-  float4* mine = reinterpret_cast<float4*>(p.split_ws + (int64_t(tile) * p.splits + split) * kTileFloats);
+  float4* all = reinterpret_cast<float4*>(p.split_ws + int64_t(tile) * p.splits * kTileFloats);
+  float4* mine = all + int64_t(split) * NB * 256;
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
     __stcg(mine + nb * 256 + ct, make_float4(acc[nb][0], acc[nb][1], acc[nb][2], acc[nb][3]));
@@ -59,16 +62,13 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
     *flag = last;
   }
   ptx::named_bar_sync(1, 256);
-  const bool last = *flag != 0;
-  if (!last) return false;
+  if (*flag == 0) return false;
   __threadfence();
-  const float4* all = reinterpret_cast<const float4*>(p.split_ws + int64_t(tile) * p.splits * kTileFloats);
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < p.splits; ++s) {
-      const float4 v = s == split ? make_float4(acc[nb][0], acc[nb][1], acc[nb][2], acc[nb][3])
-                                  : __ldcg(all + (int64_t(s) * NB + nb) * 256 + ct);
+    float4 sum = __ldcg(all + nb * 256 + ct);
+    for (int s = 1; s < p.splits; ++s) {
+      const float4 v = __ldcg(all + (int64_t(s) * NB + nb) * 256 + ct);
       sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
     }
     acc[nb][0] = sum.x, acc[nb][1] = sum.y, acc[nb][2] = sum.z, acc[nb][3] = sum.w;
