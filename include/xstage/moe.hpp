@@ -45,17 +45,21 @@ struct MoeGemmArgs {
   int splits = 0;
 };
 
-// The tile heuristic (docs/design/moe.md): for each compiled shape whose
+// The tile heuristic (docs/design/moe.md): up to 64 rows an expert the
+// 64 x 256 tile (when 256 divides N); else, for each compiled shape whose
 // BLOCK_N divides N, the expected tiles with rows_total / E rows an expert,
 // the waves of `sm_count` CTAs they take, and a cost per tile of
 // BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N) (work plus a per-operand-row
 // load cost, so that small tiles pay for their lower data reuse); the
 // cheapest wins, ties to the larger tile.
 MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count);
-// Split-K for `tile` (docs/design/moe.md): 1 unless the expected tiles leave
-// SMs idle; then as many splits as fill the SMs in one wave, each keeping at
-// least kMoeMinSplitKBlocks k-blocks of 64 columns.
-inline constexpr int kMoeMinSplitKBlocks = 16;
+// Split-K for `tile` (docs/design/moe.md), fitted to a sweep of forced tiles
+// and splits on one H200: 1 unless each CTA's operand streaming (BM + BN rows
+// a tile per K column, times the waves) outlasts the HBM's read of the
+// weights (E * N rows), counting one SM's L2-to-shared rate as
+// 1 / kMoeSmStreamRatio of the HBM's; then as many splits as keep one wave,
+// each range at least kMoeMinSplitKBlocks k-blocks of 64, at most kMoeMaxSplits.
+inline constexpr int kMoeSmStreamRatio = 40, kMoeMinSplitKBlocks = 48, kMoeMaxSplits = 4;
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count);
 
 // Throws xstage::Error naming the first bad field.

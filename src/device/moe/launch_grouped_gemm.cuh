@@ -27,12 +27,14 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
   if (rc != 0) return rc;
   Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
-  auto* fn = sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched>;
-  static bool attribute_set = false;  // per instantiation; a failed set is retried
-  if (!attribute_set) {
+  // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
+  auto* fn = p.splits > 1 ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, true>
+                          : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false>;
+  static bool attribute_set[2] = {false, false};  // per instantiation; a failed set is retried
+  if (!attribute_set[p.splits > 1]) {
     const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES));
     if (e != cudaSuccess) return int(e);
-    attribute_set = true;
+    attribute_set[p.splits > 1] = true;
   }
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);

@@ -77,7 +77,7 @@ struct GroupedTileScheduler {
   // Every expert's first item is a multiple of `splits`: t / splits numbers the tiles.
   __device__ __forceinline__ GroupedTile coord(const GroupedWork& w) const {
     const int local = (w.t - w.base) / p.splits;
-    return {w.expert, local % w.m_blocks, local / w.m_blocks, w.row_begin, w.row_end, (w.t - w.base) % p.splits,
+    return {w.expert, local % w.m_blocks, local / w.m_blocks, w.row_begin, w.row_end, w.t % p.splits,
             w.t / p.splits};
   }
 
