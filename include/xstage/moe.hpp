@@ -54,12 +54,10 @@ struct MoeGemmArgs {
 // cheapest wins, ties to the larger tile.
 MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count);
 // Split-K for `tile` (docs/design/moe.md), fitted to a sweep of forced tiles
-// and splits on one H200: 1 unless each CTA's operand streaming (BM + BN rows
-// a tile per K column, times the waves) outlasts the HBM's read of the
-// weights (E * N rows), counting one SM's L2-to-shared rate as
-// 1 / kMoeSmStreamRatio of the HBM's; then as many splits as keep one wave,
-// each range at least kMoeMinSplitKBlocks k-blocks of 64, at most kMoeMaxSplits.
-inline constexpr int kMoeSmStreamRatio = 40, kMoeMinSplitKBlocks = 48, kMoeMaxSplits = 4;
+// and splits on one H200: 1 unless the expected tiles leave at least half the
+// SMs idle; then as many splits as keep one wave, each range at least
+// kMoeMinSplitKBlocks k-blocks of 64 columns, at most kMoeMaxSplits.
+inline constexpr int kMoeMinSplitKBlocks = 48, kMoeMaxSplits = 4;
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count);
 
 // Throws xstage::Error naming the first bad field.

@@ -31,14 +31,15 @@ TEST(MoeTiles, FewLargeExpertsFillTheMachineWithNarrowerTiles) {
   EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132), MoeTile::m128n128);
 }
 
-TEST(MoeTiles, SplitKOnlyWhenCtaStreamingOutlastsTheHbm) {
+TEST(MoeTiles, SplitKOnlyWhenTilesLeaveHalfTheSmsIdle) {
   // Mixtral at P = 8, L2 (one expert, N = 4096, K = 14336), 128 rows: 32 tiles
-  // of 128 x 128 stream 256 rows each against 4096 weight rows: 4 splits of 56 k-blocks.
+  // of 128 x 128 on 132 SMs: 4 splits of 56 k-blocks.
   EXPECT_EQ(moe_pick_splits(128, 1, 4096, 14336, MoeTile::m128n128, 132), 4);
   // 256 rows: 64 tiles, two splits keep one wave.
   EXPECT_EQ(moe_pick_splits(256, 1, 4096, 14336, MoeTile::m128n128, 132), 2);
-  // Mixtral at P = 2, 64 rows: 64 tiles already read the 4 experts' weights at the HBM's rate.
-  EXPECT_EQ(moe_pick_splits(4 * 64, 4, 4096, 14336, MoeTile::m64n256, 132), 1);
+  // Mixtral at P = 2: 64 tiles at 64 rows (2 splits), 128 at 128 rows (none).
+  EXPECT_EQ(moe_pick_splits(4 * 64, 4, 4096, 14336, MoeTile::m64n256, 132), 2);
+  EXPECT_EQ(moe_pick_splits(4 * 128, 4, 4096, 14336, MoeTile::m128n128, 132), 1);
   // Many experts: one split.
   EXPECT_EQ(moe_pick_splits(128 * 256, 128, 7168, 2048, MoeTile::m128n256, 132), 1);
   // Short K: every range keeps kMoeMinSplitKBlocks k-blocks.
