@@ -153,7 +153,7 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
   done
   lib=$B/libxstage_moe.so
   clocks_start "$OUT/r/moe/clocks-moe.csv"
-  timed moe-bench 400 python3 bench/moe_vs_torch.py --lib "$lib" --check --commit "$commit" \
+  timed moe-bench 400 python3 bench/moe_vs_torch.py --lib "$lib" --check --rounds 7 --commit "$commit" \
     --out "$OUT/r/moe/moe-gemm.json"
   clocks_stop
   tail -12 "$OUT/r/moe-bench.log" >"$OUT/r/moe-summary.txt"

@@ -84,8 +84,9 @@ struct GroupedTmaMaps {
 // kSplitK: compiled apart, so that without it every k loop runs 0 .. k_blocks
 // from the parameters alone: the compiler keeps the loop state in uniform
 // registers. A k range derived from the tile walk (offsets read from memory)
-// moved it to per-thread registers, with 2 extra moves per wgmma descriptor
-// and a divergence guard around the loop: Qwen3-30B L1 lost up to 17%.
+// is not provably uniform: the loop state goes to per-thread registers, with
+// 2 more moves per wgmma descriptor and a divergence guard around the loop,
+// up to 17% slower on Qwen3-30B L1 (docs/perf-log.md, MoE 3b).
 template <class Cfg, class Epilogue, class Scheduler, bool kSplitK>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_bf16_grouped_gemm(const GroupedGemmParams p, const typename Scheduler::Params sp,
