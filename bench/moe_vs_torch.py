@@ -45,21 +45,32 @@ class Ours:
         self.lib = ctypes.CDLL(path)
         f = self.lib.xstage_moe_gemm
         f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 5 + [ctypes.c_void_p,
+        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 6 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
         self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
+        self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
         self.err = ctypes.create_string_buffer(512)
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
-    def gemm(self, kind, a, b, c, offs, w, N, tile=-1):
+    def gemm(self, kind, a, b, c, offs, w, N, tile=-1, splits=0):
         rc = self.lib.xstage_moe_gemm(kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                                       None if w is None else w.data_ptr(), a.shape[0], a.shape[1], N, offs.numel(),
-                                      tile, torch.cuda.current_stream().cuda_stream, self.err, 512)
+                                      tile, splits, torch.cuda.current_stream().cuda_stream, self.err, 512)
         if rc != 0:
             raise RuntimeError(self.err.value.decode())
 
-    def tile_name(self, rows, E, N):
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        return ["m128n256", "m64n256", "m128n128"][self.lib.xstage_moe_pick_tile(rows, E, N, sms)]
+    def plan(self, rows, E, N, K):
+        """The heuristic's (tile id, splits)."""
+        t = self.lib.xstage_moe_pick_tile(rows, E, N, self.sms)
+        return t, self.lib.xstage_moe_pick_splits(rows, E, N, K, t, self.sms)
+
+    def tile_name(self, rows, E, N, K):
+        t, s = self.plan(rows, E, N, K)
+        return TILES[t] + (f"/k{s}" if s > 1 else "")
+
+
+TILES = ["m128n256", "m64n256", "m128n128"]
+TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128)}
 
 
 def interleave_w13(w13):
@@ -211,54 +222,118 @@ def compare(fns, est_ms, rounds):
             for k, v in t.items()}
 
 
+def uniform_shapes(rows_list):
+    """(model, hidden, inter, local experts, P, rows per expert) of every speed cell."""
+    for name, hidden, inter, E, _ in MODELS:
+        for P in RANKS:
+            if E % P == 0:
+                for m in rows_list:
+                    yield name, hidden, inter, E // P, P, m
+
+
+def uniform_problem(hidden, inter, El, m, seed):
+    """m rows for each of El experts, and the L1 and L2 outputs: x, w13, w13i, w2, offs, h, y."""
+    x, w13, w13i, w2, offs, _ = make_problem(hidden, inter, [m] * El, False, seed)
+    h = torch.empty(x.shape[0], inter, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(x.shape[0], hidden, device="cuda", dtype=torch.bfloat16)
+    return x, w13, w13i, w2, offs, h, y
+
+
 def speed_phase(ours, rows_list, rounds, seed):
     out = []
     peak = 990.0
-    for name, hidden, inter, E, _ in MODELS:
-        for P in RANKS:
-            if E % P:
-                continue
-            El = E // P
-            for m in rows_list:
-                counts = [m] * El
-                x, w13, w13i, w2, offs, _ = make_problem(hidden, inter, counts, False, seed)
-                rtot = x.shape[0]
-                h = torch.empty(rtot, inter, device="cuda", dtype=torch.bfloat16)
-                y = torch.empty(rtot, hidden, device="cuda", dtype=torch.bfloat16)
-                ours.gemm(0, x, w13i, h, offs, None, 2 * inter)
-                torch_h = torch_l1(x, w13, offs, None)
-                ours.gemm(1, torch_h, w2, y, offs, None, hidden)
-                torch_y = torch_l2(torch_h, w2, offs)
+    for name, hidden, inter, El, P, m in uniform_shapes(rows_list):
+        x, w13, w13i, w2, offs, h, y = uniform_problem(hidden, inter, El, m, seed)
+        rtot = x.shape[0]
+        ours.gemm(0, x, w13i, h, offs, None, 2 * inter)
+        torch_h = torch_l1(x, w13, offs, None)
+        ours.gemm(1, torch_h, w2, y, offs, None, hidden)
+        torch_y = torch_l2(torch_h, w2, offs)
+        torch.cuda.synchronize()
+        err1, err2 = rel(h, torch_h), rel(y, torch_y)
+        f1 = 2.0 * rtot * hidden * 2 * inter
+        f2 = 2.0 * rtot * inter * hidden
+        x1, wd1 = x[:m], w13[0]
+        hd, wd2 = h[:m], w2[0]
+        clk0 = sm_clock()
+        t1 = compare({"ours": lambda: ours.gemm(0, x, w13i, h, offs, None, 2 * inter),
+                      "torch": lambda: torch_l1(x, w13, offs, None),
+                      "cublas1": lambda: torch.matmul(x1, wd1.T)}, f1 / (peak * 0.6e9), rounds)
+        t2 = compare({"ours": lambda: ours.gemm(1, h, w2, y, offs, None, hidden),
+                      "torch": lambda: torch_l2(h, w2, offs),
+                      "cublas1": lambda: torch.matmul(hd, wd2.T)}, f2 / (peak * 0.6e9), rounds)
+        clk1 = sm_clock()
+        for gemm, t, f, err, n in (("L1+SwiGLU", t1, f1, err1, 2 * inter), ("L2", t2, f2, err2, hidden)):
+            fd = f / El
+            r = dict(model=name, P=P, experts=El, rows_per_expert=m, gemm=gemm,
+                     tile=ours.tile_name(rtot, El, n, hidden if gemm == "L1+SwiGLU" else inter), flop=f,
+                     ours=t["ours"], torch=t["torch"], cublas_one_expert=t["cublas1"],
+                     ours_tflops=f / t["ours"]["median_ms"] / 1e9,
+                     torch_tflops=f / t["torch"]["median_ms"] / 1e9,
+                     cublas_tflops=fd / t["cublas1"]["median_ms"] / 1e9,
+                     speedup=t["torch"]["median_ms"] / t["ours"]["median_ms"],
+                     rel_diff_vs_torch=err, sm_clock_mhz=[clk0, clk1])
+            out.append(r)
+            print(f"{name:16s} P={P} E={El:3d} m={m:5d} {gemm:9s} {r['tile']:9s} "
+                  f"ours {r['ours_tflops']:6.1f} torch {r['torch_tflops']:6.1f} cublas1 {r['cublas_tflops']:6.1f} "
+                  f"TFLOP/s  x{r['speedup']:.2f}  diff {err:.1e}  clk {clk0}/{clk1}", flush=True)
+        del x, w13, w13i, w2, h, y, torch_h, torch_y
+        torch.cuda.empty_cache()
+    return out
+
+
+def sweep_phase(ours, rows_list, rounds, seed):
+    """Every compiled tile and split-K factor forced (ours only; torch once per shape for the ratio), the data
+    the tile heuristic is fitted from. Splits: 1, and those that keep one wave of work items on the SMs."""
+    out = []
+    peak = 990.0
+    for name, hidden, inter, El, P, m in uniform_shapes(rows_list):
+        x, w13, w13i, w2, offs, h, y = uniform_problem(hidden, inter, El, m, seed)
+        rtot = x.shape[0]
+        ref_h = torch_l1(x, w13, offs, None)
+        ref_y = torch_l2(ref_h, w2, offs)
+        for gemm, kind, a, b, c, ref, N, K in (("L1+SwiGLU", 0, x, w13i, h, ref_h, 2 * inter, hidden),
+                                               ("L2", 1, ref_h, w2, y, ref_y, hidden, inter)):
+            f = 2.0 * rtot * K * N
+            fns, plans = {}, {}
+            fns["torch"] = (lambda a=a: torch_l1(x, w13, offs, None)) if kind == 0 else \
+                (lambda a=a: torch_l2(ref_h, w2, offs))
+            heur = ours.plan(rtot, El, N, K)
+            for t, (bm, bn) in TILE_SHAPE.items():
+                if N % bn:
+                    continue
+                tiles = El * -(-m // bm) * (N // bn)
+                for sp in (1, 2, 3, 4, 6, 8):
+                    if sp > 1 and (tiles * sp > ours.sms or sp > (K + 63) // 64 // 8):
+                        continue
+                    key = f"{TILES[t]}/k{sp}"
+                    fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N:
+                                ours.gemm(kind, a, b, c, offs, None, N, t, sp))
+                    plans[key] = (t, sp)
+            diffs = {}
+            for key, (t, sp) in plans.items():
+                c.fill_(float("nan"))
+                ours.gemm(kind, a, b, c, offs, None, N, t, sp)
                 torch.cuda.synchronize()
-                err1, err2 = rel(h, torch_h), rel(y, torch_y)
-                f1 = 2.0 * rtot * hidden * 2 * inter
-                f2 = 2.0 * rtot * inter * hidden
-                x1, wd1 = x[:m], w13[0]
-                hd, wd2 = h[:m], w2[0]
-                clk0 = sm_clock()
-                t1 = compare({"ours": lambda: ours.gemm(0, x, w13i, h, offs, None, 2 * inter),
-                              "torch": lambda: torch_l1(x, w13, offs, None),
-                              "cublas1": lambda: torch.matmul(x1, wd1.T)}, f1 / (peak * 0.6e9), rounds)
-                t2 = compare({"ours": lambda: ours.gemm(1, h, w2, y, offs, None, hidden),
-                              "torch": lambda: torch_l2(h, w2, offs),
-                              "cublas1": lambda: torch.matmul(hd, wd2.T)}, f2 / (peak * 0.6e9), rounds)
-                clk1 = sm_clock()
-                for gemm, t, f, err, n in (("L1+SwiGLU", t1, f1, err1, 2 * inter), ("L2", t2, f2, err2, hidden)):
-                    fd = f / El
-                    r = dict(model=name, P=P, experts=El, rows_per_expert=m, gemm=gemm,
-                             tile=ours.tile_name(rtot, El, n), flop=f,
-                             ours=t["ours"], torch=t["torch"], cublas_one_expert=t["cublas1"],
-                             ours_tflops=f / t["ours"]["median_ms"] / 1e9,
-                             torch_tflops=f / t["torch"]["median_ms"] / 1e9,
-                             cublas_tflops=fd / t["cublas1"]["median_ms"] / 1e9,
-                             speedup=t["torch"]["median_ms"] / t["ours"]["median_ms"],
-                             rel_diff_vs_torch=err, sm_clock_mhz=[clk0, clk1])
-                    out.append(r)
-                    print(f"{name:16s} P={P} E={El:3d} m={m:5d} {gemm:9s} {r['tile']:9s} "
-                          f"ours {r['ours_tflops']:6.1f} torch {r['torch_tflops']:6.1f} cublas1 {r['cublas_tflops']:6.1f} "
-                          f"TFLOP/s  x{r['speedup']:.2f}  diff {err:.1e}  clk {clk0}/{clk1}", flush=True)
-                del x, w13, w13i, w2, h, y, torch_h, torch_y
-                torch.cuda.empty_cache()
+                diffs[key] = rel(c, ref) if not bool(c.isnan().any()) else float("inf")
+            clk0 = sm_clock()
+            t_ = compare(fns, f / (peak * 0.6e9), rounds)
+            clk1 = sm_clock()
+            best = min(plans, key=lambda k: t_[k]["median_ms"])
+            hk = f"{TILES[heur[0]]}/k{heur[1]}"
+            r = dict(model=name, P=P, experts=El, rows_per_expert=m, gemm=gemm, flop=f,
+                     torch_ms=t_["torch"]["median_ms"], heuristic=hk, best=best, sm_clock_mhz=[clk0, clk1],
+                     configs={k: dict(t_[k], tflops=f / t_[k]["median_ms"] / 1e9,
+                                      speedup=t_["torch"]["median_ms"] / t_[k]["median_ms"],
+                                      rel_diff_vs_torch=diffs[k]) for k in plans})
+            out.append(r)
+            cells = " ".join(f"{k}:{r['configs'][k]['speedup']:.2f}" for k in plans)
+            print(f"sweep {name:16s} P={P} m={m:4d} {gemm:9s} best {best} "
+                  f"({r['configs'][best]['speedup']:.2f}x) heur {hk} "
+                  f"({r['configs'].get(hk, {}).get('speedup', float('nan')):.2f}x) | {cells} "
+                  f"maxdiff {max(diffs.values()):.1e} clk {clk0}/{clk1}", flush=True)
+        del x, w13, w13i, w2, h, y, ref_h, ref_y
+        torch.cuda.empty_cache()
     return out
 
 
@@ -268,6 +343,8 @@ def main():
     ap.add_argument("--out", default="moe-gemm.json")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="force every tile and split-K factor (the heuristic's data)")
+    ap.add_argument("--sweep-rows", default="64,128,256,512")
     ap.add_argument("--rows", default=",".join(map(str, ROWS)))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -279,6 +356,9 @@ def main():
                method="CUDA-graph replays of each side, alternating round by round; median per call over rounds")
     if a.check:
         res["check"] = check_phase(ours, a.seed)
+        json.dump(res, open(a.out, "w"), indent=1)
+    if a.sweep:
+        res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed)
         json.dump(res, open(a.out, "w"), indent=1)
     if not a.no_speed:
         res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed)

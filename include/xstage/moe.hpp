@@ -38,22 +38,35 @@ struct MoeGemmArgs {
   const float* row_weight = nullptr;  // L1 only, optional: fp32 [rows_total]
   int rows_total = 0, K = 0, N = 0, E = 0;
   MoeTile tile = MoeTile::automatic;
+  // Split-K: 0 = the heuristic's (moe_pick_splits), else 1 .. ceil(K / 64).
+  // With more than 1, the launch uses a workspace of this device shared by
+  // every split-K launch: launch them on one stream (one at a time); the
+  // first one of a size allocates (not inside a CUDA graph capture).
+  int splits = 0;
 };
 
-// The tile heuristic (docs/design/moe.md): for each compiled shape whose
+// The tile heuristic (docs/design/moe.md): up to 64 rows an expert the
+// 64 x 256 tile (when 256 divides N); else, for each compiled shape whose
 // BLOCK_N divides N, the expected tiles with rows_total / E rows an expert,
 // the waves of `sm_count` CTAs they take, and a cost per tile of
 // BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N) (work plus a per-operand-row
 // load cost, so that small tiles pay for their lower data reuse); the
 // cheapest wins, ties to the larger tile.
 MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count);
+// Split-K for `tile` (docs/design/moe.md), fitted to a sweep of forced tiles
+// and splits on one H200: 1 unless the expected tiles leave at least half the
+// SMs idle; then as many splits as keep one wave, each range at least
+// kMoeMinSplitKBlocks k-blocks of 64 columns, at most kMoeMaxSplits.
+inline constexpr int kMoeMinSplitKBlocks = 48, kMoeMaxSplits = 4;
+int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count);
 
 // Throws xstage::Error naming the first bad field.
 void validate_moe_gemm_args(const MoeGemmArgs& a);
 // Validates, resolves the tile, launches on `stream` (asynchronous).
 void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream = nullptr);
-// The tile moe_gemm runs for these arguments on the current device.
+// The tile and the splits moe_gemm runs for these arguments on the current device.
 MoeTile moe_resolved_tile(const MoeGemmArgs& a);
+int moe_resolved_splits(const MoeGemmArgs& a);
 
 // W13 from the usual [E, 2I, K] layout (gate rows 0 .. I-1, then up rows) to
 // the interleaved one, on the host (I a multiple of 8).

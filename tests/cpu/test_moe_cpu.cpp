@@ -31,6 +31,28 @@ TEST(MoeTiles, FewLargeExpertsFillTheMachineWithNarrowerTiles) {
   EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132), MoeTile::m128n128);
 }
 
+TEST(MoeTiles, SplitKOnlyWhenTilesLeaveHalfTheSmsIdle) {
+  // Mixtral at P = 8, L2 (one expert, N = 4096, K = 14336), 128 rows: 32 tiles
+  // of 128 x 128 on 132 SMs: 4 splits of 56 k-blocks.
+  EXPECT_EQ(moe_pick_splits(128, 1, 4096, 14336, MoeTile::m128n128, 132), 4);
+  // 256 rows: 64 tiles, two splits keep one wave.
+  EXPECT_EQ(moe_pick_splits(256, 1, 4096, 14336, MoeTile::m128n128, 132), 2);
+  // Mixtral at P = 2: 64 tiles at 64 rows (2 splits), 128 at 128 rows (none).
+  EXPECT_EQ(moe_pick_splits(4 * 64, 4, 4096, 14336, MoeTile::m64n256, 132), 2);
+  EXPECT_EQ(moe_pick_splits(4 * 128, 4, 4096, 14336, MoeTile::m128n128, 132), 1);
+  // Many experts: one split.
+  EXPECT_EQ(moe_pick_splits(128 * 256, 128, 7168, 2048, MoeTile::m128n256, 132), 1);
+  // Short K: every range keeps kMoeMinSplitKBlocks k-blocks.
+  EXPECT_EQ(moe_pick_splits(128, 1, 256, 2048, MoeTile::m128n256, 132), 1);
+  EXPECT_EQ(moe_pick_splits(128, 1, 256, 6144, MoeTile::m128n256, 132), 2);
+}
+
+TEST(MoeTiles, UpTo64RowsAnExpertTakeThe64RowTile) {
+  EXPECT_EQ(moe_pick_tile(64, 1, 4096, 132), MoeTile::m64n256);      // Mixtral P = 8
+  EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2560, 132), MoeTile::m64n256);  // HiDream P = 2
+  EXPECT_EQ(moe_pick_tile(64, 1, 128 * 3, 132), MoeTile::m128n128);  // 256 does not divide N
+}
+
 TEST(MoeW13, InterleaveTakesGateAndUpInGroupsOfEight) {
   const int E = 2, I = 16, K = 3;
   std::vector<uint16_t> src(size_t(E) * 2 * I * K), dst(src.size());

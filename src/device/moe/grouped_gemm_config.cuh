@@ -35,8 +35,10 @@ struct GroupedGemmConfig {
   static_assert(STAGES >= 2, "at least double buffering");
   static constexpr size_t OFF_STAGING = size_t(STAGES) * STAGE_BYTES;
   static constexpr size_t OFF_BAR = OFF_STAGING + STAGING_BYTES;  // full[STAGES], empty[STAGES]
+  // Split-K: the tile's arrival count as the consumers' thread 0 read it.
+  static constexpr size_t OFF_SPLIT_FLAG = OFF_BAR + 2 * STAGES * 8;
   // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom in the kernel.
-  static constexpr size_t SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + 1024;
+  static constexpr size_t SMEM_BYTES = OFF_SPLIT_FLAG + 16 + 1024;
 };
 
 using CfgM128N256 = GroupedGemmConfig<128, 256, 1>;

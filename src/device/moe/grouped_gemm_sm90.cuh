@@ -18,6 +18,10 @@
 //     the next expert's rows (or TMA zero fill past the tensor) and computes
 //     them, but the epilogue stores rows < row_end only. The k tail (K not a
 //     multiple of 64) is zero-filled by the TMA unit in both operands.
+//   - split-K (p.splits > 1, for few tiles on long K): a work item is one
+//     k range of a tile; its CTA writes the fp32 partial to the workspace and
+//     counts itself in; the tile's last CTA sums every partial in split order
+//     and runs the epilogue (split_reduce below).
 #include <cstdint>
 
 #include <cuda.h>
@@ -31,12 +35,59 @@
 
 namespace xstage::moe {
 
+// Split-K hand-over of one work item's accumulators. Every consumer thread
+// writes its fragment (float4 per n-block, thread-fastest: 16-byte coalesced
+// stores), then thread 0 of the consumers counts the item in. Returns true in
+// the tile's last item, with acc replaced by the sum of all partials read
+// back in split order (its own too), so that the result does not depend on
+// which CTA came last, and acc is dead between the stores and the sum (no
+// second accumulator set: the 128x256 tile has no registers for one).
+// The release/acquire pair is the fence-barrier-atomic pattern: each thread's
+// fence orders its stores before the barrier, the atomic follows the barrier.
+template <int NB>
+__device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedGemmParams& p, int tile, int split,
+                                             int ct, volatile int* flag) {
+  constexpr int kTileFloats = NB * 4 * 256;  // 256 consumer threads
+  float4* all = reinterpret_cast<float4*>(p.split_ws + int64_t(tile) * p.splits * kTileFloats);
+  float4* mine = all + int64_t(split) * NB * 256;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+    __stcg(mine + nb * 256 + ct, make_float4(acc[nb][0], acc[nb][1], acc[nb][2], acc[nb][3]));
+  __threadfence();
+  ptx::named_bar_sync(1, 256);
+  if (ct == 0) {
+    const int arrived = atomicAdd(p.split_count + tile, 1);
+    const bool last = arrived == p.splits - 1;
+    if (last) p.split_count[tile] = 0;  // every other item of the tile has counted itself in
+    *flag = last;
+  }
+  ptx::named_bar_sync(1, 256);
+  if (*flag == 0) return false;
+  __threadfence();
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    float4 sum = __ldcg(all + nb * 256 + ct);
+    for (int s = 1; s < p.splits; ++s) {
+      const float4 v = __ldcg(all + (int64_t(s) * NB + nb) * 256 + ct);
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    acc[nb][0] = sum.x, acc[nb][1] = sum.y, acc[nb][2] = sum.z, acc[nb][3] = sum.w;
+  }
+  return true;
+}
+
 // A as 2-D (K, rows_total), B as 2-D (K, E * N); boxes of 64 x BLOCK_M / BLOCK_N.
 struct GroupedTmaMaps {
   CUtensorMap a, b;
 };
 
-template <class Cfg, class Epilogue, class Scheduler>
+// kSplitK: compiled apart, so that without it every k loop runs 0 .. k_blocks
+// from the parameters alone: the compiler keeps the loop state in uniform
+// registers. A k range derived from the tile walk (offsets read from memory)
+// is not provably uniform: the loop state goes to per-thread registers, with
+// 2 more moves per wgmma descriptor and a divergence guard around the loop,
+// up to 17% slower on Qwen3-30B L1 (docs/perf-log.md, MoE 3b).
+template <class Cfg, class Epilogue, class Scheduler, bool kSplitK>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_bf16_grouped_gemm(const GroupedGemmParams p, const typename Scheduler::Params sp,
                            const __grid_constant__ GroupedTmaMaps tm) {
@@ -47,6 +98,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const uint32_t s_base = ptx::smem_addr(smem);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR);
   uint64_t* empty = full + STAGES;
+  volatile int* split_flag = reinterpret_cast<volatile int*>(smem + Cfg::OFF_SPLIT_FLAG);
   auto a_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES; };
   auto b_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES + Cfg::A_BYTES; };
 
@@ -62,6 +114,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   const Scheduler sched(sp, BM);
   const int k_blocks = (p.K + Cfg::BLOCK_K - 1) / Cfg::BLOCK_K;
+  // Split s covers k-blocks [s * k_blocks / splits, (s + 1) * k_blocks / splits): at least one, as splits <= k_blocks.
+  auto kb_begin = [&](int split) { return split * k_blocks / p.splits; };
 
   if (tid < 128) {
     // ---------------- producer warpgroup
@@ -74,7 +128,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         const auto c = sched.coord(w);
         const int a_row = c.row_begin + c.m_block * BM;
         const int b_row = c.expert * p.N + c.n_block * BN;
-        for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+        const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
+        for (int kb = kb0; kb < kb_end; ++kb, ++it) {
           const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
           ptx::mbar_wait(empty + s, ph ^ 1);
           ptx::mbar_arrive_expect_tx(full + s, Cfg::STAGE_BYTES);
@@ -102,24 +157,27 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
     const auto c = sched.coord(w);
     uint32_t prev_s = 0;
-    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+    const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
+    for (int kb = kb0; kb < kb_end; ++kb, ++it) {
       const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
       ptx::mbar_wait(full + s, ph);
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::BLOCK_K / 16; ++kk)
         ptx::wgmma_ss_bf16<WN>(acc, ptx::smem_desc_advance(a_desc0, s * Cfg::STAGE_BYTES + kk * 32),
-                               ptx::smem_desc_advance(b_desc0, s * Cfg::STAGE_BYTES + kk * 32), (kb | kk) != 0);
+                               ptx::smem_desc_advance(b_desc0, s * Cfg::STAGE_BYTES + kk * 32), kb != kb0 || kk != 0);
       ptx::wgmma_commit_group();
       // The previous k-block's group has finished reading its slot once at
       // most this one is pending: hand that slot back to the producer.
       ptx::wgmma_wait_group<1>();
-      if (kb > 0 && lane == 0) ptx::mbar_arrive(empty + prev_s);
+      if (kb > kb0 && lane == 0) ptx::mbar_arrive(empty + prev_s);
       prev_s = s;
     }
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(acc);
     if (lane == 0) ptx::mbar_arrive(empty + prev_s);
+    if constexpr (kSplitK)
+      if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
     const int row = c.row_begin + c.m_block * BM + wg_m * 64 + warp * 16;
     const int col0 = (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv;
     Epilogue::template store<WN / 8>(p, acc, row, c.row_end, col0, lane, stage);

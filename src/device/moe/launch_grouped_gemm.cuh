@@ -1,7 +1,7 @@
 #pragma once
 // One launch of sm90_bf16_grouped_gemm<Cfg, Epilogue, GroupedTileScheduler>:
 // builds the TMA maps of A and B, sizes the persistent grid (one CTA per SM,
-// never more than the tiles there can be), sets the shared-memory limit and
+// never more than the work items there can be: tiles times splits), sets the shared-memory limit and
 // launches on `stream`. Returns a cudaError_t as int (cudaErrorInvalidValue
 // also when the driver rejects a tensor map).
 #include <cuda_runtime.h>
@@ -26,19 +26,22 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
   if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
   if (rc != 0) return rc;
-  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N};
-  auto* fn = sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched>;
-  static bool attribute_set = false;  // per instantiation; a failed set is retried
-  if (!attribute_set) {
+  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
+  // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
+  auto* fn = p.splits > 1 ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, true>
+                          : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false>;
+  static bool attribute_set[2] = {false, false};  // per instantiation; a failed set is retried
+  if (!attribute_set[p.splits > 1]) {
     const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES));
     if (e != cudaSuccess) return int(e);
-    attribute_set = true;
+    attribute_set[p.splits > 1] = true;
   }
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
-  const int64_t grid = Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks), sms, 1);
+  const int64_t grid =
+      Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks) * p.splits, sms, 1);
   fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, sp, tm);
   return int(cudaGetLastError());
 }

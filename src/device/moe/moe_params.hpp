@@ -25,6 +25,16 @@ struct GroupedGemmParams {
   const int32_t* offs = nullptr;      // [E] cumulative row ends
   const float* row_weight = nullptr;  // [rows_total] routing weight of each row, or nullptr (SwiGLU only)
   int rows_total = 0, K = 0, N = 0, E = 0;
+  // Split-K (splits > 1): each tile's k-blocks in `splits` ranges on different
+  // CTAs. Each range's fp32 partial goes to split_ws[(tile * splits + split) *
+  // BLOCK_M * BLOCK_N]; the last CTA of a tile to count itself in
+  // split_count[tile] sums the partials in split order (the same sum whoever
+  // is last), runs the epilogue and sets the count back to 0 for the next
+  // launch. Both arrays hold max_tiles (sched/grouped.cuh) tiles; the counts
+  // start at 0. One split-K launch at a time may use them.
+  int splits = 1;                     // 1 .. k-blocks (ceil(K / 64))
+  float* split_ws = nullptr;
+  int32_t* split_count = nullptr;
 };
 
 // The tile shapes compiled (BLOCK_M x BLOCK_N; two consumer warpgroups each).

@@ -12,6 +12,11 @@
 // expert) in its work item; since its tiles increase, the cursor only moves
 // forward and the walk reads every offset once per CTA: no tile table, no
 // host synchronisation. The walk ends when the cursor passes the last expert.
+//
+// Split-K: with `splits` > 1 every tile is `splits` work items (split fastest),
+// each a contiguous range of the k-blocks; the kernel sums them (sm90 kernel,
+// grouped_gemm_sm90.cuh). Consecutive items of one tile then run at the same
+// time on neighbouring CTAs, and few large experts still fill the machine.
 #include <cstdint>
 
 namespace xstage::sched {
@@ -21,6 +26,8 @@ struct GroupedTile {
   int m_block, n_block;
   int row_begin;  // first row of the expert in A and C
   int row_end;    // one past its last row
+  int split;      // the tile's k range, 0 .. splits - 1
+  int tile;       // the tile's index in the launch (unique, < tiles of the launch)
 };
 
 struct GroupedWork {
@@ -34,6 +41,7 @@ struct GroupedTileScheduler {
   struct Params {
     const int32_t* offs = nullptr;  // [E] cumulative row ends
     int E = 0, rows_total = 0, n_blocks = 0;
+    int splits = 1;  // work items per tile (split-K), >= 1
   };
   struct SharedStorage {};
   using Coord = GroupedTile;
@@ -44,7 +52,7 @@ struct GroupedTileScheduler {
   __host__ __device__ GroupedTileScheduler(const Params& params, int bm) : p(params), block_m(bm) {}
 
   // Tiles of the launch at most (every expert's last m-block partial): what
-  // the grid is sized from on the host.
+  // the grid (times the splits) and the split-K workspace are sized from on the host.
   __host__ __device__ static int64_t max_tiles(int rows_total, int E, int block_m, int n_blocks) {
     return (int64_t(rows_total) / block_m + E) * n_blocks;
   }
@@ -66,9 +74,11 @@ struct GroupedTileScheduler {
   __device__ __forceinline__ bool is_last(const GroupedWork& w) const { return !valid(next(w)); }
   __device__ __forceinline__ void wait_ready(const GroupedWork&) const {}
 
+  // Every expert's first item is a multiple of `splits`: t / splits numbers the tiles.
   __device__ __forceinline__ GroupedTile coord(const GroupedWork& w) const {
-    const int local = w.t - w.base;
-    return {w.expert, local % w.m_blocks, local / w.m_blocks, w.row_begin, w.row_end};
+    const int local = (w.t - w.base) / p.splits;
+    return {w.expert, local % w.m_blocks, local / w.m_blocks, w.row_begin, w.row_end, w.t % p.splits,
+            w.t / p.splits};
   }
 
  private:
@@ -87,8 +97,8 @@ struct GroupedTileScheduler {
   }
   // Moves the cursor forward to the expert that holds tile w.t.
   __device__ __forceinline__ GroupedWork settle(GroupedWork w) const {
-    while (w.expert < p.E && w.t >= w.base + w.m_blocks * p.n_blocks)
-      enter_expert(w, w.expert + 1, w.base + w.m_blocks * p.n_blocks);
+    while (w.expert < p.E && w.t >= w.base + w.m_blocks * p.n_blocks * p.splits)
+      enter_expert(w, w.expert + 1, w.base + w.m_blocks * p.n_blocks * p.splits);
     return w;
   }
 };

@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,43 @@ namespace xstage {
 
 namespace {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Split-K partials beyond this size are refused: splits pay off only when few
+// tiles leave SMs idle, where the workspace is a few MiB.
+constexpr int64_t kMaxSplitWorkspaceBytes = int64_t(1) << 30;
+
+int64_t max_tiles(const MoeGemmArgs& a, int bm, int bn) { return (int64_t(a.rows_total) / bm + a.E) * (a.N / bn); }
+
+// The split-K workspace of each device (partials and per-tile counts, see
+// moe_params.hpp), grown when a launch needs more; freed at exit by the driver.
+struct SplitWorkspace {
+  float* ws = nullptr;
+  int32_t* count = nullptr;
+  int64_t ws_bytes = 0, tiles = 0;
+};
+
+void reserve_split_workspace(SplitWorkspace& w, int64_t ws_bytes, int64_t tiles) {
+  if (ws_bytes > w.ws_bytes) {
+    if (w.ws != nullptr) XSTAGE_CUDA(cudaFree(w.ws));  // synchronises: no launch still reads it
+    w.ws = nullptr, w.ws_bytes = 0;
+    XSTAGE_CUDA(cudaMalloc(&w.ws, size_t(ws_bytes)));
+    w.ws_bytes = ws_bytes;
+  }
+  if (tiles > w.tiles) {
+    if (w.count != nullptr) XSTAGE_CUDA(cudaFree(w.count));
+    w.count = nullptr, w.tiles = 0;
+    XSTAGE_CUDA(cudaMalloc(&w.count, size_t(tiles) * sizeof(int32_t)));
+    XSTAGE_CUDA(cudaMemset(w.count, 0, size_t(tiles) * sizeof(int32_t)));  // each launch leaves them at 0
+    w.tiles = tiles;
+  }
+}
+
+int device_sms() {
+  int dev = 0, n = 0;
+  XSTAGE_CUDA(cudaGetDevice(&dev));
+  XSTAGE_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
 const char* kind_name(MoeGemmKind k) { return k == MoeGemmKind::l1_swiglu ? "L1" : "L2"; }
 }  // namespace
 
@@ -57,6 +95,9 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
       throw Error(fmt::format("moe gemm {}: {}: expected a device pointer, got null", k, name));
     if (!aligned16(p)) throw Error(fmt::format("moe gemm {}: {}: expected 16-byte alignment, got {}", k, name, p));
   }
+  if (a.splits < 0 || a.splits > (a.K + 63) / 64)
+    throw Error(fmt::format("moe gemm {}: splits: expected 0 (automatic) to ceil(K / 64) = {}, got {}", k,
+                            (a.K + 63) / 64, a.splits));
   if (a.tile != MoeTile::automatic) {
     const int bn = moe_tile_block_n(a.tile);
     if (bn == 0) throw Error(fmt::format("moe gemm {}: tile {}: unknown", k, int(a.tile)));
@@ -68,13 +109,14 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
 
 MoeTile moe_resolved_tile(const MoeGemmArgs& a) {
   if (a.tile != MoeTile::automatic) return a.tile;
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    XSTAGE_CUDA(cudaGetDevice(&dev));
-    XSTAGE_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
+  static const int sms = device_sms();
   return moe_pick_tile(a.rows_total, a.E, a.N, sms);
+}
+
+int moe_resolved_splits(const MoeGemmArgs& a) {
+  if (a.splits > 0) return a.splits;
+  static const int sms = device_sms();
+  return moe_pick_splits(a.rows_total, a.E, a.N, a.K, moe_resolved_tile(a), sms);
 }
 
 void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
@@ -82,7 +124,25 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
   moe::GroupedGemmParams p;
   p.a = a.a, p.b = a.b, p.c = a.c, p.offs = a.offs, p.row_weight = a.row_weight;
   p.rows_total = a.rows_total, p.K = a.K, p.N = a.N, p.E = a.E;
-  const int tile = int(moe_resolved_tile(a));
+  const MoeTile t = moe_resolved_tile(a);
+  const int tile = int(t);
+  p.splits = moe_resolved_splits(a);
+  if (p.splits > 1 && a.rows_total > 0) {
+    const int bm = moe_tile_block_m(t), bn = moe_tile_block_n(t);
+    const int64_t tiles = max_tiles(a, bm, bn), ws_bytes = tiles * p.splits * bm * bn * int64_t(sizeof(float));
+    if (ws_bytes > kMaxSplitWorkspaceBytes)
+      throw Error(fmt::format("moe gemm {}: splits {}: the partials of up to {} tiles take {} MiB, above the {} MiB "
+                              "allowed; split-K is for few tiles",
+                              kind_name(a.kind), p.splits, tiles, ws_bytes >> 20, kMaxSplitWorkspaceBytes >> 20));
+    static std::mutex mu;
+    static SplitWorkspace per_device[64];
+    int dev = 0;
+    XSTAGE_CUDA(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {} beyond the 64 with a workspace", dev));
+    std::lock_guard<std::mutex> lock(mu);
+    reserve_split_workspace(per_device[dev], ws_bytes, tiles);
+    p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
+  }
   const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, stream)
                                                   : moe::launch_grouped_gemm_plain(p, tile, stream);
   XSTAGE_CUDA(rc);
