@@ -61,6 +61,10 @@ struct GroupedTileScheduler {
     return num_tiles < resident ? num_tiles : resident;
   }
 
+  // The walk's state (the cursor) lives in each work item, so the scheduler is
+  // its own walk: the grouped GEMM calls first / next / valid on it directly.
+  __device__ __forceinline__ const GroupedTileScheduler& walk() const { return *this; }
+
   __device__ __forceinline__ GroupedWork first() const {
     GroupedWork w{int(blockIdx.x), -1, 0, 0, 0, 0};
     enter_expert(w, 0, 0);
