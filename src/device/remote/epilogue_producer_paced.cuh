@@ -98,7 +98,7 @@ struct RemoteProducerPacedEpilogue {
                                                 uint32_t* progress, int lane) {
     uint32_t k = 0;
     // 32-bit walk: the host checks the tile count fits.
-    const auto walk = sched.walk();
+    const auto walk = sched.template walk<uint32_t>();
     for (auto w = walk.template first<uint32_t>(); walk.valid(w); w = walk.next(w), ++k) {
       const Tile c = sched.coord(w);
       const int m0 = int(Dest::first_row(c, block_m));

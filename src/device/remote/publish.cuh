@@ -55,7 +55,7 @@ __device__ __forceinline__ void wait_tile_visible(const typename Dest::Params& p
 template <class Dest, int THREADS, class Scheduler>
 __device__ __forceinline__ void publish_every_tile(const typename Dest::Params& p, const Scheduler& sched,
                                                    int block_m, int tid) {
-  const auto walk = sched.walk();
+  const auto walk = sched.template walk<uint32_t>();
   for (auto w = walk.template nth<uint32_t>(uint32_t(tid)); walk.valid(w); w = walk.next(w, uint32_t(THREADS))) {
     const auto c = sched.coord(w);
     const RankRange dst = Dest::destinations(p, Dest::first_row(c, block_m), block_m);

@@ -63,7 +63,10 @@ struct GroupedTileScheduler {
 
   // The walk's state (the cursor) lives in each work item, so the scheduler is
   // its own walk: the grouped GEMM calls first / next / valid on it directly.
-  __device__ __forceinline__ const GroupedTileScheduler& walk() const { return *this; }
+  template <class Count = int>
+  __device__ __forceinline__ const GroupedTileScheduler& walk() const {
+    return *this;
+  }
 
   __device__ __forceinline__ GroupedWork first() const {
     GroupedWork w{int(blockIdx.x), -1, 0, 0, 0, 0};

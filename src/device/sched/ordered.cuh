@@ -24,7 +24,11 @@ struct OrderedTileScheduler : PersistentWalk<OrderedTileScheduler> {
 
   __host__ __device__ OrderedTileScheduler(const attention::MainloopParams& p, const Params& sp_, int block_m)
       : m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B), sp(sp_) {}
-  __host__ __device__ int64_t num_tiles() const { return int64_t(m_blocks) * H * B; }
+  __host__ __device__ int64_t num_tiles() const { return tile_count<int64_t>(); }
+  template <class Count>
+  __host__ __device__ Count tile_count() const {
+    return Count(m_blocks) * Count(H) * Count(B);
+  }
 
   __device__ __forceinline__ TileCoord coord(Work<int64_t> w) const {
     int64_t t = w.t;
