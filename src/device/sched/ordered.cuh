@@ -8,49 +8,32 @@
 // tiles and rank r + 1's tiles target different receivers).
 #include <cstdint>
 
-#include "device/attention/attention_params.hpp"
 #include "device/sched/attention_tile.hpp"
 #include "device/sched/ordered_params.hpp"
 #include "device/sched/persistent_walk.cuh"
 
 namespace xstage::sched {
 
-struct OrderedTileScheduler : PersistentWalk<OrderedTileScheduler> {
+struct OrderedTileScheduler : AttentionTiles, PersistentWalk<OrderedTileScheduler> {
   using Params = OrderedSchedulerParams;
   struct SharedStorage {};
   using Coord = TileCoord;
-  int m_blocks, H, B;
   Params sp;
 
   __host__ __device__ OrderedTileScheduler(const attention::MainloopParams& p, const Params& sp_, int block_m)
-      : m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B), sp(sp_) {}
-  __host__ __device__ int64_t num_tiles() const { return tile_count<int64_t>(); }
-  template <class Count>
-  __host__ __device__ Count tile_count() const {
-    return Count(m_blocks) * Count(H) * Count(B);
-  }
+      : AttentionTiles(p, block_m), sp(sp_) {}
 
   __device__ __forceinline__ TileCoord coord(Work<int64_t> w) const {
-    int64_t t = w.t;
-    TileCoord c;
-    const int i = int(t % m_blocks);
-    t /= m_blocks;
-    c.h = int(t % H);
-    c.b = int(t / H);
+    TileCoord c = split(w.t);
     const int src = sp.rank_base + c.b / sp.batch;
-    c.m_block = __ldg(sp.order + int64_t(src) * m_blocks + i);
+    c.m_block = __ldg(sp.order + int64_t(src) * m_blocks + c.m_block);
     return c;
   }
   // The same in 32-bit arithmetic (the host checks the tile count fits).
   __device__ __forceinline__ TileCoord coord(Work<uint32_t> w) const {
-    uint32_t t = w.t;
-    TileCoord c;
-    const int i = int(t % uint32_t(m_blocks));
-    t /= uint32_t(m_blocks);
-    c.h = int(t % uint32_t(H));
-    c.b = int(t / uint32_t(H));
+    TileCoord c = split(w.t);
     const int src = sp.rank_base + int(uint32_t(c.b) / uint32_t(sp.batch));
-    c.m_block = __ldg(sp.order + src * m_blocks + i);
+    c.m_block = __ldg(sp.order + src * m_blocks + c.m_block);
     return c;
   }
 };
