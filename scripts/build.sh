@@ -13,6 +13,9 @@ need=()
 [ -d /usr/include/benchmark ] || need+=(libbenchmark-dev)
 command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
+# The parsers' fuzz targets (scripts/fuzz.sh) need clang with libFuzzer.
+command -v clang++ >/dev/null || need+=(clang)
+compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)
 if ((${#need[@]})); then
   echo "build.sh: installing ${need[*]}"
   sudo=""
@@ -28,3 +31,5 @@ export PATH=$PATH:/usr/local/cuda/bin
 
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${XSTAGE_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
+# The fuzz targets, which the CPU test fuzz_smoke runs (a project of their own: clang, no nvcc).
+XSTAGE_FUZZ_BUILD_DIR="$build_dir/fuzz" scripts/fuzz.sh build

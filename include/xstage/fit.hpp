@@ -7,6 +7,7 @@
 //   stat                                    optional: only rows whose stat is
 //                                           "run" (the run as a whole, see probe.hpp) are used
 //   set                                     optional: train / holdout / completion
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct FitOptions {
   // each only where the data support it (BIC on the Cauchy loss). false: the
   // one-rate T0 without a cold start, as profiles before the extensions.
   bool extensions = true;
+  // Called between the fit's stages ("fitting form 2/4", "bootstrap 7/40"),
+  // so that a caller can show progress on a long fit.
+  std::function<void(const std::string& stage)> progress;
 };
 
 struct FitPoint {  // one (K, V, G) group of samples

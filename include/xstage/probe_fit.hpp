@@ -35,5 +35,7 @@ void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::st
 // probe-validation.json: per validated transport R, Q, T0, copy engine and
 // the models' errors (no per-point rows); nothing when none was validated.
 void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command);
+// The text of probe-validation.json (also what `xstage validate --json` prints).
+std::string probe_summary_json(const std::vector<ProbeFit>& fits, const std::string& command);
 
 }  // namespace xstage

@@ -45,6 +45,10 @@ struct Range {
   bool contains(double x) const { return x >= lo * (1 - 1e-9) && x <= hi * (1 + 1e-9); }
 };
 
+// An uncertainty the data cannot give (the parameter is not identified): NaN
+// in memory, null in JSON, "not identified" in tables.
+inline constexpr double kNotIdentified = __builtin_nan("");
+
 struct Uncertainty {  // one standard deviation, same units as the parameter
   double fixed_ns = 0, per_producer_Bps = 0, aggregate_Bps = 0, R_Bps = 0, Q_bytes = 0, Q_fill_bytes = 0;
   double near_bytes = 0, near_per_producer_Bps = 0, Q_cold_bytes = 0, Q_warm_per_byte = 0;

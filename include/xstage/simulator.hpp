@@ -10,6 +10,10 @@
 // their rates: that is the stall.
 // Between events every rate is constant, so the simulation is exact for the
 // fluid model and advances event by event, not tick by tick.
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -72,12 +76,55 @@ struct SimResult {
   double stalled_ns = 0;      // summed over bursts
   double max_occupancy = 0;   // bytes
   double bytes = 0;           // total stored
-  std::vector<BurstSpan> bursts;         // in completion order
-  std::vector<OccupancySample> timeline; // only with record_timeline
+  long burst_count = 0;        // bursts finished, over all producers
+  std::vector<BurstSpan> bursts;         // in completion order (without a SimObserver's on_burst)
+  std::vector<OccupancySample> timeline; // only with record_timeline (without on_sample)
 };
 
-// Throws xstage::Error for a non-positive rate or capacity, or a negative step.
-SimResult simulate(const StageConfig& cfg, const std::vector<Program>& producers);
+// Streams what the simulator sees instead of keeping it, so that memory does
+// not grow with the number of bursts: with on_burst set, SimResult::bursts
+// stays empty; with on_sample set (and record_timeline), so does the timeline.
+// on_progress gets the fraction of bursts done, about every million bursts.
+struct SimObserver {
+  std::function<void(const BurstSpan&)> on_burst;
+  std::function<void(const OccupancySample&)> on_sample;
+  std::function<void(double fraction_done)> on_progress;
+};
+
+// Bursts the producers will run in all (store steps with bytes, times repeats).
+double total_bursts(const std::vector<Program>& producers);
+
+// Throws xstage::Error for a non-positive rate or capacity, a negative step,
+// more than kMaxProducers producers, a producer storing more than kMaxBytes or
+// computing longer than kMaxTimeNs, or more than kMaxSimulatedBursts bursts
+// (xstage/limits.hpp).
+SimResult simulate(const StageConfig& cfg, const std::vector<Program>& producers, const SimObserver& observer = {});
+
+// The median, over burst indices >= skip, of the slowest producer's issue span
+// at that index, computed as bursts stream by: an index is settled once every
+// producer has finished it. Exact up to kExactValues settled indices; past
+// that, the median of a uniform sample of that many (fixed seed), so memory
+// stays bounded however many bursts run.
+class SteadyIssueTracker {
+ public:
+  static constexpr size_t kExactValues = size_t(1) << 20;
+  SteadyIssueTracker(size_t producers, long skip);
+  void add(const BurstSpan& b);
+  double median() const;  // 0 when no index >= skip was settled
+
+ private:
+  void settle(double slowest_ns);
+  struct Open {
+    double slowest_ns = 0;
+    size_t seen = 0;
+  };
+  size_t producers_;
+  long skip_;
+  std::map<long, Open> open_;  // indices some but not all producers have finished
+  std::vector<double> kept_;
+  size_t settled_ = 0;
+  std::mt19937_64 rng_{0x5eed};
+};
 
 // K producers in lock step: each stores V/K bytes then computes G ns, `bursts` times.
 std::vector<Program> periodic_programs(int K, double V_total_bytes, double gap_ns, long bursts);
@@ -91,6 +138,7 @@ std::vector<Program> parse_schedule_csv(const std::string& text, const std::stri
 
 // Median issue span of the bursts whose index is >= skip (steady state), taking
 // for each burst index the slowest producer (what a block barrier would see).
+// From SimResult::bursts; a streaming run uses SteadyIssueTracker.
 double steady_issue_ns(const SimResult& r, long skip);
 
 }  // namespace xstage

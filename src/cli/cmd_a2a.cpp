@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "util/output_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/a2a.hpp"
 #include "xstage/error.hpp"
@@ -69,8 +70,8 @@ Table csv_table(const std::vector<A2aBenchRow>& rows) {
 
 
 void write_csv_file(const std::string& path, const A2aBenchReport& rep, const A2aBenchOptions& o) {
-  std::ofstream f(path);
-  if (!f) throw Error(fmt::format("-o {}: cannot open for writing", path));
+  detail::OutputFile out(path, "-o");
+  std::ostream& f = out.stream();
   f << "# tool: xstage a2a\n";
   f << "# device: " << rep.device.name << "\n";
   f << "# driver: " << rep.device.driver << "\n";
@@ -83,11 +84,12 @@ void write_csv_file(const std::string& path, const A2aBenchReport& rep, const A2
   f << fmt::format("# timing: median of {} iterations after {} warm-up, CUDA events\n", o.iters, o.warmup);
   f << "# bytes: payload of the whole all-to-all over all ranks; algbw = bytes / time; busbw: docs/design/comm.md\n";
   f << csv_table(rep.rows).csv();
-  if (!f) throw Error(fmt::format("-o {}: write failed", path));
+  out.commit();
 }
 
 void run_a2a(const A2aArgs& a) {
   const A2aBenchOptions o = to_options(a);
+  if (!a.out_file.empty()) detail::check_output_path(a.out_file, "-o");  // before the GPU work
   const A2aBenchReport rep = run_a2a_bench(o);
   if (!rep.leader) return;  // rank 0 of the nccl backend speaks for all
   if (!a.out_file.empty()) write_csv_file(a.out_file, rep, o);

@@ -82,6 +82,10 @@ void run_attn(AttnArgs& a) {
   if (a.S_kv == 0 && a.sub->count("--S-kv") == 0) a.S_kv = a.S;
   AttentionForwardArgs& args = o.shape;
   args.B = a.B, args.H = a.H, args.S_q = a.S, args.S_kv = a.S_kv, args.D = a.D;
+  // NaN stands for "not given" (1/sqrt(D)); a NaN, infinite or non-positive
+  // value typed by the user is an error, not the default.
+  if (a.sub->count("--scale") && !(std::isfinite(a.scale) && a.scale > 0 && a.scale < 1e30))
+    throw Error(fmt::format("--scale: expected a positive finite number, got {}", a.scale));
   args.scale = static_cast<float>(a.scale);
   args.kernel = parse_attention_kernel(a.kernel);
   try {

@@ -1,4 +1,5 @@
 // xstage fit: measured bursts (CSV) in, an interconnect profile (JSON) out.
+#include <cmath>
 #include <ctime>
 #include <iostream>
 
@@ -6,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "progress.hpp"
+#include "util/output_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 #include "xstage/fit.hpp"
@@ -27,13 +30,24 @@ std::string meta(const SampleSet& s, const char* key, const std::string& fallbac
   return it == s.metadata.end() ? fallback : it->second;
 }
 
+// "+- x", or why there is no x.
+std::string sigma_text(double sigma, std::string (*format)(double)) {
+  return std::isnan(sigma) ? std::string("(not identified)") : "+- " + format(sigma);
+}
+
 void run_fit(const FitArgs& a) {
-  if (a.bootstrap < 0) throw Error("--bootstrap: expected >= 0");
+  if (a.bootstrap < 0 || a.bootstrap > 10000) throw Error(fmt::format("--bootstrap: expected 0 .. 10000, got {}", a.bootstrap));
+  // Before the fit: a destination that cannot be written fails now, not after it.
+  detail::check_output_path(a.output, "-o", {a.samples});
+  ProgressLine progress("fit");
+  progress.update(std::string("reading ") + a.samples);
   const SampleSet set = read_samples_csv(a.samples);
   FitOptions opt;
   opt.bootstrap = a.bootstrap;
   opt.seed = a.seed;
+  opt.progress = [&](const std::string& stage) { progress.update(stage); };
   FitResult r = fit_profile(set.samples, opt);
+  progress.done();
   Profile& p = r.profile;
   p.transport = !a.transport.empty() ? a.transport : meta(set, "transport", "unknown");
   p.name = !a.name.empty() ? a.name : "fitted-" + p.transport;
@@ -44,7 +58,10 @@ void run_fit(const FitArgs& a) {
   p.provenance.command = meta(set, "command");
   p.provenance.notes = fmt::format("fitted by xstage {} on {} from {} ({}); fit command: {}", build_commit(),
                                    utc_now_iso(), a.samples, r.samples, command_line());
-  save_profile(p, a.output);
+  p.validate();
+  detail::OutputFile out(a.output, "-o", {a.samples});
+  out.stream() << to_json(p).dump(2) << "\n";
+  out.commit();
 
   if (a.out.format() == Format::json) {
     nlohmann::json pts = nlohmann::json::array();
@@ -54,6 +71,8 @@ void run_fit(const FitArgs& a) {
                      {"regime", to_string(f.regime)}, {"outliers", f.outliers}});
     nlohmann::json j{{"profile", to_json(p)}, {"samples", r.samples}, {"outliers", r.outliers},
                      {"median_abs_rel_err", r.median_abs_rel_err}, {"notes", r.notes}, {"points", pts},
+                     {"identified", {{"R", r.R_identified}, {"Q", r.Q_identified},
+                                     {"aggregate", r.aggregate_identified}}},
                      {"output", a.output}};
     std::cout << j.dump(2) << "\n";
     return;
@@ -75,13 +94,19 @@ void run_fit(const FitArgs& a) {
   const Uncertainty u = p.sigma.value_or(Uncertainty{});
   std::cout << fmt::format("fitted {} samples ({} outliers), median |rel err| {:.2f}%\n", r.samples, r.outliers,
                            100 * r.median_abs_rel_err);
-  std::cout << fmt::format("  T0 fixed        {:>12}  +- {}\n", format_ns(p.t0.fixed_ns), format_ns(u.fixed_ns));
-  std::cout << fmt::format("  T0 per-producer {:>12}  +- {}\n", format_rate(p.t0.per_producer_Bps),
-                           format_rate(u.per_producer_Bps));
-  std::cout << fmt::format("  T0 aggregate    {:>12}  +- {}\n", format_rate(p.t0.aggregate_Bps),
-                           format_rate(u.aggregate_Bps));
-  std::cout << fmt::format("  R               {:>12}  +- {}\n", format_rate(p.R_Bps), format_rate(u.R_Bps));
-  std::cout << fmt::format("  Q               {:>12}  +- {}\n", format_bytes(p.Q_bytes), format_bytes(u.Q_bytes));
+  const bool has_sigma = p.sigma.has_value();
+  auto line = [&](const char* label, const std::string& value, double sigma, std::string (*format)(double),
+                  bool identified, const char* unidentified) {
+    std::cout << fmt::format("  {:<15} {:>12}  {}\n", label, value,
+                             !identified ? std::string(unidentified) : has_sigma ? sigma_text(sigma, format) : "");
+  };
+  line("T0 fixed", format_ns(p.t0.fixed_ns), u.fixed_ns, format_ns, true, "");
+  line("T0 per-producer", format_rate(p.t0.per_producer_Bps), u.per_producer_Bps, format_rate, true, "");
+  line("T0 aggregate", format_rate(p.t0.aggregate_Bps), u.aggregate_Bps, format_rate, r.aggregate_identified,
+       "(not identified: K_max x the per-producer rate)");
+  line("R", format_rate(p.R_Bps), u.R_Bps, format_rate, r.R_identified,
+       "(not identified: no drain-limited sample)");
+  line("Q", format_bytes(p.Q_bytes), u.Q_bytes, format_bytes, r.Q_identified, "(a lower bound)");
   std::cout << fmt::format("  latency         {:>12}\n", format_ns(p.latency_ns));
   for (const auto& n : r.notes) std::cout << "  note: " << n << "\n";
   std::cout << t.text();

@@ -14,6 +14,8 @@
 
 #include "commands.hpp"
 #include "report.hpp"
+#include "util/input_file.hpp"
+#include "util/output_file.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
@@ -65,19 +67,48 @@ void print_probe_fit(const ProbeFit& f) {
     t2.add({to_string(kAllModels[i]), fmt::format("{:.1f}%", 100 * val.errors[i].median_rel_err),
             fmt::format("{:.1f}%", 100 * val.errors[i].p90_rel_err), std::to_string(val.errors[i].points)});
   std::cout << t2.text();
-  std::cout << fmt::format("backpressure onset gap: median |rel err| {:.1f}% over {} series "
-                           "(against the closed-form steady onset: {:.1f}%)\n",
-                           100 * val.onset_gap_err, val.onsets.size(), 100 * val.onset_gap_err_steady);
+  if (val.onsets.empty())
+    std::cout << "backpressure onset gap: no held-out series shows an onset inside its gaps: nothing to compare\n";
+  else
+    std::cout << fmt::format("backpressure onset gap: median |rel err| {:.1f}% over {} series "
+                             "(against the closed-form steady onset: {:.1f}%)\n",
+                             100 * val.onset_gap_err, val.onsets.size(), 100 * val.onset_gap_err_steady);
 }
 
 // Fits and saves one probe CSV, then prints the fit.
 ProbeFit fit_and_save(const std::string& csv, const std::string& csv_path, const std::string& out_dir, bool validate,
-                      int bootstrap, std::optional<uint64_t> destination_check_failures = std::nullopt) {
+                      int bootstrap, std::optional<uint64_t> destination_check_failures = std::nullopt,
+                      bool print = true) {
   ProbeFit f = fit_probe_csv(csv, csv_path, validate, bootstrap, command_line());
   f.destination_check_failures = destination_check_failures;
   save_probe_fit(f, out_dir, command_line());
-  print_probe_fit(f);
+  if (print) print_probe_fit(f);
   return f;
+}
+
+// The folder of a command's output files: made if missing, and checked
+// writable before any measuring or fitting starts.
+void prepare_out_dir(const std::string& dir, const char* what) {
+  if (dir.empty()) throw Error(fmt::format("{}: empty folder name", what));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!std::filesystem::is_directory(dir))
+    throw Error(fmt::format("{} {}: cannot make this folder{}", what, dir, ec ? ": " + ec.message() : ""));
+  detail::check_output_path(dir + "/probe-validation.json", what);
+}
+
+// `xstage validate --csv`: one row per transport and model.
+void print_validation_csv(const std::vector<ProbeFit>& fits) {
+  Table c({"transport", "model", "median_rel_err", "p90_rel_err", "points", "onset_gap_err", "onset_series"});
+  for (const auto& f : fits) {
+    if (!f.validation) continue;
+    const Validation& v = *f.validation;
+    for (size_t i = 0; i < kAllModels.size(); ++i)
+      c.add({f.transport, to_string(kAllModels[i]), fmt::format("{}", v.errors[i].median_rel_err),
+             fmt::format("{}", v.errors[i].p90_rel_err), std::to_string(v.errors[i].points),
+             v.onsets.empty() ? std::string() : fmt::format("{}", v.onset_gap_err), std::to_string(v.onsets.size())});
+  }
+  std::cout << c.csv();
 }
 
 struct TransportOutcome {
@@ -162,6 +193,7 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
   parse_store_kind(a.store);
   parse_gap_kind(a.gap_kind);
   parse_burst_completion(a.completion);
+  prepare_out_dir(a.out_dir, "-o");
   if (cuda_device_count() == 0)
     throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");
   const DeviceInfo dev = device_info(a.device);
@@ -179,14 +211,14 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
 }
 }  // namespace
 
-void run_gpu_report(int K) {
+void run_gpu_report(int K, Format format) {
   ProbeArgs a;
   a.transports = "host";
   a.out_dir = "xstage-report";
   std::cout << "GPU found: probing the host-mapped PCIe path (quick sweep), results in xstage-report/\n";
   const auto outcomes = run_probe(a);
   std::cout << "\n";
-  print_model_report(outcomes.front().fit.value().fit.profile, K);
+  print_model_report(outcomes.front().fit.value().fit.profile, K, format);
 }
 
 void add_probe_command(CLI::App& app) {
@@ -218,6 +250,7 @@ void add_probe_command(CLI::App& app) {
     std::vector<std::string> csvs;
     std::string out_dir = "validation-out";
     int bootstrap = 40;
+    OutputFlags out;
   };
   auto v = std::make_shared<ValidateArgs>();
   auto* val = app.add_subcommand("validate",
@@ -227,17 +260,19 @@ void add_probe_command(CLI::App& app) {
   val->add_option("-o,--out-dir", v->out_dir, "Folder for profile-<t>.json, validation-<t>.json, probe-validation.json")
       ->capture_default_str();
   val->add_option("--bootstrap", v->bootstrap, "Bootstrap resamples for the fit's uncertainties")->capture_default_str();
+  add_output_flags(val, v->out);
   val->callback([v] {
-    std::filesystem::create_directories(v->out_dir);
+    if (v->bootstrap < 0 || v->bootstrap > 10000)
+      throw Error(fmt::format("--bootstrap: expected 0 .. 10000, got {}", v->bootstrap));
+    prepare_out_dir(v->out_dir, "-o");
     std::vector<ProbeFit> fits;
-    for (const auto& path : v->csvs) {
-      std::ifstream in(path);
-      if (!in) throw Error(fmt::format("{}: cannot open for reading", path));
-      std::stringstream ss;
-      ss << in.rdbuf();
-      fits.push_back(fit_and_save(ss.str(), path, v->out_dir, /*validate=*/true, v->bootstrap));
-    }
+    const bool table = v->out.format() == Format::table;
+    for (const auto& path : v->csvs)
+      fits.push_back(fit_and_save(detail::read_whole_file(path), path, v->out_dir, /*validate=*/true, v->bootstrap,
+                                  std::nullopt, table));
     save_probe_summary(fits, v->out_dir, command_line());
+    if (v->out.format() == Format::json) std::cout << probe_summary_json(fits, command_line());
+    if (v->out.format() == Format::csv) print_validation_csv(fits);
   });
 }
 

@@ -17,11 +17,16 @@ struct ProfilesArgs {
 };
 
 void run_profiles(const ProfilesArgs& a) {
+  std::vector<Profile> shown;
   if (!a.show.empty()) {
-    std::cout << to_json(load_profile(a.show)).dump(2) << "\n";
-    return;
+    const Profile p = load_profile(a.show);
+    if (a.out.format() != Format::csv) {  // one profile in full: JSON for people and programs alike
+      std::cout << to_json(p).dump(2) << "\n";
+      return;
+    }
+    shown.push_back(p);
   }
-  const auto& all = embedded_profiles();
+  const auto& all = a.show.empty() ? embedded_profiles() : shown;
   if (a.out.format() == Format::json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& p : all) j.push_back(to_json(p));

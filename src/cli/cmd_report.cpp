@@ -6,31 +6,150 @@
 #include <iostream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "progress.hpp"
 #include "report.hpp"
 #include "xstage/device.hpp"
+#include "xstage/error.hpp"
+#include "xstage/limits.hpp"
 #include "xstage/model.hpp"
 #include "xstage/simulator.hpp"
 #include "xstage/units.hpp"
 
 namespace xstage::cli {
 
-void print_model_report(const Profile& p, int K) {
+namespace {
+
+const std::vector<double> kReportVolumes = {256.0 * 1024, 1024.0 * 1024, 4.0 * 1024 * 1024, 16.0 * 1024 * 1024};
+const std::vector<double> kReportGapsUs = {0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0};
+
+// T0 as the tables compute it: with the near queue's term where the profile has one.
+std::string t0_formula(const Profile& p) {
+  if (!p.t0.has_near())
+    return fmt::format("T0 = {} + V / min(K x {}, {})", format_ns(p.t0.fixed_ns), format_rate(p.t0.per_producer_Bps),
+                       format_rate(p.t0.aggregate_Bps));
+  return fmt::format("T0 = {} + V_near / min(K x {}, {}) + (V - V_near) / min(K x {}, {}), V_near = min(V, K x {})",
+                     format_ns(p.t0.fixed_ns), format_rate(p.t0.near_per_producer_Bps), format_rate(p.t0.aggregate_Bps),
+                     format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps),
+                     format_bytes(p.t0.near_bytes));
+}
+
+// One simulated burst index: the slowest producer's issue span and stall, the earliest start.
+struct SimulatedBurst {
+  double start_ns = kInf, issue_ns = 0, stall_ns = 0;
+};
+
+struct SimulatedRun {
+  double V = 0, G = 0;
+  long bursts = 0;
+  Prediction model;
+  std::vector<SimulatedBurst> per_index;
+  double steady_ns = 0;
+};
+
+// A schedule that starts empty and settles into the drain regime, streamed:
+// memory grows with the burst count (at most 4000), not with K.
+SimulatedRun simulate_for_report(const Profile& p, int K) {
+  SimulatedRun run;
+  run.V = 1024.0 * 1024;
+  const Prediction at0 = predict(p, K, run.V, 0);
+  run.G = std::isfinite(at0.onset_gap_ns) ? at0.onset_gap_ns / 2 : at0.gap_cap_ns / 2;
+  run.model = predict(p, K, run.V, run.G);
+  // Long enough to leave the transient (the stage starts empty) well behind,
+  // within the simulator's bound on bursts.
+  const long most = std::max(2L, static_cast<long>(kMaxSimulatedBursts / K));
+  run.bursts = std::isfinite(run.model.transient_bursts)
+                   ? std::clamp(static_cast<long>(3 * run.model.transient_bursts) + 20, 40L, 4000L)
+                   : 40L;
+  run.bursts = std::min(run.bursts, most);
+  run.per_index.assign(static_cast<size_t>(run.bursts), SimulatedBurst{});
+  SteadyIssueTracker steady(static_cast<size_t>(K), run.bursts / 2);
+  ProgressLine progress("report: simulating");
+  SimObserver obs;
+  obs.on_burst = [&](const BurstSpan& b) {
+    SimulatedBurst& s = run.per_index[static_cast<size_t>(b.index)];
+    s.issue_ns = std::max(s.issue_ns, b.issue_ns());
+    s.start_ns = std::min(s.start_ns, b.start_ns);
+    s.stall_ns = std::max(s.stall_ns, b.stall_ns);
+    steady.add(b);
+  };
+  obs.on_progress = [&](double f) { progress.update(f); };
+  simulate(stage_from_profile(p), periodic_programs(K, run.V, run.G, run.bursts), obs);
+  progress.done();
+  run.steady_ns = steady.median();
+  return run;
+}
+
+std::string transient_text(double bursts) {
+  return std::isfinite(bursts) ? fmt::format("{}", bursts) : std::string("all");
+}
+
+nlohmann::json report_json(const Profile& p, int K, const SimulatedRun& run) {
+  using nlohmann::json;
+  json grid = json::array();
+  for (double g_us : kReportGapsUs)
+    for (double v : kReportVolumes) {
+      const Prediction r = predict(p, K, v, g_us * 1e3);
+      grid.push_back({{"gap_ns", g_us * 1e3}, {"V_bytes", v}, {"t_iss_ns", r.t_iss_ns}, {"regime", to_string(r.regime)}});
+    }
+  json bounds = json::array();
+  for (double v : kReportVolumes) {
+    const Prediction r = predict(p, K, v, 0);
+    bounds.push_back({{"V_bytes", v}, {"t0_ns", r.t0_ns}, {"drain_ns", v / p.R_Bps * 1e9},
+                      {"onset_gap_ns", std::isfinite(r.onset_gap_ns) ? json(r.onset_gap_ns) : json()},
+                      {"gap_cap_ns", std::isfinite(r.gap_cap_ns) ? json(r.gap_cap_ns) : json()},
+                      {"exceeds_capacity", r.exceeds_capacity},
+                      {"transient_bursts", std::isfinite(r.transient_bursts) ? json(r.transient_bursts) : json()}});
+  }
+  json bursts = json::array();
+  for (long i = 0; i < run.bursts; ++i) {
+    const SimulatedBurst& b = run.per_index[static_cast<size_t>(i)];
+    bursts.push_back({{"index", i}, {"start_ns", b.start_ns}, {"issue_ns", b.issue_ns}, {"stall_ns", b.stall_ns}});
+  }
+  return {{"profile", to_json(p)},
+          {"K", K},
+          {"t0_formula", t0_formula(p)},
+          {"issue_vs_gap", grid},
+          {"regime_boundaries", bounds},
+          {"simulated", {{"V_bytes", run.V}, {"gap_ns", run.G}, {"bursts", run.bursts},
+                         {"steady_issue_ns", run.steady_ns}, {"model_t_iss_ns", run.model.t_iss_ns},
+                         {"per_burst", bursts}}}};
+}
+
+}  // namespace
+
+void print_model_report(const Profile& p, int K, Format format) {
+  if (K < 1 || K > kMaxProducers)
+    throw Error(fmt::format("--K: expected a whole number in [1, {}], got {}", kMaxProducers, K));
+  if (format == Format::csv) {  // the issue-time grid, one row per (gap, V)
+    Table c({"gap_ns", "V_bytes", "t_iss_ns", "regime"});
+    for (double g_us : kReportGapsUs)
+      for (double v : kReportVolumes) {
+        const Prediction r = predict(p, K, v, g_us * 1e3);
+        c.add({fmt::format("{}", g_us * 1e3), fmt::format("{}", v), fmt::format("{}", r.t_iss_ns), to_string(r.regime)});
+      }
+    std::cout << c.csv();
+    return;
+  }
+  const SimulatedRun run = simulate_for_report(p, K);
+  if (format == Format::json) {
+    std::cout << report_json(p, K, run).dump(2) << "\n";
+    return;
+  }
   std::cout << fmt::format("== profile {} ({}, {}) ==\n", p.name, p.transport, p.status);
-  std::cout << fmt::format("R = {}, Q = {}, T0 = {} + V / min(K x {}, {}), latency {}\n", format_rate(p.R_Bps),
-                           format_bytes(p.Q_bytes), format_ns(p.t0.fixed_ns), format_rate(p.t0.per_producer_Bps),
-                           format_rate(p.t0.aggregate_Bps), format_ns(p.latency_ns));
+  std::cout << fmt::format("R = {}, Q = {}, {}, latency {}\n", format_rate(p.R_Bps), format_bytes(p.Q_bytes),
+                           t0_formula(p), format_ns(p.latency_ns));
   if (!p.provenance.notes.empty()) std::cout << "provenance: " << p.provenance.notes << "\n";
 
-  const std::vector<double> volumes = {256.0 * 1024, 1024.0 * 1024, 4.0 * 1024 * 1024, 16.0 * 1024 * 1024};
   std::cout << fmt::format("\n== issue time of one burst against the gap (K = {}; f = free, d = drain) ==\n", K);
   std::vector<std::string> header = {"gap G"};
-  for (double v : volumes) header.push_back("V=" + format_bytes(v));
+  for (double v : kReportVolumes) header.push_back("V=" + format_bytes(v));
   Table t(header);
-  for (double g_us : {0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0}) {
+  for (double g_us : kReportGapsUs) {
     std::vector<std::string> row = {format_ns(g_us * 1e3)};
-    for (double v : volumes) {
+    for (double v : kReportVolumes) {
       const Prediction r = predict(p, K, v, g_us * 1e3);
       row.push_back(format_ns(r.t_iss_ns) + (r.regime == Regime::free ? " f" : " d"));
     }
@@ -40,44 +159,27 @@ void print_model_report(const Profile& p, int K) {
 
   std::cout << "\n== regime boundaries ==\n";
   Table b({"V", "T0_iss", "V/R", "onset gap G*", "gap cap Q/R-fixed", "stalls always", "stall-free bursts at G=0"});
-  for (double v : volumes) {
+  for (double v : kReportVolumes) {
     const Prediction r = predict(p, K, v, 0);
     b.add({format_bytes(v), format_ns(r.t0_ns), format_ns(v / p.R_Bps * 1e9), format_ns(r.onset_gap_ns),
-           format_ns(r.gap_cap_ns), r.exceeds_capacity ? "yes" : "no",
-           std::isfinite(r.transient_bursts) ? fmt::format("{}", r.transient_bursts) : "all"});
+           format_ns(r.gap_cap_ns), r.exceeds_capacity ? "yes" : "no", transient_text(r.transient_bursts)});
   }
   std::cout << b.text();
 
-  // A simulated schedule that starts empty and settles into the drain regime.
-  const double V = 1024.0 * 1024;
-  const Prediction at0 = predict(p, K, V, 0);
-  const double G = std::isfinite(at0.onset_gap_ns) ? at0.onset_gap_ns / 2 : at0.gap_cap_ns / 2;
-  const Prediction pr = predict(p, K, V, G);
-  // Long enough to leave the transient (the stage starts empty) well behind.
-  const long bursts = std::isfinite(pr.transient_bursts)
-                          ? std::clamp(static_cast<long>(3 * pr.transient_bursts) + 20, 40L, 4000L)
-                          : 40L;
-  StageConfig cfg = stage_from_profile(p);
-  const SimResult r = simulate(cfg, periodic_programs(K, V, G, bursts));
   std::cout << fmt::format("\n== simulated: K = {}, V = {}, G = {} (half the onset gap), {} bursts ==\n", K,
-                           format_bytes(V), format_ns(G), bursts);
-  std::vector<double> per_burst(bursts, 0.0), start(bursts, kInf), stall(bursts, 0.0);
-  for (const auto& s : r.bursts) {
-    per_burst[s.index] = std::max(per_burst[s.index], s.issue_ns());
-    start[s.index] = std::min(start[s.index], s.start_ns);
-    stall[s.index] = std::max(stall[s.index], s.stall_ns);
-  }
+                           format_bytes(run.V), format_ns(run.G), run.bursts);
   Table s({"burst", "start", "issue", "stall", "model"});
-  for (long i = 0; i < bursts; ++i) {
-    if (i >= 8 && i < bursts - 3) continue;
-    s.add({std::to_string(i), format_ns(start[i]), format_ns(per_burst[i]), format_ns(stall[i]),
-           format_ns(pr.t_iss_ns)});
+  for (long i = 0; i < run.bursts; ++i) {
+    if (i >= 8 && i < run.bursts - 3) continue;
+    const SimulatedBurst& sb = run.per_index[static_cast<size_t>(i)];
+    s.add({std::to_string(i), format_ns(sb.start_ns), format_ns(sb.issue_ns), format_ns(sb.stall_ns),
+           format_ns(run.model.t_iss_ns)});
   }
   std::cout << s.text();
   std::cout << fmt::format("steady state: simulated {} against closed form {}; the first bursts fill the empty stage "
                            "stall-free ({} predicted)\n",
-                           format_ns(steady_issue_ns(r, bursts / 2)), format_ns(pr.t_iss_ns),
-                           std::isfinite(pr.transient_bursts) ? fmt::format("{}", pr.transient_bursts) : "all");
+                           format_ns(run.steady_ns), format_ns(run.model.t_iss_ns),
+                           transient_text(run.model.transient_bursts));
 }
 
 namespace {
@@ -85,16 +187,20 @@ struct ReportArgs {
   std::string profile;
   int K = 132;
   bool cpu = false;
+  OutputFlags out;
 };
 
 void run_report(const ReportArgs& a) {
   const int gpus = a.cpu ? 0 : cuda_device_count();
+  if (a.K < 1 || a.K > kMaxProducers)
+    throw Error(fmt::format("--K: expected a whole number in [1, {}], got {}", kMaxProducers, a.K));
   if (gpus > 0 && a.profile.empty()) {
-    run_gpu_report(a.K);
+    run_gpu_report(a.K, a.out.format());
     return;
   }
-  if (gpus == 0 && !a.cpu) std::cout << "no GPU here: the model and simulator on the embedded default profile\n";
-  print_model_report(a.profile.empty() ? default_profile() : load_profile(a.profile), a.K);
+  if (gpus == 0 && !a.cpu && a.out.format() == Format::table)
+    std::cout << "no GPU here: the model and simulator on the embedded default profile\n";
+  print_model_report(a.profile.empty() ? default_profile() : load_profile(a.profile), a.K, a.out.format());
 }
 }  // namespace
 
@@ -106,6 +212,7 @@ void add_report_command(CLI::App& app) {
   sub->add_option("--profile", a->profile, "Show the model for this profile instead of probing");
   sub->add_option("--K", a->K, "Producers (CTAs) in the tables")->capture_default_str();
   sub->add_flag("--cpu", a->cpu, "Do not touch the GPU even where there is one");
+  add_output_flags(sub, a->out);
   sub->callback([a] { run_report(*a); });
 }
 

@@ -2,14 +2,17 @@
 // heterogeneous (CSV) schedule, next to the closed form.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "progress.hpp"
+#include "util/output_file.hpp"
 #include "xstage/error.hpp"
+#include "xstage/limits.hpp"
 #include "xstage/model.hpp"
 #include "xstage/simulator.hpp"
 #include "xstage/units.hpp"
@@ -27,11 +30,11 @@ struct SimulateArgs {
   OutputFlags out;
 };
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
-  f << text;
-  if (!f) throw Error(fmt::format("{}: write failed", path));
+constexpr const char* kBurstsCsvHeader = "producer,index,start_ns,end_ns,issue_ns,bytes,stall_ns\n";
+
+std::string burst_csv_row(const BurstSpan& b) {
+  return fmt::format("{},{},{},{},{},{},{}\n", b.producer, b.index, b.start_ns, b.end_ns, b.issue_ns(), b.bytes,
+                     b.stall_ns);
 }
 
 void run_simulate(const SimulateArgs& a) {
@@ -42,55 +45,79 @@ void run_simulate(const SimulateArgs& a) {
   std::vector<Program> progs;
   bool periodic = a.schedule.empty();
   double V = 0, G = 0;
+  if (a.show < 0) throw Error(fmt::format("--show: expected >= 0, got {}", a.show));
   if (periodic) {
-    if (a.K < 1) throw Error("--K: expected a whole number >= 1 (or give --schedule FILE)");
+    if (a.K < 1 || a.K > kMaxProducers)
+      throw Error(fmt::format("--K: expected a whole number in [1, {}] (or give --schedule FILE), got {}",
+                              kMaxProducers, a.K));
     if (a.V.empty() || a.G.empty()) throw Error("--V and --G are required without --schedule");
     if (a.bursts < 1) throw Error(fmt::format("--bursts: expected >= 1, got {}", a.bursts));
+    if (double(a.K) * double(a.bursts) > kMaxSimulatedBursts)
+      throw Error(fmt::format("--K x --bursts: {} x {} bursts; at most {:g} are simulated", a.K, a.bursts,
+                              kMaxSimulatedBursts));
     V = parse_size_bytes(a.V, "--V");
     G = parse_time_ns(a.G, "--G");
+    if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
+    if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
     for (const auto& w : range_warnings(p, a.K, V)) warn(w);
     progs = periodic_programs(a.K, V, G, a.bursts);
   } else {
     progs = read_schedule_csv(a.schedule);
   }
-  const SimResult r = simulate(cfg, progs);
+  // Output files are checked before the simulation runs, and written as the
+  // bursts stream by: nothing the size of the run is held in memory.
+  const std::vector<std::string> inputs = {a.schedule, a.profile};
+  std::optional<detail::OutputFile> timeline, bursts_out;
+  if (!a.timeline.empty()) {
+    timeline.emplace(a.timeline, "--timeline", inputs);
+    timeline->stream() << "t_ns,occupancy_bytes,stage\n";
+  }
+  if (!a.bursts_out.empty()) {
+    bursts_out.emplace(a.bursts_out, "--bursts-out", inputs);
+    bursts_out->stream() << kBurstsCsvHeader;
+  }
+  const long skip = periodic ? a.bursts / 2 : 0;
+  SteadyIssueTracker steady(progs.size(), skip);
+  std::vector<BurstSpan> first;
+  const bool csv = a.out.format() == Format::csv;
+  if (csv) std::cout << kBurstsCsvHeader;
+  ProgressLine progress("simulate");
+  SimObserver obs;
+  obs.on_burst = [&](const BurstSpan& b) {
+    if (periodic) steady.add(b);
+    if (first.size() < static_cast<size_t>(a.show)) first.push_back(b);
+    if (bursts_out) bursts_out->stream() << burst_csv_row(b);
+    if (csv) std::cout << burst_csv_row(b);
+  };
+  if (timeline)
+    obs.on_sample = [&](const OccupancySample& o) {
+      timeline->stream() << fmt::format("{},{},{}\n", o.t_ns, o.bytes, o.stage);
+    };
+  obs.on_progress = [&](double f) { progress.update(f); };
+  const SimResult r = simulate(cfg, progs, obs);
+  progress.done();
+  if (timeline) timeline->commit();
+  if (bursts_out) bursts_out->commit();
+  if (csv) return;
 
-  const long skip = a.bursts / 2;
-  const double sim_steady = periodic ? steady_issue_ns(r, skip) : 0.0;
+  const double sim_steady = periodic ? steady.median() : 0.0;
   const Prediction pr = periodic ? predict(p, a.K, V, G) : Prediction{};
 
-  if (!a.timeline.empty()) {
-    std::string s = "t_ns,occupancy_bytes,stage\n";
-    for (const auto& o : r.timeline) s += fmt::format("{},{},{}\n", o.t_ns, o.bytes, o.stage);
-    write_file(a.timeline, s);
-  }
-  std::string bursts_csv = "producer,index,start_ns,end_ns,issue_ns,bytes,stall_ns\n";
-  for (const auto& b : r.bursts)
-    bursts_csv += fmt::format("{},{},{},{},{},{},{}\n", b.producer, b.index, b.start_ns, b.end_ns, b.issue_ns(),
-                              b.bytes, b.stall_ns);
-  if (!a.bursts_out.empty()) write_file(a.bursts_out, bursts_csv);
-
   if (a.out.format() == Format::json) {
-    nlohmann::json j{{"profile", p.name}, {"producers", progs.size()}, {"bursts", r.bursts.size()},
+    // The same keys on every run (docs/cli-output.md): null where a value does not apply.
+    const nlohmann::json none;
+    nlohmann::json j{{"profile", p.name}, {"producers", progs.size()}, {"bursts", r.burst_count},
                      {"total_ns", r.total_ns}, {"drained_ns", r.drained_ns}, {"stalled_ns", r.stalled_ns},
-                     {"max_occupancy_bytes", r.max_occupancy}, {"bytes", r.bytes}};
-    if (periodic) {
-      j["steady_issue_ns"] = sim_steady;
-      j["model_t_iss_ns"] = pr.t_iss_ns;
-      j["model_regime"] = to_string(pr.regime);
-    }
+                     {"max_occupancy_bytes", r.max_occupancy}, {"bytes", r.bytes},
+                     {"steady_issue_ns", periodic ? nlohmann::json(sim_steady) : none},
+                     {"model_t_iss_ns", periodic ? nlohmann::json(pr.t_iss_ns) : none},
+                     {"model_regime", periodic ? nlohmann::json(to_string(pr.regime)) : none}};
     nlohmann::json spans = nlohmann::json::array();
-    for (size_t i = 0; i < r.bursts.size() && i < static_cast<size_t>(std::max(a.show, 0)); ++i) {
-      const auto& b = r.bursts[i];
+    for (const auto& b : first)
       spans.push_back({{"producer", b.producer}, {"index", b.index}, {"start_ns", b.start_ns},
                        {"end_ns", b.end_ns}, {"bytes", b.bytes}, {"stall_ns", b.stall_ns}});
-    }
     j["first_bursts"] = spans;
     std::cout << j.dump(2) << "\n";
-    return;
-  }
-  if (a.out.format() == Format::csv) {
-    std::cout << bursts_csv;
     return;
   }
   std::cout << fmt::format("profile {}: R = {}, Q = {}, {} producers, {} stage\n", p.name, format_rate(p.R_Bps),
@@ -107,13 +134,10 @@ void run_simulate(const SimulateArgs& a) {
                              format_ns(sim_steady), format_ns(pr.t_iss_ns), to_string(pr.regime),
                              100 * (sim_steady - pr.t_iss_ns) / pr.t_iss_ns);
   Table t({"producer", "burst", "start", "end", "issue", "stall"});
-  const size_t n = std::min(r.bursts.size(), static_cast<size_t>(std::max(a.show, 0)));
-  for (size_t i = 0; i < n; ++i) {
-    const auto& b = r.bursts[i];
+  for (const auto& b : first)
     t.add({std::to_string(b.producer), std::to_string(b.index), format_ns(b.start_ns), format_ns(b.end_ns),
            format_ns(b.issue_ns()), format_ns(b.stall_ns)});
-  }
-  std::cout << fmt::format("first {} of {} bursts:\n", n, r.bursts.size()) << t.text();
+  std::cout << fmt::format("first {} of {} bursts:\n", first.size(), r.burst_count) << t.text();
 }
 }  // namespace
 

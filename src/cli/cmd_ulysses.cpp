@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "util/output_file.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
@@ -142,6 +143,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
 
 void run_ulysses(const UlyssesArgs& a) {
   const UlyssesBenchOptions o = to_options(a);
+  if (!a.out_file.empty()) detail::check_output_path(a.out_file, "-o");  // before the GPU work
   const UlyssesBenchReport rep = run_ulysses_bench(o);
   if (!rep.leader) return;
   const nlohmann::json j = to_json(rep, o);

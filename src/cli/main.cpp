@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage::cli {
@@ -44,6 +45,14 @@ void set_command_line(int argc, char** argv) {
 
 }  // namespace xstage::cli
 
+namespace {
+CLI::App* find_command(CLI::App& app, const std::string& name) {
+  for (CLI::App* sub : app.get_subcommands({}))
+    if (sub->get_name() == name) return sub;
+  return nullptr;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace xstage::cli;
   set_command_line(argc, argv);
@@ -63,6 +72,19 @@ int main(int argc, char** argv) {
   add_ulysses_command(app);
   add_ulysses_predict_command(app);
   add_moe_gemm_command(app);
+  app.set_version_flag("--version", std::string("xstage ") + XSTAGE_VERSION + " (" + xstage::build_commit() + ")");
+  if (argc >= 2 && std::string(argv[1]) == "help") {  // `xstage help [command]`, as people type it
+    CLI::App* sub = argc >= 3 ? find_command(app, argv[2]) : nullptr;
+    std::cout << (sub ? sub->help() : app.help());
+    return argc >= 3 && !sub ? 2 : 0;
+  }
+  if (argc >= 2 && argv[1][0] != '-' && !find_command(app, argv[1])) {
+    std::string known;
+    for (const CLI::App* sub : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
+    std::fprintf(stderr, "xstage: error: unknown command '%s'; the commands are %s (xstage --help)\n", argv[1],
+                 known.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -60,9 +61,80 @@ std::vector<double> params_of(const Profile& p, Form f) {
 
 using detail::quantile;
 
+// The training samples as the objective sees them: one group per distinct
+// (K, V, G, window), whose prediction is computed once per evaluation. A
+// group's loss depends on the prediction u = log(predicted) alone,
+//   L(u) = sum over members of log1p(((u - log t_i) / scale)^2),
+// so a group of several samples is tabulated once on a fine grid of u and
+// looked up (linearly interpolated; the grid step is scale / 40, a relative
+// error in L below 1e-4); outside the grid it is summed directly. Members are
+// represented by at most kPointsPerGroup evenly spaced quantiles, so that a
+// probe CSV of millions of repeated rows fits in the time of its distinct
+// points.
+constexpr size_t kPointsPerGroup = 256;
+constexpr size_t kGridPoints = 2048;
+
+struct FitGroup {
+  const Sample* key = nullptr;  // a member (its K, V, G, window)
+  std::vector<double> log_t;    // log of the measured issue times (all, or quantiles)
+  double weight = 1;            // samples each of log_t stands for
+  double u0 = 0, du = 0;        // the grid: u0 + k du, k < kGridPoints (du = 0: no grid)
+  std::vector<double> grid;     // L at the grid points
+
+  double direct(double u, double scale) const {
+    double sum = 0;
+    for (double l : log_t) {
+      const double z = (u - l) / scale;
+      sum += std::log1p(z * z);
+    }
+    return weight * sum;
+  }
+  double loss(double u, double scale) const {
+    if (du > 0) {
+      const double k = (u - u0) / du;
+      if (k >= 0 && k < double(kGridPoints - 1)) {
+        const size_t i = static_cast<size_t>(k);
+        const double f = k - double(i);
+        return grid[i] * (1 - f) + grid[i + 1] * f;
+      }
+    }
+    return direct(u, scale);
+  }
+};
+
+std::vector<FitGroup> aggregate(const std::vector<Sample>& s, double scale) {
+  using Key = std::tuple<double, double, double, long, long>;
+  std::map<Key, size_t> index;
+  std::vector<FitGroup> groups;
+  for (const Sample& m : s) {
+    auto [it, fresh] = index.emplace(Key{m.K, m.V_bytes, m.gap_ns, m.bursts, m.steady_from}, groups.size());
+    if (fresh) groups.push_back(FitGroup{&m});
+    groups[it->second].log_t.push_back(std::log(m.issue_ns));
+  }
+  for (FitGroup& g : groups) {
+    std::vector<double>& v = g.log_t;
+    if (v.size() > kPointsPerGroup) {
+      std::sort(v.begin(), v.end());
+      std::vector<double> q(kPointsPerGroup);
+      for (size_t i = 0; i < kPointsPerGroup; ++i)
+        q[i] = v[static_cast<size_t>((double(i) + 0.5) / kPointsPerGroup * double(v.size()))];
+      g.weight = double(v.size()) / kPointsPerGroup;
+      v = std::move(q);
+    }
+    if (v.size() < 3) continue;  // a lookup saves nothing
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    g.du = std::max((*hi - *lo + 40 * scale) / double(kGridPoints - 1), 0.0);
+    g.du = std::min(g.du, scale / 40);
+    g.u0 = 0.5 * (*lo + *hi) - 0.5 * g.du * double(kGridPoints - 1);
+    g.grid.resize(kGridPoints);
+    for (size_t k = 0; k < kGridPoints; ++k) g.grid[k] = g.direct(g.u0 + double(k) * g.du, scale);
+  }
+  return groups;
+}
+
 struct Objective {
-  const std::vector<Sample>* s;
-  const std::vector<int>* idx;  // which samples (bootstrap), or null for all
+  const std::vector<FitGroup>* groups;
+  const std::vector<double>* resample;  // per group: a multiplier of its weight (bootstrap), or null
   double scale;
   Form form;
   double operator()(const std::vector<double>& x) const {
@@ -70,15 +142,12 @@ struct Objective {
       if (!std::isfinite(v) || std::fabs(v) > 80) return 1e300;
     const Profile p = profile_of(x, form);
     double loss = 0;
-    auto add = [&](const Sample& m) {
-      const double pred = predicted_issue_ns(p, m);
-      const double z = std::log(pred / m.issue_ns) / scale;
-      loss += std::log1p(z * z);
-    };
-    if (idx)
-      for (int i : *idx) add((*s)[i]);
-    else
-      for (const Sample& m : *s) add(m);
+    for (size_t g = 0; g < groups->size(); ++g) {
+      const double m = resample ? (*resample)[g] : 1.0;
+      if (m == 0) continue;
+      const FitGroup& fg = (*groups)[g];
+      loss += m * fg.loss(std::log(predicted_issue_ns(p, *fg.key)), scale);
+    }
     return loss;
   }
 };
@@ -163,6 +232,7 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
     }
     return p;
   };
+  const std::vector<FitGroup> points = aggregate(s, opt.loss_scale);
   std::vector<Form> forms{{false, false}};
   if (opt.extensions) {
     forms.push_back({true, false});
@@ -192,7 +262,8 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
           starts.push_back(params_of(q, f));
         }
     }
-    fitted[fi] = minimise(Objective{&s, nullptr, opt.loss_scale, f}, starts, 3000);
+    if (opt.progress) opt.progress(fmt::format("fitting form {}/{}", fi + 1, forms.size()));
+    fitted[fi] = minimise(Objective{&points, nullptr, opt.loss_scale, f}, starts, 3000);
   }
   // BIC: the Cauchy loss is the negative log-likelihood of a Cauchy error up
   // to a constant, so an extra parameter must lower it by more than ln(n)/2.
@@ -218,7 +289,15 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
 
   // Outliers: log residual beyond 5 robust sigmas (and beyond 10%).
   std::vector<double> logres;
-  for (const Sample& m : s) logres.push_back(std::log(predicted_issue_ns(p, m) / m.issue_ns));
+  logres.reserve(s.size());
+  {
+    std::map<std::tuple<double, double, double, long, long>, double> pred;  // one prediction per group
+    for (const Sample& m : s) {
+      auto [it, fresh] = pred.emplace(std::tuple{m.K, m.V_bytes, m.gap_ns, m.bursts, m.steady_from}, 0.0);
+      if (fresh) it->second = predicted_issue_ns(p, m);
+      logres.push_back(std::log(it->second / m.issue_ns));
+    }
+  }
   std::vector<double> absdev;
   const double med = quantile(logres, 0.5);
   for (double r : logres) absdev.push_back(std::fabs(r - med));
@@ -232,9 +311,11 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
   // What the data pins down.
   bool any_drain = false, any_capacity = false, any_saturated = false, any_unsaturated = false, any_fill = false;
   double q_lower = 0, max_K = 0;
+  std::set<std::tuple<double, double, double, long, long>> seen;  // each group once: the checks depend on it alone
   for (size_t i = 0; i < s.size(); ++i) {
     if (outlier[i]) continue;
     const Sample& m = s[i];
+    if (!seen.emplace(m.K, m.V_bytes, m.gap_ns, m.bursts, m.steady_from).second) continue;
     const Prediction pr = predict(p, m.K, m.V_bytes, m.gap_ns);
     max_K = std::max(max_K, m.K);
     const bool drain = pr.drain_ns > pr.t0_ns * 1.02;
@@ -288,15 +369,31 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
   p.latency_ns = lat.empty() ? 0.0 : std::max(0.0, quantile(lat, 0.5));
   if (lat.empty()) res.notes.push_back("no complete_ns column: latency set to 0");
 
-  // Bootstrap for one-sigma uncertainties.
+  // Bootstrap for one-sigma uncertainties: each resample draws the training
+  // samples again with replacement (a group's weight scaled by how many of
+  // its samples were drawn). A parameter the data do not pin down gets no
+  // number: its spread would only reflect where the optimiser stopped.
   if (opt.bootstrap > 1) {
     std::mt19937 rng(opt.seed);
-    std::uniform_int_distribution<int> pick(0, static_cast<int>(s.size()) - 1);
+    std::vector<double> group_share(points.size());
+    std::vector<double> members(points.size());
+    for (size_t g = 0; g < points.size(); ++g) members[g] = points[g].weight * double(points[g].log_t.size());
+    const double n_total = static_cast<double>(s.size());
     std::vector<std::vector<double>> draws;
     for (int b = 0; b < opt.bootstrap; ++b) {
-      std::vector<int> idx(s.size());
-      for (int& i : idx) i = pick(rng);
-      const Objective obj{&s, &idx, opt.loss_scale, form};
+      if (opt.progress) opt.progress(fmt::format("bootstrap {}/{}", b + 1, opt.bootstrap));
+      // A multinomial draw of n samples over the groups, group by group
+      // (binomials); a group's loss is scaled by its count over its size.
+      double left = n_total;
+      long long left_n = static_cast<long long>(s.size());
+      for (size_t g = 0; g < points.size(); ++g) {
+        const double p_g = left > 0 ? std::min(1.0, members[g] / left) : 0.0;
+        const long long k = std::binomial_distribution<long long>(left_n, p_g)(rng);
+        group_share[g] = double(k) / members[g];
+        left -= members[g];
+        left_n -= k;
+      }
+      const Objective obj{&points, &group_share, opt.loss_scale, form};
       auto r = detail::nelder_mead(obj, x, 0.1, 1500, 1e-10);
       draws.push_back(r.x);
     }
@@ -318,6 +415,10 @@ FitResult fit_profile(const std::vector<Sample>& all_samples, const FitOptions& 
       // Robust spread (half the 16-84 percentile range) so one wild resample does not dominate.
       *fields[k] = 0.5 * (quantile(v, 0.84) - quantile(v, 0.16));
     }
+    if (!res.R_identified) u.R_Bps = kNotIdentified;
+    if (!res.Q_identified) u.Q_bytes = kNotIdentified;
+    if (!res.aggregate_identified) u.aggregate_Bps = kNotIdentified;
+    if (!any_fill) u.Q_fill_bytes = kNotIdentified;
     p.sigma = u;
   }
 

@@ -50,8 +50,10 @@ json validation_json(const ProbeFit& f, const std::string& command) {
             {"latency_ns", p.latency_ns},
             {"copy_engine_Bps", ce},
             {"R_over_copy_engine", p.R_Bps / ce},
-            {"onset_gap_err", val.onset_gap_err},
-            {"onset_gap_err_steady", val.onset_gap_err_steady},
+            // null: no series showed an onset inside its gaps (nothing was compared)
+            {"onset_gap_err", val.onsets.empty() ? json() : json(val.onset_gap_err)},
+            {"onset_gap_err_steady", val.onsets.empty() ? json() : json(val.onset_gap_err_steady)},
+            {"onset_series", val.onsets.size()},
             {"models", models},
             {"fit_median_abs_rel_err", f.fit.median_abs_rel_err},
             {"fit_notes", f.fit.notes},
@@ -115,7 +117,7 @@ void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::st
     detail::write_file_replacing(fmt::format("{}/validation-{}.json", out_dir, f.transport), validation_json(f, command).dump(2) + "\n");
 }
 
-void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command) {
+std::string probe_summary_json(const std::vector<ProbeFit>& fits, const std::string& command) {
   json all = {{"fitted_by_commit", build_commit()}, {"command", command}, {"transports", json::array()}};
   for (const auto& f : fits) {
     if (!f.validation) continue;
@@ -124,7 +126,13 @@ void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& ou
     slim.erase("onsets");
     all["transports"].push_back(slim);
   }
-  if (!all["transports"].empty()) detail::write_file_replacing(out_dir + "/probe-validation.json", all.dump(2) + "\n");
+  return all.dump(2) + "\n";
+}
+
+void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command) {
+  bool any = false;
+  for (const auto& f : fits) any |= f.validation.has_value();
+  if (any) detail::write_file_replacing(out_dir + "/probe-validation.json", probe_summary_json(fits, command));
 }
 
 }  // namespace xstage

@@ -2,36 +2,61 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "util/input_file.hpp"
+#include "util/replace_file.hpp"
 #include "xstage/error.hpp"
+#include "xstage/limits.hpp"
 
 namespace xstage {
 
 using nlohmann::json;
+
+// Rates and capacities outside these bounds are no interconnect; inside them
+// every prediction for sizes and times within xstage/limits.hpp stays a
+// finite number (1e-300 B/s would print "inf" and "nan%").
+constexpr double kMinRateBps = 1.0, kMaxRateBps = 1e18, kMinCapacityBytes = 1.0;
 
 void Profile::validate() const {
   auto positive = [&](double v, const char* field) {
     if (!(v > 0) || !std::isfinite(v))
       throw Error(fmt::format("profile '{}': {} must be a positive finite number, got {}", name, field, v));
   };
+  auto rate = [&](double v, const char* field) {
+    positive(v, field);
+    if (v < kMinRateBps || v > kMaxRateBps)
+      throw Error(fmt::format("profile '{}': {} must be between {:g} and {:g} bytes/s, got {}", name, field,
+                              kMinRateBps, kMaxRateBps, v));
+  };
+  auto bounded = [&](double v, double most, const char* field) {
+    if (v > most) throw Error(fmt::format("profile '{}': {} must be at most {:g}, got {}", name, field, most, v));
+  };
+  bounded(t0.fixed_ns, kMaxTimeNs, "t0.fixed_ns");
+  bounded(latency_ns, kMaxTimeNs, "latency_ns");
+  bounded(Q_bytes, kMaxBytes, "Q_bytes");
+  bounded(t0.near_bytes, kMaxBytes, "t0.near_bytes");
+  bounded(Q_warm_per_byte, 1e6, "Q_warm_per_byte");
   if (!(t0.fixed_ns >= 0) || !std::isfinite(t0.fixed_ns))
     throw Error(fmt::format("profile '{}': t0.fixed_ns must be >= 0, got {}", name, t0.fixed_ns));
-  positive(t0.per_producer_Bps, "t0.per_producer_Bps");
-  positive(t0.aggregate_Bps, "t0.aggregate_Bps");
-  positive(R_Bps, "R_Bps");
+  rate(t0.per_producer_Bps, "t0.per_producer_Bps");
+  rate(t0.aggregate_Bps, "t0.aggregate_Bps");
+  rate(R_Bps, "R_Bps");
   positive(Q_bytes, "Q_bytes");
+  if (Q_bytes < kMinCapacityBytes)
+    throw Error(fmt::format("profile '{}': Q_bytes must be at least {:g} byte, got {}", name, kMinCapacityBytes, Q_bytes));
   if (!(Q_fill_bytes >= 0) || !std::isfinite(Q_fill_bytes) || Q_fill_bytes > Q_bytes * (1 + 1e-12))
     throw Error(fmt::format("profile '{}': Q_fill_bytes must be in [0, Q_bytes = {}], got {}", name, Q_bytes,
                             Q_fill_bytes));
-  if (!(latency_ns >= 0)) throw Error(fmt::format("profile '{}': latency_ns must be >= 0", name));
+  if (!(latency_ns >= 0) || !std::isfinite(latency_ns)) throw Error(fmt::format("profile '{}': latency_ns must be >= 0", name));
   if (!(t0.near_bytes >= 0) || !std::isfinite(t0.near_bytes))
     throw Error(fmt::format("profile '{}': t0.near_bytes must be >= 0, got {}", name, t0.near_bytes));
-  if (t0.has_near()) positive(t0.near_per_producer_Bps, "t0.near_per_producer_Bps (with t0.near_bytes > 0)");
+  if (t0.has_near()) rate(t0.near_per_producer_Bps, "t0.near_per_producer_Bps (with t0.near_bytes > 0)");
   if (!(Q_cold_bytes >= 0) || !std::isfinite(Q_cold_bytes) || Q_cold_bytes > Q_bytes * (1 + 1e-12))
     throw Error(fmt::format("profile '{}': Q_cold_bytes must be in [0, Q_bytes = {}], got {}", name, Q_bytes,
                             Q_cold_bytes));
@@ -153,7 +178,11 @@ Profile profile_from_json(const json& j, const std::string& where) {
   if (j.contains("sigma") && j["sigma"].is_object()) {
     const json& s = j["sigma"];
     const std::string w = where + ": sigma";
-    auto opt = [&](const char* key) { return s.contains(key) ? number_at(s, key, w) : 0.0; };
+    // null: the fit could not identify the parameter (kNotIdentified).
+    auto opt = [&](const char* key) {
+      if (!s.contains(key)) return 0.0;
+      return s[key].is_null() ? kNotIdentified : number_at(s, key, w);
+    };
     Uncertainty u;
     u.fixed_ns = opt("fixed_ns");
     u.per_producer_Bps = opt("per_producer_Bps");
@@ -181,6 +210,8 @@ Profile profile_from_json(const json& j, const std::string& where) {
 }
 
 Profile load_profile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(fmt::format("profile '{}': is a folder; expected a file", path));
   std::ifstream in(path);
   if (!in) {
     if (const Profile* p = find_embedded_profile(path)) return *p;
@@ -204,16 +235,7 @@ Profile load_profile(const std::string& path) {
 
 void save_profile(const Profile& p, const std::string& path) {
   p.validate();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw Error(fmt::format("{}: cannot open for writing", path));
-    out << to_json(p).dump(2) << "\n";
-    if (!out) throw Error(fmt::format("{}: write failed", path));
-  }
-  // Rename so that a failed write never leaves a half-written profile behind.
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(fmt::format("{}: cannot move {} into place", path, tmp));
+  detail::write_file_replacing(path, to_json(p).dump(2) + "\n", "profile");
 }
 
 std::vector<std::string> range_warnings(const Profile& p, double K, double V) {

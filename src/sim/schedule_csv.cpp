@@ -1,23 +1,27 @@
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "util/csv.hpp"
+#include "util/input_file.hpp"
+#include "xstage/limits.hpp"
 #include "xstage/error.hpp"
 #include "xstage/simulator.hpp"
 #include "xstage/units.hpp"
 
 namespace xstage {
 
-std::vector<Program> parse_schedule_csv(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
+namespace {
+
+std::vector<Program> parse_schedule(const detail::NextLine& next_line, const std::string& name) {
   std::string line;
   long lineno = 0;
   std::map<std::string, size_t> col;
   std::map<long, Program> by_producer;
-  while (std::getline(in, line)) {
+  while (next_line(line)) {
     ++lineno;
     const std::string t = detail::trim(line);
     if (t.empty() || t[0] == '#') continue;
@@ -34,17 +38,30 @@ std::vector<Program> parse_schedule_csv(const std::string& text, const std::stri
     if (f.size() != col.size()) throw Error(fmt::format("{}: {} fields, but the header has {}", where, f.size(), col.size()));
     const std::string& ps = f[col["producer"]];
     char* end = nullptr;
+    errno = 0;
     const long producer = std::strtol(ps.c_str(), &end, 10);
-    if (ps.empty() || *end != '\0' || producer < 0)
-      throw Error(fmt::format("{}: column 'producer': expected a whole number >= 0, got '{}'", where, ps));
+    // `end` short of the cell's end: a NUL byte or other text after the digits.
+    if (ps.empty() || end != ps.c_str() + ps.size() || errno == ERANGE || producer < 0 || producer >= kMaxProducers)
+      throw Error(fmt::format("{}: column 'producer': expected a whole number in [0, {}), got '{}'", where,
+                              kMaxProducers, ps));
     const std::string& kind = f[col["kind"]];
     const std::string& amount = f[col["amount"]];
-    if (kind == "store")
-      by_producer[producer].steps.push_back(Step::store(parse_size_bytes(amount, where + ": amount")));
-    else if (kind == "compute")
-      by_producer[producer].steps.push_back(Step::compute(parse_time_ns(amount, where + ": amount")));
-    else
+    Program& prog = by_producer[producer];
+    if (kind == "store") {
+      const double bytes = parse_size_bytes(amount, where + ": amount");
+      if (bytes > kMaxBytes)
+        throw Error(fmt::format("{}: amount: '{}' is more than {:g} bytes, the most a schedule may store", where,
+                                amount, kMaxBytes));
+      prog.steps.push_back(Step::store(bytes));
+    } else if (kind == "compute") {
+      const double ns = parse_time_ns(amount, where + ": amount");
+      if (ns > kMaxTimeNs)
+        throw Error(fmt::format("{}: amount: '{}' is longer than {:g} ns, the longest a schedule may run", where,
+                                amount, kMaxTimeNs));
+      prog.steps.push_back(Step::compute(ns));
+    } else {
       throw Error(fmt::format("{}: column 'kind': expected 'store' or 'compute', got '{}'", where, kind));
+    }
   }
   if (by_producer.empty()) throw Error(fmt::format("{}: no schedule rows", name));
   std::vector<Program> out;
@@ -56,12 +73,17 @@ std::vector<Program> parse_schedule_csv(const std::string& text, const std::stri
   return out;
 }
 
+}  // namespace
+
+std::vector<Program> parse_schedule_csv(const std::string& text, const std::string& name) {
+  return parse_schedule(detail::lines_of(std::string_view(text)), name);
+}
+
 std::vector<Program> read_schedule_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("{}: cannot open for reading", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_schedule_csv(ss.str(), path);
+  std::ifstream in = detail::open_for_reading(path);
+  std::vector<Program> progs = parse_schedule(detail::lines_of(in), path);
+  if (in.bad()) throw Error(fmt::format("{}: read failed", path));
+  return progs;
 }
 
 }  // namespace xstage

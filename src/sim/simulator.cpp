@@ -4,11 +4,13 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 
 #include <fmt/format.h>
 
 #include "xstage/error.hpp"
+#include "xstage/limits.hpp"
 #include "xstage/model.hpp"
 
 namespace xstage {
@@ -39,6 +41,21 @@ struct ProducerState {
   double stall_mark = 0;  // stall integral when the burst started issuing
 };
 
+// Counts finished bursts over every stage of one simulate() call for the
+// observer's on_progress.
+struct ProgressCount {
+  const SimObserver* observer = nullptr;
+  double total = 0;
+  long done = 0;
+  long next_report = kProgressEvery;
+  static constexpr long kProgressEvery = 1 << 20;
+  void burst_done() {
+    if (++done < next_report) return;
+    next_report += kProgressEvery;
+    if (observer->on_progress && total > 0) observer->on_progress(std::min(1.0, done / total));
+  }
+};
+
 using Timed = std::pair<double, int>;  // (time, producer)
 using MinHeap = std::priority_queue<Timed, std::vector<Timed>, std::greater<>>;
 
@@ -46,8 +63,9 @@ using MinHeap = std::priority_queue<Timed, std::vector<Timed>, std::greater<>>;
 // Rates are in bytes per ns.
 class StageSim {
  public:
-  StageSim(const StageConfig& c, const std::vector<Program>& progs, int stage_id, SimResult& out)
-      : R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), Qfill_(c.Q_fill_bytes > 0 ? std::min(c.Q_fill_bytes, c.Q_bytes) : c.Q_bytes),
+  StageSim(const StageConfig& c, const std::vector<Program>& progs, int stage_id, SimResult& out,
+           const SimObserver& observer, ProgressCount& progress)
+      : observer_(observer), progress_(progress), R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), Qfill_(c.Q_fill_bytes > 0 ? std::min(c.Q_fill_bytes, c.Q_bytes) : c.Q_bytes),
         Qcold_(std::min(c.Q_cold_bytes, c.Q_bytes)), warm_(c.Q_warm_per_byte),
         cap_(Q_), rp_(c.issue.per_producer_Bps * 1e-9), near_(c.issue.near_bytes),
         rn_(c.issue.near_bytes > 0 ? c.issue.near_per_producer_Bps * 1e-9 : 0.0),
@@ -118,19 +136,31 @@ class StageSim {
       }
       sample();
     }
+    flush_sample();
     last_store_end_ = std::max(last_store_end_, t_);
     out_.total_ns = std::max(out_.total_ns, finish_);
     out_.drained_ns = std::max(out_.drained_ns, t_ + q_ / R_);
   }
 
  private:
+  // Several events at one instant leave one sample, the last level: the
+  // sample is held until time moves on.
   void sample() {
     if (!record_) return;
-    if (!out_.timeline.empty() && out_.timeline.back().t_ns == t_ && out_.timeline.back().stage == stage_id_) {
-      out_.timeline.back().bytes = q_;
+    if (pending_ && pending_->t_ns == t_) {
+      pending_->bytes = q_;
       return;
     }
-    out_.timeline.push_back({t_, q_, stage_id_});
+    flush_sample();
+    pending_ = OccupancySample{t_, q_, stage_id_};
+  }
+  void flush_sample() {
+    if (!pending_) return;
+    if (observer_.on_sample)
+      observer_.on_sample(*pending_);
+    else
+      out_.timeline.push_back(*pending_);
+    pending_.reset();
   }
 
   // Starts the next step of producer i (skipping empty ones), or marks it done.
@@ -216,10 +246,18 @@ class StageSim {
     b.stall_ns = stall_integral_ - s.stall_mark;
     out_.stalled_ns += b.stall_ns;
     out_.bytes += b.bytes;
-    out_.bursts.push_back(b);
+    ++out_.burst_count;
+    if (observer_.on_burst)
+      observer_.on_burst(b);
+    else
+      out_.bursts.push_back(b);
+    progress_.burst_done();
     advance_program(i);
   }
 
+  const SimObserver& observer_;
+  ProgressCount& progress_;
+  std::optional<OccupancySample> pending_;
   const double R_, Q_, Qfill_, Qcold_, warm_;
   double cap_;  // the capacity in force: Q (or what a cold stage has regained) or Q_fill
   double busy_level_ = 0;  // the level the last finished burst of this busy period ended at
@@ -238,7 +276,46 @@ class StageSim {
 
 }  // namespace
 
-SimResult simulate(const StageConfig& c, const std::vector<Program>& producers) {
+double total_bursts(const std::vector<Program>& producers) {
+  double n = 0;
+  for (const Program& p : producers) {
+    double stores = 0;
+    for (const Step& s : p.steps) stores += s.kind == Step::Kind::store && s.amount > 0;
+    n += stores * static_cast<double>(std::max(p.repeat, 0L));
+  }
+  return n;
+}
+
+namespace {
+
+// What one producer asks of the stage must stay where doubles keep their
+// meaning (xstage/limits.hpp): a compute step of 1e308 ns would otherwise push
+// the clock where a store's microseconds round to nothing.
+void check_program_size(const Program& p, size_t i) {
+  double bytes = 0, ns = 0;
+  for (const Step& s : p.steps) (s.kind == Step::Kind::store ? bytes : ns) += s.amount;
+  const double reps = static_cast<double>(p.repeat);
+  if (bytes * reps > kMaxBytes)
+    throw Error(fmt::format("simulate: producer {} stores {:g} bytes in all; at most {:g} are simulated", i,
+                            bytes * reps, kMaxBytes));
+  if (ns * reps > kMaxTimeNs)
+    throw Error(fmt::format("simulate: producer {} computes {:g} ns in all; at most {:g} ns are simulated", i, ns * reps,
+                            kMaxTimeNs));
+}
+
+bool all_programs_equal(const std::vector<Program>& producers) {
+  for (const Program& p : producers) {
+    if (p.repeat != producers[0].repeat || p.steps.size() != producers[0].steps.size()) return false;
+    for (size_t k = 0; k < p.steps.size(); ++k)
+      if (p.steps[k].kind != producers[0].steps[k].kind || p.steps[k].amount != producers[0].steps[k].amount)
+        return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, const SimObserver& observer) {
   auto positive = [](double v, const char* what) {
     if (!(v > 0) || !std::isfinite(v)) throw Error(fmt::format("simulate: {} must be positive, got {}", what, v));
   };
@@ -252,18 +329,27 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers) 
   if (!(c.Q_cold_bytes >= 0) || !(c.Q_warm_per_byte >= 0))
     throw Error("simulate: the cold capacity and the regain per byte must be >= 0");
   if (producers.empty()) throw Error("simulate: no producers");
+  if (producers.size() > static_cast<size_t>(kMaxProducers))
+    throw Error(fmt::format("simulate: {} producers; at most {} are simulated", producers.size(), kMaxProducers));
   for (size_t i = 0; i < producers.size(); ++i) {
     if (producers[i].repeat < 0) throw Error(fmt::format("simulate: producer {}: negative repeat", i));
     for (const Step& s : producers[i].steps)
       if (!(s.amount >= 0) || !std::isfinite(s.amount))
         throw Error(fmt::format("simulate: producer {}: step amounts must be finite and >= 0", i));
+    check_program_size(producers[i], i);
   }
+  const double bursts = total_bursts(producers);
+  if (bursts > kMaxSimulatedBursts)
+    throw Error(fmt::format("simulate: {:g} bursts over all producers; at most {:g} are simulated (fewer bursts or "
+                            "producers)",
+                            bursts, kMaxSimulatedBursts));
 
   SimResult out;
+  ProgressCount progress{&observer, bursts};
   if (!c.per_producer_capacity) {
     std::vector<int> ids(producers.size());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
-    StageSim(c, producers, 0, out).run(ids);
+    StageSim(c, producers, 0, out, observer, progress).run(ids);
     return out;
   }
   const double K = static_cast<double>(producers.size());
@@ -272,9 +358,34 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers) 
   part.Q_bytes /= K;
   part.Q_cold_bytes /= K;  // each producer's stage regains its own share: (Q_cold + warm x n V) / K after n bursts
   part.issue.aggregate_Bps /= K;
+  if (all_programs_equal(producers) && !c.record_timeline) {
+    // Identical producers on identical private stages run identically: one is
+    // simulated and its bursts reported for every producer, index by index.
+    SimResult one;
+    SimObserver copy_out;
+    copy_out.on_burst = [&](const BurstSpan& b) {
+      for (size_t i = 0; i < producers.size(); ++i) {
+        BurstSpan bi = b;
+        bi.producer = static_cast<int>(i);
+        if (observer.on_burst)
+          observer.on_burst(bi);
+        else
+          out.bursts.push_back(bi);
+        if (i > 0) progress.burst_done();
+      }
+    };
+    StageSim(part, {producers[0]}, 0, one, copy_out, progress).run({0});
+    out.total_ns = one.total_ns;
+    out.drained_ns = one.drained_ns;
+    out.max_occupancy = one.max_occupancy;
+    out.stalled_ns = one.stalled_ns * K;
+    out.bytes = one.bytes * K;
+    out.burst_count = one.burst_count * static_cast<long>(producers.size());
+    return out;
+  }
   for (size_t i = 0; i < producers.size(); ++i) {
     std::vector<Program> one{producers[i]};
-    StageSim(part, one, static_cast<int>(i), out).run({static_cast<int>(i)});
+    StageSim(part, one, static_cast<int>(i), out, observer, progress).run({static_cast<int>(i)});
   }
   return out;
 }
@@ -285,6 +396,42 @@ std::vector<Program> periodic_programs(int K, double V, double G, long bursts) {
   p.steps = {Step::store(V / K), Step::compute(G)};
   p.repeat = bursts;
   return std::vector<Program>(static_cast<size_t>(K), p);
+}
+
+SteadyIssueTracker::SteadyIssueTracker(size_t producers, long skip) : producers_(producers), skip_(skip) {
+  if (producers < 1) throw Error("SteadyIssueTracker: expected at least one producer");
+}
+
+void SteadyIssueTracker::add(const BurstSpan& b) {
+  if (b.index < skip_) return;
+  if (producers_ == 1) return settle(b.issue_ns());
+  Open& o = open_[b.index];
+  o.slowest_ns = std::max(o.slowest_ns, b.issue_ns());
+  if (++o.seen < producers_) return;
+  settle(o.slowest_ns);
+  open_.erase(b.index);
+}
+
+void SteadyIssueTracker::settle(double slowest_ns) {
+  ++settled_;
+  if (kept_.size() < kExactValues) {
+    kept_.push_back(slowest_ns);
+    return;
+  }
+  // Reservoir sampling: every settled index is kept with the same probability.
+  std::uniform_int_distribution<size_t> pick(0, settled_ - 1);
+  const size_t j = pick(rng_);
+  if (j < kept_.size()) kept_[j] = slowest_ns;
+}
+
+double SteadyIssueTracker::median() const {
+  std::vector<double> v = kept_;
+  // Indices not every producer reached (a heterogeneous schedule) count with
+  // the producers that did.
+  for (const auto& [index, o] : open_) v.push_back(o.slowest_ns);
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
 }
 
 double steady_issue_ns(const SimResult& r, long skip) {

@@ -131,13 +131,21 @@ NpyArray parse_npy(const std::string& bytes, const std::string& where) {
                             fortran));
   NpyArray a;
   a.shape = parse_shape(dict_value(header, "shape", where), where);
-  const size_t n = a.size();
+  // The element count is checked while multiplying: a product that wrapped
+  // around could match a short file's size.
+  size_t n = 1;
+  for (size_t d : a.shape) {
+    if (d != 0 && n > (size_t(1) << 40) / d)
+      throw Error(fmt::format("{}: .npy shape has more than 2^40 elements", where));
+    n *= d;
+  }
   const size_t data_bytes = bytes.size() - offset - header_len;
   if (n > (size_t(1) << 40) || data_bytes != n * elem)
     throw Error(fmt::format("{}: .npy data size: expected {} bytes for {} elements of {} bytes, got {}", where,
                             n * elem, n, elem, data_bytes));
   const char* d = bytes.data() + offset + header_len;
   a.data.resize(n);
+  if (n == 0) return a;  // memcpy may not be given the null data of an empty vector
   if (elem == 4) {
     std::memcpy(a.data.data(), d, n * 4);
   } else {

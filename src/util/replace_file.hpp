@@ -1,5 +1,6 @@
 #pragma once
-// Writes a whole file aside (path + ".tmp") and renames it into place, so
+// Writes a whole file through OutputFile (output_file.hpp): aside and renamed
+// into place for a regular file, straight through for a device or pipe, so
 // that a failed write never leaves half a file. Errors name the option that
 // gave the path (`what`, e.g. "-o") and the file.
 #include <string>

@@ -17,6 +17,19 @@ struct Suffix {
   double scale;
 };
 
+// The text as it may be printed on one line: control bytes as \xNN.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
+  }
+  return out;
+}
+
 // Splits "1.5ms" into 1.5 and "ms"; throws on text that is no number.
 double leading_number(std::string_view text, std::string_view what, std::string_view expected,
                       std::string* rest) {
@@ -26,12 +39,14 @@ double leading_number(std::string_view text, std::string_view what, std::string_
   while (start < s.size() && std::isspace(static_cast<unsigned char>(s[start]))) ++start;
   s = s.substr(start);
   if (s.empty()) throw Error(fmt::format("{}: empty value; expected {}", what, expected));
+  // strtod stops at a NUL byte; text after one must still count as the unit,
+  // so that "1MiB\0garbage" is rejected rather than read as 1 MiB.
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str())
-    throw Error(fmt::format("{}: '{}' is not a number; expected {}", what, text, expected));
-  *rest = std::string(end);
-  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is not finite", what, text));
+    throw Error(fmt::format("{}: '{}' is not a number; expected {}", what, printable(text), expected));
+  *rest = s.substr(static_cast<size_t>(end - s.c_str()));
+  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is not finite", what, printable(text)));
   return v;
 }
 
@@ -39,7 +54,8 @@ double apply_suffix(double v, const std::string& rest, const Suffix* table, size
                     std::string_view text, std::string_view what, std::string_view expected) {
   for (size_t i = 0; i < n; ++i)
     if (rest == table[i].text) return v * table[i].scale;
-  throw Error(fmt::format("{}: unknown unit '{}' in '{}'; expected {}", what, rest, text, expected));
+  throw Error(fmt::format("{}: unknown unit '{}' in '{}'; expected {}", what, printable(rest), printable(text),
+                          expected));
 }
 
 }  // namespace

@@ -1,0 +1,43 @@
+#pragma once
+// A file named on the command line (-o, --timeline, ...), written so that it
+// is either whole or untouched:
+// - a regular file (or a new name) is written aside in the same folder and
+//   renamed into place; through a symlink, the link's target is replaced and
+//   the link kept;
+// - a device, pipe or socket (/dev/stdout, /dev/null, a FIFO) is written to
+//   directly, never replaced by a regular file;
+// - a folder, an empty name, a missing or read-only folder, or a file that is
+//   also one of the command's inputs is refused with an xstage::Error before
+//   anything is written, so the check can run before long work.
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xstage::detail {
+
+// Throws xstage::Error naming `what` (the option, e.g. "-o") and `path` when
+// `path` cannot be written as described above or names one of `inputs`.
+void check_output_path(const std::string& path, const std::string& what, const std::vector<std::string>& inputs = {});
+
+class OutputFile {
+ public:
+  // Checks the destination (check_output_path) and opens the file to write.
+  OutputFile(const std::string& path, const std::string& what, const std::vector<std::string>& inputs = {});
+  ~OutputFile();  // without commit(): the aside file is removed, the target untouched
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  std::ostream& stream() { return out_; }
+  // Flushes, checks that every write succeeded and renames the file into place.
+  void commit();
+
+ private:
+  std::string path_, what_;
+  std::string target_;  // where the bytes end up (the symlink's target)
+  std::string aside_;   // the temporary name; empty when writing a device directly
+  std::ofstream out_;
+  bool committed_ = false;
+};
+
+}  // namespace xstage::detail

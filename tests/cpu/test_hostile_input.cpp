@@ -1,0 +1,261 @@
+// Hostile and oversized input, as a new user would type it: every case ends
+// in one clear error line and a non-zero exit, or in a correct result within
+// a bounded memory; none leaves a damaged or stray file behind.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("xstage-hostile-" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Synthetic samples: K, V and G on a grid, the issue time of a stage draining
+// at 25 GB/s behind an issue rate of min(K x 7 GB/s, 50 GB/s), each point
+// `copies` times, with a small deterministic spread from point to point.
+std::string samples_csv(int copies, bool drain_limited = true) {
+  std::string s = "K,V_bytes,gap_ns,issue_ns\n";
+  for (int c = 0; c < copies; ++c) {
+    int n = 0;
+    for (int K : {8, 32, 132})
+      for (double V : {262144.0, 1048576.0, 4194304.0})
+        for (double G : {0.0, 5000.0, 20000.0, 100000.0}) {
+          double t = 2000 + V / std::min(K * 7e9, 50e9) * 1e9;
+          if (drain_limited) t = std::max(t, V / 25e9 * 1e9 - G);
+          t *= 1 + 0.02 * ((n++ * 7919) % 11 - 5) / 5.0;
+          s += std::to_string(K) + "," + std::to_string(V) + "," + std::to_string(G) + "," + std::to_string(t) + "\n";
+        }
+  }
+  return s;
+}
+
+void expect_clear_error(const std::string& args, const std::string& fragment) {
+  const CliRun r = run_cli(args);
+  EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
+  EXPECT_NE(r.out.find(fragment), std::string::npos) << args << "\n" << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << args << "\n" << r.out;
+}
+
+bool has_stray_files(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.find(".tmp") != std::string::npos || n.find(".xstage-") != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(OutputFiles, SymlinkKeptTargetReplaced) {
+  const fs::path d = scratch("symlink");
+  write(d / "s.csv", samples_csv(1));
+  write(d / "target.json", "old");
+  fs::create_symlink(d / "target.json", d / "link.json");
+  const CliRun r = run_cli("fit " + (d / "s.csv").string() + " -o " + (d / "link.json").string() + " --bootstrap 0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(d / "link.json"));
+  EXPECT_NO_THROW(json::parse(read(d / "target.json")));
+  EXPECT_FALSE(has_stray_files(d));
+}
+
+TEST(OutputFiles, DevStdoutIsStreamedNotReplaced) {
+  const fs::path d = scratch("stdout");
+  write(d / "s.csv", samples_csv(1));
+  const CliRun r = run_cli("fit " + (d / "s.csv").string() + " -o /dev/stdout --bootstrap 0 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("\"R_Bps\""), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_symlink("/dev/stdout") || fs::is_character_file("/dev/stdout"));
+}
+
+TEST(OutputFiles, FolderEmptyNameInputAndMissingFolderAreRefusedBeforeWork) {
+  const fs::path d = scratch("refused");
+  const std::string in = (d / "s.csv").string();
+  write(in, samples_csv(1));
+  const std::string before = read(in);
+  expect_clear_error("fit " + in + " -o " + d.string(), "is a folder");
+  expect_clear_error("fit " + in + " -o ''", "empty file name");
+  expect_clear_error("fit " + in + " -o " + in, "refusing to overwrite an input");
+  expect_clear_error("fit " + in + " -o " + (d / "no/such/dir/p.json").string(), "does not exist");
+  // Checked before the samples are even read: a missing input is not reached.
+  expect_clear_error("fit /nonexistent.csv -o " + (d / "no/p.json").string(), "does not exist");
+  EXPECT_EQ(read(in), before);
+  EXPECT_FALSE(has_stray_files(d));
+  expect_clear_error("simulate --K 4 --V 1MiB --G 1us --timeline " + d.string(), "is a folder");
+  expect_clear_error("validate " + in + " -o ''", "empty folder name");
+}
+
+TEST(RunawaySizes, EndInAClearError) {
+  expect_clear_error("simulate --K 16 --V 1MiB --G 5us --bursts 1000000000000", "at most");
+  expect_clear_error("simulate --K 20000000 --V 1MiB --G 5us", "--K");
+  expect_clear_error("simulate --K 2147483647 --V 1MiB --G 5us", "--K");
+  expect_clear_error("report --cpu --K 10000000", "--K");
+  expect_clear_error("simulate --K 4 --V 1e300 --G 1us", "--V");
+}
+
+TEST(RunawaySizes, SimulatorMemoryDoesNotGrowWithBursts) {
+  // 64 producers x 60000 bursts: 3.8 million bursts, kept in memory they
+  // would take about 250 MB; streamed, the command stays under 64 MB.
+  const CliRun r = run_cli("simulate --K 64 --V 1MiB --G 5us --bursts 60000 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out.substr(r.out.find('{')))["bursts"].get<long>(), 64L * 60000);
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);  // the largest child so far, in KiB
+  EXPECT_LT(u.ru_maxrss, 64 * 1024) << "peak RSS of the largest command run so far";
+}
+
+TEST(SilentNonsense, HugeComputeStepIsRejectedNotSwallowingAStore) {
+  const fs::path d = scratch("schedule");
+  write(d / "h.csv", "producer,kind,amount\n0,compute,1e308\n0,store,1MiB\n");
+  expect_clear_error("simulate --schedule " + (d / "h.csv").string(), "longest a schedule may run");
+  write(d / "nul.csv", std::string("producer,kind,amount\n0,store,1MiB\0garbage\n", 44));
+  expect_clear_error("simulate --schedule " + (d / "nul.csv").string(), "unknown unit");
+  write(d / "bom.csv", "\xEF\xBB\xBFproducer,kind,amount\n0,store,1MiB\n0,compute,1us\n");
+  const CliRun r = run_cli("simulate --schedule " + (d / "bom.csv").string());
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+TEST(SilentNonsense, ProfileWithAbsurdRatesIsRejected) {
+  const fs::path d = scratch("profile");
+  write(d / "p.json",
+        R"({"name": "tiny", "t0": {"fixed_ns": 100, "per_producer_Bps": 1e-300, "aggregate_Bps": 1e-300},
+            "R_Bps": 1e-300, "Q_bytes": 1e6})");
+  expect_clear_error("predict --profile " + (d / "p.json").string() + " --K 8 --V 1MiB --G 1us", "bytes/s");
+  expect_clear_error("predict --profile " + d.string() + " --K 8 --V 1MiB --G 1us", "is a folder");
+}
+
+TEST(SilentNonsense, FreeRegimeOnlyFitSaysRIsNotIdentified) {
+  const fs::path d = scratch("free");
+  write(d / "s.csv", samples_csv(1, /*drain_limited=*/false));
+  const CliRun t = run_cli("fit " + (d / "s.csv").string() + " -o " + (d / "p.json").string() + " --bootstrap 8");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_NE(t.out.find("(not identified: no drain-limited sample)"), std::string::npos) << t.out;
+  const json p = json::parse(read(d / "p.json"));
+  EXPECT_TRUE(p["sigma"]["R_Bps"].is_null()) << p.dump(2);
+  const CliRun j = run_cli("fit " + (d / "s.csv").string() + " -o " + (d / "p2.json").string() + " --json");
+  ASSERT_EQ(j.rc, 0) << j.out;
+  EXPECT_FALSE(json::parse(j.out.substr(j.out.find('{')))["identified"]["R"].get<bool>());
+}
+
+TEST(SilentNonsense, RepeatedRowsFitLikeTheDistinctOnes) {
+  const fs::path d = scratch("repeat");
+  write(d / "once.csv", samples_csv(1));
+  write(d / "many.csv", samples_csv(200));  // 7200 rows, 36 distinct points
+  auto fitted = [&](const char* name) {
+    const CliRun r =
+        run_cli("fit " + (d / name).string() + " -o " + (d / "p.json").string() + " --bootstrap 0 --json");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return json::parse(r.out.substr(r.out.find('{')));
+  };
+  // The same points with 200 times the weight: the same predictions (the form
+  // BIC picks may differ with n, so parameters are not compared one by one).
+  const json once = fitted("once.csv"), many = fitted("many.csv");
+  ASSERT_EQ(once["points"].size(), many["points"].size());
+  for (size_t i = 0; i < once["points"].size(); ++i) {
+    EXPECT_EQ(many["points"][i]["n"].get<int>(), 200);
+    EXPECT_NEAR(many["points"][i]["predicted_ns"].get<double>() / once["points"][i]["predicted_ns"].get<double>(), 1.0,
+                0.03)
+        << i;
+  }
+}
+
+TEST(SilentNonsense, UlyssesReportFieldsAreCheckedNotWrappedOrDefaulted) {
+  const fs::path d = scratch("ureport");
+  auto report = [](const std::string& row_extra, const std::string& summary) {
+    return R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie", "rows": [{"P": 8, "B": 1,
+      "H": 24, "D": 128, )" + row_extra + R"(}], "summary": [)" + summary + "]}";
+  };
+  const std::string ok_summary = R"({"S": 4096, "attention_only_us": 300, "fused_us": 500})";
+  const struct {
+    std::string name, text, fragment;
+  } cases[] = {
+      {"pigeon", report(R"("backend": "carrier-pigeon")", ok_summary), "must be emulated, peer or nccl"},
+      {"bigP", R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie", "rows": [{"P": 2147483648,
+        "B": 1, "H": 24, "D": 128, "backend": "emulated"}], "summary": [)" + ok_summary + "]}",
+       "\"P\" must be a whole number"},
+      {"fractionS", report(R"("backend": "emulated")", R"({"S": 4096.7, "attention_only_us": 300})"),
+       "\"S\" must be a whole number"},
+      {"hugeB", R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie", "rows": [{"P": 8,
+        "B": 1000000000, "H": 24, "D": 128, "backend": "emulated"}], "summary": [)" + ok_summary + "]}",
+       "\"B\" must be a whole number"},
+      {"hugeS", report(R"("backend": "emulated")", R"({"S": 1099511627776, "attention_only_us": 300})"),
+       "\"S\" must be a whole number"},
+      {"nullfused", report(R"("backend": "emulated")", R"({"S": 4096, "attention_only_us": 300, "fused_us": "x"})"),
+       "fused_us"},
+      {"nullblock", R"({"block_m": null, "concurrent_tiles": 132, "profile": "h200-host-pcie", "rows": [{"P": 8,
+        "B": 1, "H": 24, "D": 128, "backend": "emulated"}], "summary": [)" + ok_summary + "]}",
+       "\"block_m\" must be a whole number"},
+  };
+  for (const auto& c : cases) {
+    write(d / (c.name + ".json"), c.text);
+    expect_clear_error("ulysses-predict " + (d / (c.name + ".json")).string(), c.fragment);
+  }
+  expect_clear_error("ulysses-predict " + d.string(), "is a folder");
+  write(d / "nullok.json", report(R"("backend": "emulated")", R"({"S": 4096, "attention_only_us": 300, "fused_us": null})"));
+  const CliRun r = run_cli("ulysses-predict " + (d / "nullok.json").string() + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(json::parse(r.out.substr(r.out.find('{')))["rows"][0]["fused_us"].is_null());
+}
+
+TEST(SilentNonsense, AttnScaleNanIsAnError) {
+  expect_clear_error("attn --scale nan", "--scale");
+  expect_clear_error("attn --scale -1", "--scale");
+}
+
+TEST(CliConvention, VersionHelpAndUnknownCommand) {
+  const CliRun v = run_cli("--version");
+  EXPECT_EQ(v.rc, 0);
+  EXPECT_EQ(v.out.rfind("xstage ", 0), 0u) << v.out;
+  const CliRun h = run_cli("help");
+  EXPECT_EQ(h.rc, 0);
+  EXPECT_NE(h.out.find("simulate"), std::string::npos) << h.out;
+  expect_clear_error("frobnicate", "unknown command 'frobnicate'; the commands are");
+}
+
+TEST(CliConvention, EveryResultCommandHasJsonAndCsv) {
+  const fs::path d = scratch("convention");
+  for (const std::string args : {"report --cpu", "predict --K 16 --V 1MiB --G 1us",
+                                 "simulate --K 16 --V 1MiB --G 1us --bursts 20", "profiles",
+                                 "profiles --show h200-local",
+                                 "ulysses-predict " XSTAGE_SOURCE_DIR "/results/h200/ulysses/ulysses.json"}) {
+    const CliRun j = run_cli(args + " --json");
+    ASSERT_EQ(j.rc, 0) << args << "\n" << j.out;
+    EXPECT_NO_THROW(json::parse(j.out.substr(j.out.find_first_of("[{")))) << args << "\n" << j.out;
+    const CliRun c = run_cli(args + " --csv");
+    ASSERT_EQ(c.rc, 0) << args << "\n" << c.out;
+    EXPECT_EQ(c.out.find('{'), std::string::npos) << args << " --csv printed JSON\n" << c.out;
+    EXPECT_EQ(c.out.find(" us"), std::string::npos) << args << " --csv printed units\n" << c.out;
+  }
+  // validate: the same keys every run, null where no onset was measured.
+  const std::string probe = XSTAGE_SOURCE_DIR "/results/h200x2/probe/probe-peer.csv";
+  const CliRun j = run_cli("validate " + probe + " -o " + d.string() + " --bootstrap 2 --json");
+  ASSERT_EQ(j.rc, 0) << j.out;
+  const json v = json::parse(j.out.substr(j.out.find('{')));
+  for (const char* k : {"R_Bps", "Q_bytes", "onset_gap_err", "onset_series", "models"})
+    EXPECT_TRUE(v["transports"][0].contains(k)) << k;
+  const CliRun c = run_cli("validate " + probe + " -o " + d.string() + " --bootstrap 2 --csv");
+  ASSERT_EQ(c.rc, 0) << c.out;
+  EXPECT_EQ(c.out.rfind("transport,model,median_rel_err", 0), 0u) << c.out;
+}
