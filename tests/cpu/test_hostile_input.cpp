@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -258,4 +259,27 @@ TEST(CliConvention, EveryResultCommandHasJsonAndCsv) {
   const CliRun c = run_cli("validate " + probe + " -o " + d.string() + " --bootstrap 2 --csv");
   ASSERT_EQ(c.rc, 0) << c.out;
   EXPECT_EQ(c.out.rfind("transport,model,median_rel_err", 0), 0u) << c.out;
+}
+
+TEST(SilentNonsense, ValidateWithoutOnsetSeriesSaysSoAndWritesNull) {
+  const fs::path d = scratch("noonset");
+  // Free-regime rows only: no held-out series shows a backpressure onset.
+  std::string csv =
+      "# transport: host\n# device: test\n# driver: none\n# date: 2026-01-01\n# commit: none\n# command: none\n"
+      "# copy_engine_Bps: 5e10\n# sm_clock_mhz_measured: 1980\n";
+  const std::string body = samples_csv(1, /*drain_limited=*/false);
+  std::istringstream lines(body);
+  std::string line;
+  std::getline(lines, line);
+  csv += line + ",set\n";
+  for (int i = 0; std::getline(lines, line); ++i) csv += line + (i % 3 == 0 ? ",holdout\n" : ",train\n");
+  write(d / "probe-host.csv", csv);
+  const CliRun t = run_cli("validate " + (d / "probe-host.csv").string() + " -o " + (d / "out").string() +
+                           " --bootstrap 2");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_NE(t.out.find("nothing to compare"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("-100.0%"), std::string::npos) << t.out;
+  const json v = json::parse(read(d / "out" / "validation-host.json"));
+  EXPECT_TRUE(v["onset_gap_err"].is_null()) << v.dump(2);
+  EXPECT_EQ(v["onset_series"].get<int>(), 0);
 }
