@@ -45,17 +45,19 @@ class Ours:
         self.lib = ctypes.CDLL(path)
         f = self.lib.xstage_moe_gemm
         f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 6 + [ctypes.c_void_p,
+        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
         self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
         self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
         self.err = ctypes.create_string_buffer(512)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.store = -1  # the output store of "ours": -1 auto (--out-store)
 
-    def gemm(self, kind, a, b, c, offs, w, N, tile=-1, splits=0):
+    def gemm(self, kind, a, b, c, offs, w, N, tile=-1, splits=0, store=None):
         rc = self.lib.xstage_moe_gemm(kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                                       None if w is None else w.data_ptr(), a.shape[0], a.shape[1], N, offs.numel(),
-                                      tile, splits, torch.cuda.current_stream().cuda_stream, self.err, 512)
+                                      tile, splits, self.store if store is None else store,
+                                      torch.cuda.current_stream().cuda_stream, self.err, 512)
         if rc != 0:
             raise RuntimeError(self.err.value.decode())
 
@@ -70,6 +72,7 @@ class Ours:
 
 
 TILES = ["m128n256", "m64n256", "m128n128"]
+STORES = {"auto": -1, "staged": 0, "bulk": 1}
 TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128)}
 
 
@@ -138,14 +141,14 @@ def rel(a, b):
     return (num / max(den, 1e-300)) ** 0.5
 
 
-def check_phase(ours, seed):
-    """Ours against an fp32 per-expert reference on uneven counts, weights on and off."""
+def check_phase(ours, seed, stores):
+    """Ours against an fp32 per-expert reference on uneven counts, weights on and off, each output store."""
     rows = []
     for name, hidden, inter, E, _ in MODELS:
         for P in RANKS:
             if E % P:
                 continue
-            for weights in (False, True):
+            for weights, store in [(w, st) for w in (False, True) for st in stores]:
                 seed += 1
                 gen = torch.Generator().manual_seed(seed)
                 counts = uneven_counts(E // P, 150, gen)
@@ -153,8 +156,8 @@ def check_phase(ours, seed):
                 rtot = x.shape[0]
                 h = torch.full((rtot, inter), float("nan"), device="cuda", dtype=torch.bfloat16)
                 y = torch.full((rtot, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
-                ours.gemm(0, x, w13i, h, offs, w, 2 * inter)
-                ours.gemm(1, h, w2, y, offs, None, hidden)
+                ours.gemm(0, x, w13i, h, offs, w, 2 * inter, store=STORES[store])
+                ours.gemm(1, h, w2, y, offs, None, hidden, store=STORES[store])
                 torch.cuda.synchronize()
                 ref_h, ref_y = torch.empty_like(h, dtype=torch.float32), torch.empty_like(y, dtype=torch.float32)
                 begin = 0
@@ -168,12 +171,12 @@ def check_phase(ours, seed):
                         # L2's reference from our (checked) L1 output: the two errors stay apart.
                         ref_y[begin:begin + c] = h[begin:begin + c].float() @ w2[e].float().T
                     begin += c
-                r = dict(model=name, P=P, experts=E // P, weights=weights, counts=counts,
+                r = dict(model=name, P=P, experts=E // P, weights=weights, out_store=store, counts=counts,
                          empty=sum(c == 0 for c in counts), rel_err_l1=rel(h, ref_h), rel_err_l2=rel(y, ref_y),
                          nan_l1=int(h.isnan().sum()), nan_l2=int(y.isnan().sum()))
                 r["pass"] = r["rel_err_l1"] < 1e-2 and r["rel_err_l2"] < 1e-2 and r["nan_l1"] == 0 and r["nan_l2"] == 0
                 rows.append(r)
-                print(f"check {name:16s} P={P} E={E // P:3d} w={int(weights)} empty={r['empty']:2d} "
+                print(f"check {name:16s} P={P} E={E // P:3d} w={int(weights)} {store:6s} empty={r['empty']:2d} "
                       f"L1 {r['rel_err_l1']:.2e} L2 {r['rel_err_l2']:.2e} nan {r['nan_l1']}/{r['nan_l2']} "
                       f"{'ok' if r['pass'] else 'FAIL'}", flush=True)
                 del x, w13, w13i, w2, h, y, ref_h, ref_y
@@ -239,7 +242,9 @@ def uniform_problem(hidden, inter, El, m, seed):
     return x, w13, w13i, w2, offs, h, y
 
 
-def speed_phase(ours, rows_list, rounds, seed):
+def speed_phase(ours, rows_list, rounds, seed, stores):
+    """Ours (--out-store), torch, cuBLAS on one expert, and ours with each output store of `stores` forced,
+    interleaved in one set of rounds."""
     out = []
     peak = 990.0
     for name, hidden, inter, El, P, m in uniform_shapes(rows_list):
@@ -256,12 +261,17 @@ def speed_phase(ours, rows_list, rounds, seed):
         x1, wd1 = x[:m], w13[0]
         hd, wd2 = h[:m], w2[0]
         clk0 = sm_clock()
-        t1 = compare({"ours": lambda: ours.gemm(0, x, w13i, h, offs, None, 2 * inter),
-                      "torch": lambda: torch_l1(x, w13, offs, None),
-                      "cublas1": lambda: torch.matmul(x1, wd1.T)}, f1 / (peak * 0.6e9), rounds)
-        t2 = compare({"ours": lambda: ours.gemm(1, h, w2, y, offs, None, hidden),
-                      "torch": lambda: torch_l2(h, w2, offs),
-                      "cublas1": lambda: torch.matmul(hd, wd2.T)}, f2 / (peak * 0.6e9), rounds)
+        fn1 = {"ours": lambda: ours.gemm(0, x, w13i, h, offs, None, 2 * inter),
+               "torch": lambda: torch_l1(x, w13, offs, None),
+               "cublas1": lambda: torch.matmul(x1, wd1.T)}
+        fn2 = {"ours": lambda: ours.gemm(1, h, w2, y, offs, None, hidden),
+               "torch": lambda: torch_l2(h, w2, offs),
+               "cublas1": lambda: torch.matmul(hd, wd2.T)}
+        for st in stores:
+            fn1["ours_" + st] = lambda st=st: ours.gemm(0, x, w13i, h, offs, None, 2 * inter, store=STORES[st])
+            fn2["ours_" + st] = lambda st=st: ours.gemm(1, h, w2, y, offs, None, hidden, store=STORES[st])
+        t1 = compare(fn1, f1 / (peak * 0.6e9), rounds)
+        t2 = compare(fn2, f2 / (peak * 0.6e9), rounds)
         clk1 = sm_clock()
         for gemm, t, f, err, n in (("L1+SwiGLU", t1, f1, err1, 2 * inter), ("L2", t2, f2, err2, hidden)):
             fd = f / El
@@ -273,16 +283,22 @@ def speed_phase(ours, rows_list, rounds, seed):
                      cublas_tflops=fd / t["cublas1"]["median_ms"] / 1e9,
                      speedup=t["torch"]["median_ms"] / t["ours"]["median_ms"],
                      rel_diff_vs_torch=err, sm_clock_mhz=[clk0, clk1])
+            if stores:
+                r["ours_by_store"] = {st: dict(t["ours_" + st], tflops=f / t["ours_" + st]["median_ms"] / 1e9,
+                                               speedup=t["torch"]["median_ms"] / t["ours_" + st]["median_ms"])
+                                      for st in stores}
             out.append(r)
             print(f"{name:16s} P={P} E={El:3d} m={m:5d} {gemm:9s} {r['tile']:9s} "
                   f"ours {r['ours_tflops']:6.1f} torch {r['torch_tflops']:6.1f} cublas1 {r['cublas_tflops']:6.1f} "
-                  f"TFLOP/s  x{r['speedup']:.2f}  diff {err:.1e}  clk {clk0}/{clk1}", flush=True)
+                  f"TFLOP/s  x{r['speedup']:.2f}  diff {err:.1e}  clk {clk0}/{clk1}"
+                  + "".join(f"  {st} x{v['speedup']:.2f}" for st, v in r.get("ours_by_store", {}).items()),
+                  flush=True)
         del x, w13, w13i, w2, h, y, torch_h, torch_y
         torch.cuda.empty_cache()
     return out
 
 
-def sweep_phase(ours, rows_list, rounds, seed):
+def sweep_phase(ours, rows_list, rounds, seed, stores):
     """Every compiled tile and split-K factor forced (ours only; torch once per shape for the ratio), the data
     the tile heuristic is fitted from. Splits: 1, and those that keep one wave of work items on the SMs."""
     out = []
@@ -306,21 +322,23 @@ def sweep_phase(ours, rows_list, rounds, seed):
                 for sp in (1, 2, 3, 4, 6, 8):
                     if sp > 1 and (tiles * sp > ours.sms or sp > (K + 63) // 64 // 8):
                         continue
-                    key = f"{TILES[t]}/k{sp}"
-                    fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N:
-                                ours.gemm(kind, a, b, c, offs, None, N, t, sp))
-                    plans[key] = (t, sp)
+                    for st in stores or ["auto"]:
+                        key = f"{TILES[t]}/k{sp}" + (f"/{st}" if stores else "")
+                        fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N, st=st:
+                                    ours.gemm(kind, a, b, c, offs, None, N, t, sp, STORES[st]))
+                        plans[key] = (t, sp, st)
             diffs = {}
-            for key, (t, sp) in plans.items():
+            for key, (t, sp, st) in plans.items():
                 c.fill_(float("nan"))
-                ours.gemm(kind, a, b, c, offs, None, N, t, sp)
+                ours.gemm(kind, a, b, c, offs, None, N, t, sp, STORES[st])
                 torch.cuda.synchronize()
                 diffs[key] = rel(c, ref) if not bool(c.isnan().any()) else float("inf")
             clk0 = sm_clock()
             t_ = compare(fns, f / (peak * 0.6e9), rounds)
             clk1 = sm_clock()
             best = min(plans, key=lambda k: t_[k]["median_ms"])
-            hk = f"{TILES[heur[0]]}/k{heur[1]}"
+            # The heuristic's tile and splits (with forced stores: beside the first of them).
+            hk = f"{TILES[heur[0]]}/k{heur[1]}" + (f"/{stores[0]}" if stores else "")
             r = dict(model=name, P=P, experts=El, rows_per_expert=m, gemm=gemm, flop=f,
                      torch_ms=t_["torch"]["median_ms"], heuristic=hk, best=best, sm_clock_mhz=[clk0, clk1],
                      configs={k: dict(t_[k], tflops=f / t_[k]["median_ms"] / 1e9,
@@ -349,19 +367,27 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--out-store", default="auto", choices=list(STORES), help="the output store of 'ours'")
+    ap.add_argument("--compare-stores", default="",
+                    help="comma list of output stores (staged, bulk) also timed, checked and swept, forced")
     a = ap.parse_args()
     ours = Ours(a.lib)
+    ours.store = STORES[a.out_store]
+    stores = [st for st in a.compare_stores.split(",") if st]
+    for st in stores:
+        if st not in STORES:
+            ap.error(f"--compare-stores {st}: expected one of {', '.join(STORES)}")
     res = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                device=torch.cuda.get_device_name(0), torch=torch.__version__, commit=a.commit, seed=a.seed,
                method="CUDA-graph replays of each side, alternating round by round; median per call over rounds")
     if a.check:
-        res["check"] = check_phase(ours, a.seed)
+        res["check"] = check_phase(ours, a.seed, stores or [a.out_store])
         json.dump(res, open(a.out, "w"), indent=1)
     if a.sweep:
-        res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed)
+        res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed, stores)
         json.dump(res, open(a.out, "w"), indent=1)
     if not a.no_speed:
-        res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed)
+        res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed, stores)
     json.dump(res, open(a.out, "w"), indent=1)
     if a.check and not all(r["pass"] for r in res["check"]):
         print("CHECK FAILED", file=sys.stderr)

@@ -29,6 +29,17 @@ std::string to_string(MoeTile t);
 int moe_tile_block_m(MoeTile t);
 int moe_tile_block_n(MoeTile t);
 
+// How the epilogue's output tile leaves shared memory (src/device/moe/
+// epilogue_store.cuh): 16-byte stores from warp-private staging rows, or the
+// whole tile staged and sent as one TMA bulk copy a row, so that the
+// consumers return to the next tile's mainloop at once.
+enum class MoeOutStore : int { automatic = -1, warp_staged = 0, tile_bulk = 1 };
+// "auto", "staged", "bulk"; throws xstage::Error otherwise.
+MoeOutStore parse_moe_out_store(const std::string& name);
+std::string to_string(MoeOutStore s);
+// The automatic choice (docs/design/moe.md).
+MoeOutStore moe_pick_out_store(MoeGemmKind kind, MoeTile tile);
+
 struct MoeGemmArgs {
   MoeGemmKind kind = MoeGemmKind::l2;
   const void* a = nullptr;            // bf16 [rows_total, K]
@@ -39,11 +50,20 @@ struct MoeGemmArgs {
   int rows_total = 0, K = 0, N = 0, E = 0;
   MoeTile tile = MoeTile::automatic;
   // Split-K: 0 = the heuristic's (moe_pick_splits), else 1 .. ceil(K / 64).
-  // With more than 1, the launch uses a workspace of this device shared by
-  // every split-K launch: launch them on one stream (one at a time); the
-  // first one of a size allocates (not inside a CUDA graph capture).
+  // With more than 1 the launch needs a workspace of moe_workspace_bytes():
+  // the caller's (zeroed once before its first use; every launch leaves it
+  // ready for the next; one launch at a time may use it), or, when
+  // `workspace` is null, one of this device shared by every such launch,
+  // which the first launch of a size allocates (so not inside a CUDA graph
+  // capture; launch them on one stream).
   int splits = 0;
+  MoeOutStore out_store = MoeOutStore::automatic;
+  void* workspace = nullptr;  // 16-byte aligned, workspace_bytes long, or null
+  size_t workspace_bytes = 0;
 };
+
+// The split-K workspace these arguments need (0 when they resolve to one split).
+size_t moe_workspace_bytes(const MoeGemmArgs& a);
 
 // The tile heuristic (docs/design/moe.md): up to 64 rows an expert the
 // 64 x 256 tile (when 256 divides N); else, for each compiled shape whose
@@ -64,9 +84,10 @@ int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_co
 void validate_moe_gemm_args(const MoeGemmArgs& a);
 // Validates, resolves the tile, launches on `stream` (asynchronous).
 void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream = nullptr);
-// The tile and the splits moe_gemm runs for these arguments on the current device.
+// The tile, splits and output store moe_gemm runs for these arguments on the current device.
 MoeTile moe_resolved_tile(const MoeGemmArgs& a);
 int moe_resolved_splits(const MoeGemmArgs& a);
+MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a);
 
 // W13 from the usual [E, 2I, K] layout (gate rows 0 .. I-1, then up rows) to
 // the interleaved one, on the host (I a multiple of 8).

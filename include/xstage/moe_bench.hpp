@@ -24,6 +24,7 @@ struct MoeBenchOptions {
   std::vector<int> counts;        // rows of each local expert (its size is E)
   bool routing_weights = false;   // scale L1's output by each row's weight
   MoeTile tile_l1 = MoeTile::automatic, tile_l2 = MoeTile::automatic;
+  MoeOutStore out_store = MoeOutStore::automatic;  // both GEMMs
   // Host inputs as float (rounded to bf16 here); all empty: random from `seed`.
   // x [rows, hidden] (l1, layer) or h [rows, inter] (l2 alone), w13 [E, 2 inter,
   // hidden] in the usual layout (gate rows, then up rows), w2 [E, hidden, inter],
@@ -39,6 +40,7 @@ struct MoeBenchOptions {
 
 struct MoeGemmReport {
   MoeTile tile = MoeTile::automatic;  // as resolved
+  MoeOutStore out_store = MoeOutStore::automatic;  // as resolved
   double flop = 0;
   float first_run_ms = 0;
   double median_ms = NAN, min_ms = NAN, tflops = NAN;

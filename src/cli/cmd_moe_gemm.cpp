@@ -39,7 +39,7 @@ struct MoeArgs {
   int hidden = 0, inter = 0, experts = 0, ep = 1, rows_per_expert = 128;
   std::vector<int> counts;
   bool uneven = false, routing_weights = false;
-  std::string tile_l1 = "auto", tile_l2 = "auto";
+  std::string tile_l1 = "auto", tile_l2 = "auto", out_store = "auto";
   uint64_t seed = 1;
   bool check = false, bench = false;
   int warmup = 3, iters = 0, check_rows = 0;
@@ -60,7 +60,7 @@ std::vector<float> load(const std::string& path, const char* opt, const std::vec
 nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 nlohmann::json gemm_json(const MoeGemmReport& g, bool bench, bool check) {
-  nlohmann::json j{{"tile", to_string(g.tile)}, {"flop", g.flop}, {"first_run_ms", g.first_run_ms}};
+  nlohmann::json j{{"tile", to_string(g.tile)}, {"out_store", to_string(g.out_store)}, {"flop", g.flop}, {"first_run_ms", g.first_run_ms}};
   if (bench) {
     j["median_ms"] = num_or_null(g.median_ms);
     j["min_ms"] = num_or_null(g.min_ms);
@@ -108,6 +108,7 @@ void run_moe_gemm(MoeArgs& a) {
   o.hidden = a.hidden, o.inter = a.inter;
   o.routing_weights = a.routing_weights || !a.weights_path.empty();
   o.tile_l1 = parse_moe_tile(a.tile_l1), o.tile_l2 = parse_moe_tile(a.tile_l2);
+  o.out_store = parse_moe_out_store(a.out_store);
   o.seed = a.seed, o.check = a.check, o.check_rows = a.check_rows;
   o.bench = a.bench, o.warmup = a.warmup, o.iters = a.iters, o.out_path = a.out_path;
   validate_moe_bench_options(o);
@@ -152,9 +153,9 @@ void run_moe_gemm(MoeArgs& a) {
     if (a.check) j["check_pass"] = r.check_pass;
     std::cout << j.dump(2) << "\n";
   } else {
-    Table t({"gemm", "tile", "M", "K", "N", "first_ms", "median_ms", "TFLOP/s", "rows_checked", "rel_err", "unwritten"});
+    Table t({"gemm", "tile", "out_store", "M", "K", "N", "first_ms", "median_ms", "TFLOP/s", "rows_checked", "rel_err", "unwritten"});
     auto add = [&](const char* name, const MoeGemmReport& g, int K, int N) {
-      t.add({name, to_string(g.tile), std::to_string(r.rows_total), std::to_string(K), std::to_string(N),
+      t.add({name, to_string(g.tile), to_string(g.out_store), std::to_string(r.rows_total), std::to_string(K), std::to_string(N),
              fmt::format("{:.3f}", g.first_run_ms), a.bench ? fmt::format("{:.4f}", g.median_ms) : "-",
              a.bench ? fmt::format("{:.1f}", g.tflops) : "-",
              a.check ? std::to_string(g.rows_checked) : "-", a.check ? fmt::format("{:.3e}", g.rel_err) : "-",
@@ -196,6 +197,10 @@ void add_moe_gemm_command(CLI::App& app) {
   sub->add_flag("--routing-weights", a->routing_weights, "Scale L1's output by each row's routing weight");
   sub->add_option("--tile-l1", a->tile_l1, "auto, m128n256, m64n256, m128n128")->capture_default_str();
   sub->add_option("--tile-l2", a->tile_l2, "auto, m128n256, m64n256, m128n128")->capture_default_str();
+  sub->add_option("--out-store", a->out_store,
+                  "How the epilogue's output leaves shared memory: auto, staged (16-byte stores from warp "
+                  "staging rows) or bulk (the tile staged, one TMA bulk copy a row)")
+      ->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   sub->add_flag("--check", a->check, "Compare sampled rows with an fp64 CPU reference; scan for unwritten outputs");
   sub->add_option("--check-rows", a->check_rows, "Rows to compare per GEMM (default about 16)");

@@ -114,12 +114,25 @@ TEST(MoeArgs, ValidationNamesTheArgument) {
   EXPECT_NE(msg().find("N"), std::string::npos);
   a.N = 384, a.tile = MoeTile::m128n256;
   EXPECT_NE(msg().find("m128n256"), std::string::npos);
+  a.tile = MoeTile::m128n128, a.out_store = MoeOutStore(7);
+  EXPECT_NE(msg().find("out_store"), std::string::npos);
+  a.out_store = MoeOutStore::tile_bulk, a.workspace = reinterpret_cast<char*>(dummy) + 4;
+  EXPECT_NE(msg().find("workspace"), std::string::npos);
+  a.workspace = nullptr;
+  EXPECT_EQ(msg(), "");
+}
+
+TEST(MoeArgs, OutStoreNames) {
+  for (MoeOutStore s : {MoeOutStore::automatic, MoeOutStore::warp_staged, MoeOutStore::tile_bulk})
+    EXPECT_EQ(parse_moe_out_store(to_string(s)), s);
+  EXPECT_THROW(parse_moe_out_store("tma"), Error);
 }
 
 TEST(MoeCli, BadArgumentsFailBeforeTheGpu) {
   for (const char* args : {"moe-gemm --model nope", "moe-gemm --model deepseek-v3 --ep 3",
                            "moe-gemm --hidden 100 --inter 64 --experts 2", "moe-gemm --model mixtral-8x7b --tile-l1 x",
-                           "moe-gemm --model hidream-i1 --gemm l2 --routing-weights", "moe-gemm --counts 1,-2 --hidden 256 --inter 64"}) {
+                           "moe-gemm --model hidream-i1 --gemm l2 --routing-weights", "moe-gemm --counts 1,-2 --hidden 256 --inter 64",
+                           "moe-gemm --model hidream-i1 --out-store fast"}) {
     const CliRun r = run_cli(args);
     EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("expected"), std::string::npos) << args << "\n" << r.out;

@@ -2,7 +2,9 @@
 // every model shape with uneven rows per expert and empty experts, routing
 // weights on and off, every tile shape forced, and through the API rows that
 // belong to no expert (past the last offset) left untouched, with and without
-// split-K (twice in a row: each launch must leave the tile counts at 0).
+// split-K (twice in a row: each launch must leave the tile counts at 0), with
+// both output stores (warp-staged 16-byte stores, whole-tile bulk copies) and
+// split-K's workspace from the library or from the caller.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,13 +55,26 @@ const CliCase kCliCases[] = {
     {"hidream_ep2_split_k", "--model hidream-i1 --ep 2 --rows-per-expert 64 --uneven --seed 12"},
     {"small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 9"},
     {"one_row", "--hidden 256 --inter 128 --counts 0,1 --seed 10"},
+    // The whole-tile bulk-copy output store on the same kinds of cases.
+    {"bulk_deepseek_v3_ep8_weights",
+     "--model deepseek-v3 --ep 8 --rows-per-expert 200 --uneven --routing-weights --seed 14 --out-store bulk"},
+    {"bulk_tile_m64n256", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m64n256 "
+                          "--tile-l2 m64n256 --routing-weights --out-store bulk"},
+    {"bulk_tile_m128n128", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m128n128 "
+                           "--tile-l2 m128n128 --out-store bulk"},
+    {"bulk_mixtral_ep8_split_k", "--model mixtral-8x7b --ep 8 --rows-per-expert 130 --routing-weights --seed 15 "
+                                 "--out-store bulk"},
+    {"bulk_small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 16 --out-store bulk"},
+    {"staged_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 517 --uneven --seed 17 --out-store staged"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Rows past the last expert's end belong to no expert: the kernel computes
 // them inside its last tile but must not store them.
-void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, int splits = 1) {
+// workspace: split-K's partials and counts from the caller (zeroed once here), else the library's.
+void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, int splits, MoeOutStore store,
+                                              bool caller_workspace = false) {
   const int E = 3, rows_total = 100, K = 136, N = 256;  // K: two k-blocks, the second ragged
   const std::vector<int32_t> offs = {0, 70, 70};
   const int n_out = kind == MoeGemmKind::l1_swiglu ? N / 2 : N;
@@ -73,11 +88,22 @@ void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, in
   ASSERT_EQ(fill::launch_fill_random_bf16(b, size_t(E) * N * K, 21, 1, 0, nullptr), 0);
   ASSERT_EQ(cudaMemset(c, 0xff, size_t(rows_total) * n_out * 2), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_offs, offs.data(), E * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  MoeGemmArgs args{kind, a, b, c, d_offs, nullptr, rows_total, K, N, E, tile, splits};
+  args.out_store = store;
+  void* ws = nullptr;
+  if (caller_workspace) {
+    args.workspace_bytes = moe_workspace_bytes(args);
+    ASSERT_GT(args.workspace_bytes, 0u);
+    ASSERT_EQ(cudaMalloc(&ws, args.workspace_bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(ws, 0, args.workspace_bytes), cudaSuccess);
+    args.workspace = ws;
+  }
   for (int run = 0; run < 2; ++run) {  // the second run finds the split counts the first left
     ASSERT_EQ(cudaMemset(c, 0xff, size_t(rows_total) * n_out * 2), cudaSuccess);
-    moe_gemm({kind, a, b, c, d_offs, nullptr, rows_total, K, N, E, tile, splits});
+    moe_gemm(args);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
+  if (ws != nullptr) ASSERT_EQ(cudaFree(ws), cudaSuccess);
   std::vector<uint16_t> got(size_t(rows_total) * n_out);
   ASSERT_EQ(cudaMemcpy(got.data(), c, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   std::vector<float> arow(K), bexp(size_t(N) * K);
@@ -108,29 +134,89 @@ void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, in
   cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(d_offs);
 }
 
+constexpr MoeTile kTiles[] = {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128};
+constexpr MoeOutStore kStores[] = {MoeOutStore::warp_staged, MoeOutStore::tile_bulk};
+
 TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedL1) {
   XSTAGE_NEED_GPUS(1);
-  for (MoeTile t : {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128})
-    rows_past_the_last_expert_stay_untouched(MoeGemmKind::l1_swiglu, t);
+  for (MoeOutStore st : kStores)
+    for (MoeTile t : kTiles) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l1_swiglu, t, 1, st);
 }
 
 TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedL2) {
   XSTAGE_NEED_GPUS(1);
-  for (MoeTile t : {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128})
-    rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t);
+  for (MoeOutStore st : kStores)
+    for (MoeTile t : kTiles) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t, 1, st);
 }
 
 // Split-K: K = 136 is three k-blocks, the last ragged; 2 and 3 ranges.
 TEST(MoeGemmApi, SplitKL1) {
   XSTAGE_NEED_GPUS(1);
-  for (MoeTile t : {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128})
-    for (int splits : {2, 3}) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l1_swiglu, t, splits);
+  for (MoeOutStore st : kStores)
+    for (MoeTile t : kTiles)
+      for (int splits : {2, 3}) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l1_swiglu, t, splits, st);
 }
 
 TEST(MoeGemmApi, SplitKL2) {
   XSTAGE_NEED_GPUS(1);
-  for (MoeTile t : {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128})
-    for (int splits : {2, 3}) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t, splits);
+  for (MoeOutStore st : kStores)
+    for (MoeTile t : kTiles)
+      for (int splits : {2, 3}) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t, splits, st);
+}
+
+// The caller's workspace, as a CUDA graph or a framework's allocator needs.
+TEST(MoeGemmApi, SplitKWithTheCallersWorkspace) {
+  XSTAGE_NEED_GPUS(1);
+  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2})
+    for (MoeTile t : kTiles) rows_past_the_last_expert_stay_untouched(kind, t, 3, MoeOutStore::tile_bulk, true);
+}
+
+// Split-K launches captured in a CUDA graph and replayed: with the caller's
+// workspace nothing is allocated during capture, and every replay leaves the
+// tile counts at 0 for the next.
+TEST(MoeGemmApi, SplitKInACudaGraph) {
+  XSTAGE_NEED_GPUS(1);
+  const int E = 2, rows_total = 96, K = 512, N = 256;
+  const std::vector<int32_t> offs = {40, 96};
+  uint16_t *a, *b, *c1, *c2;
+  int32_t* d_offs;
+  ASSERT_EQ(cudaMalloc(&a, size_t(rows_total) * K * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, size_t(E) * N * K * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&c1, size_t(rows_total) * N * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&c2, size_t(rows_total) * N * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_offs, E * 4), cudaSuccess);
+  ASSERT_EQ(fill::launch_fill_random_bf16(a, size_t(rows_total) * K, 31, 0, 0, nullptr), 0);
+  ASSERT_EQ(fill::launch_fill_random_bf16(b, size_t(E) * N * K, 31, 1, 0, nullptr), 0);
+  ASSERT_EQ(cudaMemcpy(d_offs, offs.data(), E * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  MoeGemmArgs args{MoeGemmKind::l2, a, b, c1, d_offs, nullptr, rows_total, K, N, E, MoeTile::m128n128, 4};
+  moe_gemm(args);  // the reference: one split-K launch outside the graph, the library's workspace
+  void* ws = nullptr;
+  args.c = c2, args.workspace_bytes = moe_workspace_bytes(args);
+  ASSERT_EQ(cudaMalloc(&ws, args.workspace_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ws, 0, args.workspace_bytes), cudaSuccess);
+  args.workspace = ws;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  moe_gemm(args, s);
+  moe_gemm(args, s);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    ASSERT_EQ(cudaMemsetAsync(c2, 0xff, size_t(rows_total) * N * 2, s), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    std::vector<uint16_t> want(size_t(rows_total) * N), got(want.size());
+    ASSERT_EQ(cudaMemcpy(want.data(), c1, want.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), c2, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    // The partials are summed in split order whoever finishes last: the same bits.
+    ASSERT_EQ(want, got) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaStreamDestroy(s);
+  cudaFree(ws), cudaFree(a), cudaFree(b), cudaFree(c1), cudaFree(c2), cudaFree(d_offs);
 }
 
 }  // namespace

@@ -1,22 +1,31 @@
 #pragma once
-// Epilogue policies of the grouped GEMM: what a consumer warp does with its
-// 16 rows x WG_TILE_N columns of fp32 accumulators (the wgmma D layout, see
-// ptx/wgmma.cuh: thread (g, t) holds rows g and g + 8, columns 8 nb + 2t, +1).
+// Epilogue policies of the grouped GEMM: what a consumer warp's 16 rows x
+// WG_TILE_N columns of fp32 accumulators (the wgmma D layout, see
+// ptx/wgmma.cuh: thread (g, t) holds rows g and g + 8, columns 8 nb + 2t, +1)
+// become as bf16 output.
 //   static constexpr int kOutDiv   output columns = N / kOutDiv
-//   store<NB>(params, acc, row, row_end, col0, lane, stage)
+//   outputs<NB>(params, acc, row, row_end, lane)
+//       a functor out(ob, v) giving output block ob's (8 columns) packed
+//       bf16x2 values for rows g (v[0]) and g + 8 (v[1]) of this lane;
 //       row: the tile row of the warp's first row (absolute row of A / C),
-//       rows >= row_end belong to the next expert (or are past the tensor) and
-//       are never stored; col0: the output column of accumulator column 0;
-//       stage: the warp's kStageWarpElems bf16 of shared memory.
-// Stores go through a small warp-private staging area in shared memory
-// (store_staged): a warp writes 64 output columns of its 16 rows there, then
-// each lane stores 16 contiguous bytes, whole 128-byte row segments a
-// warp instruction. Straight from registers, each lane would store 4 bytes
-// and a warp instruction would touch 8 rows; the LSU and L2 transactions of
-// that epilogue stood exposed between two tiles' mainloops (docs/perf-log.md).
+//       rows >= row_end belong to the next expert (or are past the tensor).
+// How the values leave is the kernel configuration's choice (OUT_COLS in
+// grouped_gemm_config.cuh), one of two writers below:
+//   store_staged: through a small warp-private staging area in shared
+//     memory; each lane then stores 16 contiguous bytes, whole 128-byte row
+//     segments a warp instruction (straight from registers a lane would store
+//     4 bytes and an instruction would touch 8 rows: the LSU and L2
+//     transactions of that epilogue stood exposed between two tiles'
+//     mainloops, docs/perf-log.md). The warp waits for nothing, but its
+//     stores issue in the consumer's own time, between two mainloops.
+//   stage_tile_rows + store_tile_bulk: the whole tile is written to shared
+//     memory, then each row (< row_end) leaves as one TMA bulk copy; the
+//     consumers return to the mainloop as soon as the copies are issued, and
+//     the copy engine drains the tile while the next one computes.
 #include <cstdint>
 
 #include "device/moe/moe_params.hpp"
+#include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/math.cuh"
 
 namespace xstage::moe {
@@ -55,16 +64,48 @@ __device__ __forceinline__ void store_staged(uint16_t* stage, uint16_t* c, int n
   }
 }
 
+// The warp's 16 rows of output blocks 0 .. OB-1 into the staged tile: rows
+// row0 .. row0 + 15 and columns col0 .. of `tile` (rows ROW_BYTES apart).
+// ROW_BYTES = 16 (mod 128) puts rows g = 0..7 four banks apart: the 32 lanes'
+// 4-byte stores hit 32 different banks.
+template <int OB, uint32_t ROW_BYTES, class Out>
+__device__ __forceinline__ void stage_tile_rows(uint8_t* tile, int row0, int col0, int lane, Out&& out) {
+  static_assert(ROW_BYTES % 128 == 16, "rows 4 banks apart");
+  const int g = lane >> 2, t = lane & 3;
+  uint8_t* r0 = tile + (row0 + g) * ROW_BYTES + (col0 + 2 * t) * 2;
+#pragma unroll
+  for (int ob = 0; ob < OB; ++ob) {
+    uint32_t v[2];
+    out(ob, v);
+    *reinterpret_cast<uint32_t*>(r0 + ob * 16) = v[0];
+    *reinterpret_cast<uint32_t*>(r0 + 8 * ROW_BYTES + ob * 16) = v[1];
+  }
+}
+
+// Issued by consumer thread ct (0 .. 255) once the whole tile is staged and
+// made visible to the async proxy: thread ct < BM sends tile row ct, if it
+// belongs to this expert, as one bulk copy of OUT_COLS bf16 to row
+// `first_row + ct` of c, starting at column col0.
+template <int BM, int OUT_COLS, uint32_t ROW_BYTES>
+__device__ __forceinline__ void store_tile_bulk(const uint8_t* tile, uint16_t* c, int n_out, int first_row,
+                                                int row_end, int col0, int ct) {
+  if (ct >= BM) return;
+  const int row = first_row + ct;
+  if (row < row_end) {
+    ptx::bulk_store_s2g(c + int64_t(row) * n_out + col0, tile + ct * ROW_BYTES, OUT_COLS * 2);
+    ptx::bulk_commit_group();
+  }
+}
+
 // C = A B^T as bf16.
 struct PlainStoreEpilogue {
   static constexpr int kOutDiv = 1;
   template <int NB>
-  __device__ __forceinline__ static void store(const GroupedGemmParams& p, const float (&acc)[NB][4], int row,
-                                               int row_end, int col0, int lane, uint16_t* stage) {
-    store_staged<NB>(stage, static_cast<uint16_t*>(p.c), p.N, row, row_end, col0, lane, [&](int ob, uint32_t* v) {
+  __device__ __forceinline__ static auto outputs(const GroupedGemmParams&, const float (&acc)[NB][4], int, int, int) {
+    return [&acc](int ob, uint32_t* v) {
       v[0] = ptx::pack_bf16x2(acc[ob][0], acc[ob][1]);
       v[1] = ptx::pack_bf16x2(acc[ob][2], acc[ob][3]);
-    });
+    };
   }
 };
 
@@ -80,22 +121,21 @@ struct SwigluStoreEpilogue {
     return gate / (1.f + __expf(-gate)) * up;
   }
   template <int NB>
-  __device__ __forceinline__ static void store(const GroupedGemmParams& p, const float (&acc)[NB][4], int row,
-                                               int row_end, int col0, int lane, uint16_t* stage) {
+  __device__ __forceinline__ static auto outputs(const GroupedGemmParams& p, const float (&acc)[NB][4], int row,
+                                                 int row_end, int lane) {
     static_assert(NB % 2 == 0, "gate and up n-blocks come in pairs");
     const int g = lane >> 2;
-    float w[2] = {1.f, 1.f};
+    float w0 = 1.f, w1 = 1.f;
     if (p.row_weight != nullptr) {  // rows past the expert's end read a valid row of A's range, or none
-      if (row + g < row_end) w[0] = __ldg(p.row_weight + row + g);
-      if (row + g + 8 < row_end) w[1] = __ldg(p.row_weight + row + g + 8);
+      if (row + g < row_end) w0 = __ldg(p.row_weight + row + g);
+      if (row + g + 8 < row_end) w1 = __ldg(p.row_weight + row + g + 8);
     }
-    store_staged<NB / 2>(stage, static_cast<uint16_t*>(p.c), p.N / 2, row, row_end, col0, lane,
-                         [&](int j, uint32_t* v) {
-#pragma unroll
-                           for (int h = 0; h < 2; ++h)
-                             v[h] = ptx::pack_bf16x2(silu_mul(acc[2 * j][2 * h], acc[2 * j + 1][2 * h]) * w[h],
-                                                     silu_mul(acc[2 * j][2 * h + 1], acc[2 * j + 1][2 * h + 1]) * w[h]);
-                         });
+    return [&acc, w0, w1](int j, uint32_t* v) {
+      v[0] = ptx::pack_bf16x2(silu_mul(acc[2 * j][0], acc[2 * j + 1][0]) * w0,
+                              silu_mul(acc[2 * j][1], acc[2 * j + 1][1]) * w0);
+      v[1] = ptx::pack_bf16x2(silu_mul(acc[2 * j][2], acc[2 * j + 1][2]) * w1,
+                              silu_mul(acc[2 * j][3], acc[2 * j + 1][3]) * w1);
+    };
   }
 };
 

@@ -2,15 +2,26 @@
 // Tile shape and shared-memory plan of the grouped GEMM kernel
 // (grouped_gemm_sm90.cuh): BLOCK_M x BLOCK_N output tiles, k-blocks of 64
 // (one 128-byte swizzle row of bf16), two consumer warpgroups laid out
-// WG_M x WG_N over the tile, one producer warpgroup.
+// WG_M x WG_N over the tile, one producer warpgroup, and how the epilogue
+// leaves shared memory (OUT_COLS, below).
 #include <cstddef>
 #include <cstdint>
 
 namespace xstage::moe {
 
-template <int BM, int BN, int WGN>
+// OUT_COLS = 0: each consumer warp stores its rows through a warp-private
+// staging area with 16-byte stores (epilogue_store.cuh, store_staged).
+// OUT_COLS > 0: the whole output tile (BLOCK_M rows of OUT_COLS bf16: BLOCK_N,
+// or BLOCK_N / 2 after the SwiGLU) is staged, and every row leaves as one TMA
+// bulk copy (store_tile_bulk): the consumers go back to the mainloop while
+// the copy engine drains the tile. It costs a tile's worth of shared memory,
+// one pipeline stage of the largest tile.
+template <int BM, int BN, int WGN, int OUT_COLS_ = 0>
 struct GroupedGemmConfig {
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = 64;
+  static constexpr int OUT_COLS = OUT_COLS_;
+  static constexpr bool BULK_OUT = OUT_COLS > 0;
+  static_assert(OUT_COLS == 0 || OUT_COLS == BN || 2 * OUT_COLS == BN, "a plain or a SwiGLU tile's columns");
   static constexpr int WG_N = WGN, WG_M = 2 / WGN;
   static_assert(WG_M * 64 == BM, "each consumer warpgroup owns 64 rows of the tile");
   static constexpr int WG_TILE_N = BN / WGN;  // the wgmma N of one warpgroup
@@ -28,8 +39,12 @@ struct GroupedGemmConfig {
   // CTA: the loads run ahead across tile boundaries, so the next tile's
   // operands arrive while this one's epilogue stores.
   static constexpr size_t SMEM_LIMIT = 227 * 1024;
-  // The epilogue's warp-private staging rows (epilogue_store.cuh): 16 x 72 bf16 a consumer warp.
-  static constexpr size_t STAGING_BYTES = size_t(CONSUMER_WARPS) * 16 * 72 * 2;
+  // The epilogue's staging: 16 x 72 bf16 a consumer warp (warp-private rows),
+  // or the whole tile with rows OUT_ROW_BYTES apart: 16 bytes of padding put
+  // the 8 rows a warp's accumulator store touches in 8 different bank groups.
+  static constexpr uint32_t OUT_ROW_BYTES = OUT_COLS * 2 + 16;
+  static constexpr size_t STAGING_BYTES =
+      BULK_OUT ? size_t(BM) * OUT_ROW_BYTES : size_t(CONSUMER_WARPS) * 16 * 72 * 2;
   static constexpr int STAGES_FIT = int((SMEM_LIMIT - 1024 - 1024 - STAGING_BYTES) / STAGE_BYTES);
   static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
   static_assert(STAGES >= 2, "at least double buffering");
@@ -41,8 +56,11 @@ struct GroupedGemmConfig {
   static constexpr size_t SMEM_BYTES = OFF_SPLIT_FLAG + 16 + 1024;
 };
 
-using CfgM128N256 = GroupedGemmConfig<128, 256, 1>;
-using CfgM64N256 = GroupedGemmConfig<64, 256, 2>;
-using CfgM128N128 = GroupedGemmConfig<128, 128, 1>;
+template <int OUT_COLS = 0>
+using CfgM128N256 = GroupedGemmConfig<128, 256, 1, OUT_COLS>;
+template <int OUT_COLS = 0>
+using CfgM64N256 = GroupedGemmConfig<64, 256, 2, OUT_COLS>;
+template <int OUT_COLS = 0>
+using CfgM128N128 = GroupedGemmConfig<128, 128, 1, OUT_COLS>;
 
 }  // namespace xstage::moe

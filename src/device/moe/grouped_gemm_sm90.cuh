@@ -9,8 +9,10 @@
 //   - warpgroups 1 and 2 are consumers: each owns 64 x WG_TILE_N of the tile
 //     and runs wgmma with both operands K-major in shared memory, one k-block
 //     group in flight while it waits for the next, then hands its
-//     accumulators to the epilogue policy (epilogue_store.cuh), which stores
-//     them through warp-private staging rows;
+//     accumulators to the epilogue policy (epilogue_store.cuh), whose values
+//     leave through warp-private staging rows, or through the whole tile
+//     staged in shared memory and sent row by row as TMA bulk copies (the
+//     configuration's OUT_COLS);
 //   - the tile order is the scheduler policy's (sched/grouped.cuh); producer
 //     and consumers walk it independently, reading the same offsets, so they
 //     agree on every tile without a hand-over through shared memory;
@@ -147,6 +149,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
   const int warp = (tid / 32) % 4, lane = tid & 31;
   uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + ((tid - 128) / 32) * kStageWarpElems;
+  uint8_t* out_tile = smem + Cfg::OFF_STAGING;  // BULK_OUT: the whole output tile
   // K-major, 128-byte swizzle: 8-row atoms 1024 bytes apart; a k step of 16
   // moves 32 bytes inside the atom (ptx/wgmma.cuh).
   const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
@@ -178,10 +181,36 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (lane == 0) ptx::mbar_arrive(empty + prev_s);
     if constexpr (kSplitK)
       if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
-    const int row = c.row_begin + c.m_block * BM + wg_m * 64 + warp * 16;
-    const int col0 = (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv;
-    Epilogue::template store<WN / 8>(p, acc, row, c.row_end, col0, lane, stage);
+    const int tile_row = c.row_begin + c.m_block * BM;
+    const int row = tile_row + wg_m * 64 + warp * 16;
+    const auto out = Epilogue::template outputs<WN / 8>(p, acc, row, c.row_end, lane);
+    constexpr int OB = WN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp
+    uint16_t* const c_out = static_cast<uint16_t*>(p.c);
+    const int n_out = p.N / Epilogue::kOutDiv;
+    if constexpr (Cfg::BULK_OUT) {
+      static_assert(Cfg::OUT_COLS == BN / Epilogue::kOutDiv, "the staged tile holds the epilogue's columns");
+      const int ct = tid - 128;
+      // The previous tile's row copies must have read the staged tile before
+      // anyone overwrites it: each sender waits for its own copy, the barrier
+      // for every sender. (Long done by now: a mainloop ran in between.)
+      if (ct < BM) ptx::bulk_wait_group_read_all();
+      ptx::named_bar_sync(1, 256);
+      stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN / Epilogue::kOutDiv, lane,
+                                              out);
+      // Generic-proxy writes to shared memory, read next by the TMA unit.
+      ptx::fence_proxy_async_shared();
+      ptx::named_bar_sync(1, 256);
+      store_tile_bulk<BM, Cfg::OUT_COLS, Cfg::OUT_ROW_BYTES>(out_tile, c_out, n_out, tile_row, c.row_end,
+                                                             c.n_block * Cfg::OUT_COLS, ct);
+    } else {
+      store_staged<OB>(stage, c_out, n_out, row, c.row_end, (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane,
+                       out);
+    }
   }
+  // Shared memory must outlive the copies that read it; the writes are then
+  // complete before the kernel's end makes them visible to the next launch.
+  if constexpr (Cfg::BULK_OUT)
+    if (tid - 128 < BM) ptx::bulk_wait_group_all();
 }
 
 }  // namespace xstage::moe

@@ -46,4 +46,27 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   return int(cudaGetLastError());
 }
 
+// Shape<0> stores from warp-private staging rows, Shape<columns> stages the
+// whole tile and sends it as bulk copies (grouped_gemm_config.cuh).
+template <template <int> class Shape, class Epilogue>
+int launch_with_out_store(const GroupedGemmParams& p, int out_store, cudaStream_t stream) {
+  using Staged = Shape<0>;
+  using Bulk = Shape<Staged::BLOCK_N / Epilogue::kOutDiv>;
+  switch (out_store) {
+    case kOutWarpStaged: return launch_grouped_gemm<Staged, Epilogue>(p, stream);
+    case kOutTileBulk: return launch_grouped_gemm<Bulk, Epilogue>(p, stream);
+    default: return int(cudaErrorInvalidValue);
+  }
+}
+
+template <class Epilogue>
+int launch_grouped_gemm_tile(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream) {
+  switch (tile) {
+    case kTileM128N256: return launch_with_out_store<CfgM128N256, Epilogue>(p, out_store, stream);
+    case kTileM64N256: return launch_with_out_store<CfgM64N256, Epilogue>(p, out_store, stream);
+    case kTileM128N128: return launch_with_out_store<CfgM128N128, Epilogue>(p, out_store, stream);
+    default: return int(cudaErrorInvalidValue);
+  }
+}
+
 }  // namespace xstage::moe

@@ -45,4 +45,10 @@ enum TileId : int {
   kTileCount = 3,
 };
 
+// How the epilogue's output leaves shared memory (grouped_gemm_config.cuh, OUT_COLS).
+enum OutStoreId : int {
+  kOutWarpStaged = 0,  // 16-byte stores from warp-private staging rows
+  kOutTileBulk = 1,    // the whole tile staged, one TMA bulk copy a row
+};
+
 }  // namespace xstage::moe

@@ -45,6 +45,18 @@ void reserve_split_workspace(SplitWorkspace& w, int64_t ws_bytes, int64_t tiles)
   }
 }
 
+// Partials of every tile that may exist (fp32, BLOCK_M x BLOCK_N a split),
+// then one arrival count a tile: one block, the partials first (16-byte aligned).
+struct SplitSizes {
+  int64_t ws_bytes = 0, tiles = 0;
+  int64_t total() const { return ws_bytes + tiles * int64_t(sizeof(int32_t)); }
+};
+SplitSizes split_sizes(const MoeGemmArgs& a, MoeTile t, int splits) {
+  const int bm = moe_tile_block_m(t), bn = moe_tile_block_n(t);
+  const int64_t tiles = max_tiles(a, bm, bn);
+  return {tiles * splits * bm * bn * int64_t(sizeof(float)), tiles};
+}
+
 int device_sms() {
   int dev = 0, n = 0;
   XSTAGE_CUDA(cudaGetDevice(&dev));
@@ -68,6 +80,22 @@ std::string to_string(MoeTile t) {
     case MoeTile::m128n256: return "m128n256";
     case MoeTile::m64n256: return "m64n256";
     case MoeTile::m128n128: return "m128n128";
+  }
+  return "unknown";
+}
+
+MoeOutStore parse_moe_out_store(const std::string& name) {
+  if (name == "auto") return MoeOutStore::automatic;
+  if (name == "staged") return MoeOutStore::warp_staged;
+  if (name == "bulk") return MoeOutStore::tile_bulk;
+  throw Error(fmt::format("--out-store {}: expected auto, staged or bulk", name));
+}
+
+std::string to_string(MoeOutStore s) {
+  switch (s) {
+    case MoeOutStore::automatic: return "auto";
+    case MoeOutStore::warp_staged: return "staged";
+    case MoeOutStore::tile_bulk: return "bulk";
   }
   return "unknown";
 }
@@ -98,6 +126,12 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
   if (a.splits < 0 || a.splits > (a.K + 63) / 64)
     throw Error(fmt::format("moe gemm {}: splits: expected 0 (automatic) to ceil(K / 64) = {}, got {}", k,
                             (a.K + 63) / 64, a.splits));
+  if (a.out_store != MoeOutStore::automatic && a.out_store != MoeOutStore::warp_staged &&
+      a.out_store != MoeOutStore::tile_bulk)
+    throw Error(fmt::format("moe gemm {}: out_store {}: expected -1 (auto), 0 (staged) or 1 (bulk)", k,
+                            int(a.out_store)));
+  if (a.workspace != nullptr && !aligned16(a.workspace))
+    throw Error(fmt::format("moe gemm {}: workspace: expected 16-byte alignment, got {}", k, a.workspace));
   if (a.tile != MoeTile::automatic) {
     const int bn = moe_tile_block_n(a.tile);
     if (bn == 0) throw Error(fmt::format("moe gemm {}: tile {}: unknown", k, int(a.tile)));
@@ -119,6 +153,17 @@ int moe_resolved_splits(const MoeGemmArgs& a) {
   return moe_pick_splits(a.rows_total, a.E, a.N, a.K, moe_resolved_tile(a), sms);
 }
 
+MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a) {
+  return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store(a.kind, moe_resolved_tile(a));
+}
+
+size_t moe_workspace_bytes(const MoeGemmArgs& a) {
+  validate_moe_gemm_args(a);
+  const int splits = moe_resolved_splits(a);
+  if (splits <= 1 || a.rows_total == 0) return 0;
+  return size_t(split_sizes(a, moe_resolved_tile(a), splits).total());
+}
+
 void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
   validate_moe_gemm_args(a);
   moe::GroupedGemmParams p;
@@ -128,23 +173,31 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
   const int tile = int(t);
   p.splits = moe_resolved_splits(a);
   if (p.splits > 1 && a.rows_total > 0) {
-    const int bm = moe_tile_block_m(t), bn = moe_tile_block_n(t);
-    const int64_t tiles = max_tiles(a, bm, bn), ws_bytes = tiles * p.splits * bm * bn * int64_t(sizeof(float));
-    if (ws_bytes > kMaxSplitWorkspaceBytes)
+    const SplitSizes z = split_sizes(a, t, p.splits);
+    if (z.ws_bytes > kMaxSplitWorkspaceBytes)
       throw Error(fmt::format("moe gemm {}: splits {}: the partials of up to {} tiles take {} MiB, above the {} MiB "
                               "allowed; split-K is for few tiles",
-                              kind_name(a.kind), p.splits, tiles, ws_bytes >> 20, kMaxSplitWorkspaceBytes >> 20));
-    static std::mutex mu;
-    static SplitWorkspace per_device[64];
-    int dev = 0;
-    XSTAGE_CUDA(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {} beyond the 64 with a workspace", dev));
-    std::lock_guard<std::mutex> lock(mu);
-    reserve_split_workspace(per_device[dev], ws_bytes, tiles);
-    p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
+                              kind_name(a.kind), p.splits, z.tiles, z.ws_bytes >> 20, kMaxSplitWorkspaceBytes >> 20));
+    if (a.workspace != nullptr) {
+      if (a.workspace_bytes < size_t(z.total()))
+        throw Error(fmt::format("moe gemm {}: workspace: {} bytes given, expected at least {} (moe_workspace_bytes)",
+                                kind_name(a.kind), a.workspace_bytes, z.total()));
+      p.split_ws = static_cast<float*>(a.workspace);
+      p.split_count = reinterpret_cast<int32_t*>(static_cast<char*>(a.workspace) + z.ws_bytes);
+    } else {
+      static std::mutex mu;
+      static SplitWorkspace per_device[64];
+      int dev = 0;
+      XSTAGE_CUDA(cudaGetDevice(&dev));
+      if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {} beyond the 64 with a workspace", dev));
+      std::lock_guard<std::mutex> lock(mu);
+      reserve_split_workspace(per_device[dev], z.ws_bytes, z.tiles);
+      p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
+    }
   }
-  const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, stream)
-                                                  : moe::launch_grouped_gemm_plain(p, tile, stream);
+  const int out = int(moe_resolved_out_store(a));
+  const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, out, stream)
+                                                  : moe::launch_grouped_gemm_plain(p, tile, out, stream);
   XSTAGE_CUDA(rc);
 }
 
