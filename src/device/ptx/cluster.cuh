@@ -24,16 +24,14 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 // One arrival on the mbarrier at this CTA's offset `bar` in CTA `cta` of the
-// cluster (itself included). The arrival's release is the default CTA scope:
-// it hands back a ring slot whose reads (a completed wgmma's) are done; a
-// release at cluster scope would fence every outstanding memory operation of
-// the warp at each k-block (ncu: 60% of the consumers' stalls on a memory
-// barrier, docs/perf-log.md).
+// cluster (itself included), with release at cluster scope: this thread's
+// earlier reads of shared memory (done, e.g. by a completed wgmma) are
+// ordered before whatever the barrier's waiter does next.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");
 }
