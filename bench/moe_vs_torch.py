@@ -71,10 +71,9 @@ class Ours:
         return TILES[t] + (f"/k{s}" if s > 1 else "")
 
 
-TILES = ["m128n256", "m64n256", "m128n128", "m128n256x2", "m128n128x2"]
+TILES = ["m128n256", "m64n256", "m128n128"]
 STORES = {"auto": -1, "staged": 0, "bulk": 1}
-TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (256, 256), 4: (256, 128)}  # x2: a pair's tile
-PAIR_TILES = (3, 4)  # clusters of two CTAs: no split-K, the staged output store only
+TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128)}
 
 
 def interleave_w13(w13):
@@ -321,9 +320,9 @@ def sweep_phase(ours, rows_list, rounds, seed, stores):
                     continue
                 tiles = El * -(-m // bm) * (N // bn)
                 for sp in (1, 2, 3, 4, 6, 8):
-                    if sp > 1 and (t in PAIR_TILES or tiles * sp > ours.sms or sp > (K + 63) // 64 // 8):
+                    if sp > 1 and (tiles * sp > ours.sms or sp > (K + 63) // 64 // 8):
                         continue
-                    for st in (stores if stores and t not in PAIR_TILES else ["auto"]):
+                    for st in stores or ["auto"]:
                         key = f"{TILES[t]}/k{sp}" + (f"/{st}" if stores else "")
                         fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N, st=st:
                                     ours.gemm(kind, a, b, c, offs, None, N, t, sp, STORES[st]))

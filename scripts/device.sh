@@ -154,9 +154,6 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
       san "san-$tool-moe-splitk-$st" $tool $X moe-gemm --hidden 256 --inter 6144 --counts 3,0,70,129,1 \
         --routing-weights --check --out-store $st
     done
-    # pairs of CTAs (cluster, B multicast), an odd m-block count and an empty expert
-    san "san-$tool-moe-pair" $tool $X moe-gemm --hidden 256 --inter 256 --counts 3,0,300,129,1 --routing-weights \
-      --check --tile-l1 m128n256x2 --tile-l2 m128n128x2
   done
   lib=$B/libxstage_moe.so
   clocks_start "$OUT/r/moe/clocks-moe.csv"

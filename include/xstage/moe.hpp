@@ -21,12 +21,9 @@ namespace xstage {
 
 enum class MoeGemmKind : int { l1_swiglu = 0, l2 = 1 };
 
-// Tile shape, BLOCK_M x BLOCK_N (src/device/moe/moe_params.hpp's TileId values);
-// the x2 shapes are clusters of two CTAs along M sharing B (multicast), whose
-// tile is 256 rows (block_m 256), split-K and the bulk output store excluded.
-enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2, m128n256x2 = 3, m128n128x2 = 4 };
-bool moe_tile_is_pair(MoeTile t);
-// "auto", "m128n256", "m64n256", "m128n128", "m128n256x2", "m128n128x2"; throws xstage::Error otherwise.
+// Tile shape, BLOCK_M x BLOCK_N (src/device/moe/moe_params.hpp's TileId values).
+enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2 };
+// "auto", "m128n256", "m64n256", "m128n128"; throws xstage::Error otherwise.
 MoeTile parse_moe_tile(const std::string& name);
 std::string to_string(MoeTile t);
 int moe_tile_block_m(MoeTile t);

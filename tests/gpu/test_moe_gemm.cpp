@@ -65,16 +65,6 @@ const CliCase kCliCases[] = {
     {"bulk_mixtral_ep8_split_k", "--model mixtral-8x7b --ep 8 --rows-per-expert 130 --routing-weights --seed 15 "
                                  "--out-store bulk"},
     {"bulk_small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 16 --out-store bulk"},
-    // Pairs of CTAs sharing B (cluster multicast): odd m-block counts leave a
-    // half of a pair past its expert, empty experts a whole pair.
-    {"pair_m128n256x2", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 300 --uneven --tile-l1 m128n256x2 "
-                        "--tile-l2 m128n256x2 --routing-weights --seed 18"},
-    {"pair_m128n128x2", "--model qwen3-30b-a3b --ep 2 --rows-per-expert 130 --uneven --tile-l1 m128n128x2 "
-                        "--tile-l2 m128n128x2 --seed 19"},
-    {"pair_deepseek_v3_ep8", "--model deepseek-v3 --ep 8 --rows-per-expert 256 --tile-l1 m128n256x2 "
-                             "--tile-l2 m128n256x2 --seed 20"},
-    {"pair_small_counts", "--hidden 384 --inter 256 --counts 1,0,65,127,0,300,3 --tile-l1 m128n256x2 "
-                          "--tile-l2 m128n128x2 --routing-weights --seed 21"},
     {"staged_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 517 --uneven --seed 17 --out-store staged"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
@@ -157,15 +147,6 @@ TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedL2) {
   XSTAGE_NEED_GPUS(1);
   for (MoeOutStore st : kStores)
     for (MoeTile t : kTiles) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t, 1, st);
-}
-
-// Pairs of CTAs: the second expert's rows 70..99 belong to no expert, and the
-// pair's upper half of the first tile lies past the first expert's 70 rows.
-TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedPairs) {
-  XSTAGE_NEED_GPUS(1);
-  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2})
-    for (MoeTile t : {MoeTile::m128n256x2, MoeTile::m128n128x2})
-      rows_past_the_last_expert_stay_untouched(kind, t, 1, MoeOutStore::automatic);
 }
 
 // Split-K: K = 136 is three k-blocks, the last ragged; 2 and 3 ranges.

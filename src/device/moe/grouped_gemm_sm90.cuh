@@ -20,15 +20,6 @@
 //     the next expert's rows (or TMA zero fill past the tensor) and computes
 //     them, but the epilogue stores rows < row_end only. The k tail (K not a
 //     multiple of 64) is zero-filled by the TMA unit in both operands.
-//   - clusters of two CTAs along M (CLUSTER = 2, for experts of >= 2 m-blocks):
-//     the pair computes a 2*BLOCK_M x BLOCK_N tile, each CTA its m-half, and
-//     each loads half of the shared B k-block and multicasts it into both
-//     CTAs' ring: B leaves L2 once for two tiles, a third less L2-to-SM
-//     traffic for 128 x 256 tiles. A slot is refilled (by either CTA's
-//     producer) only when the consumers of both CTAs have released it, so
-//     every consumer warp arrives on the empty barrier of both CTAs; a CTA's
-//     producer waits at the end until its ring is released by both, so no
-//     arrival from the peer lands after it exits.
 //   - split-K (p.splits > 1, for few tiles on long K): a work item is one
 //     k range of a tile; its CTA writes the fp32 partial to the workspace and
 //     counts itself in; the tile's last CTA sums every partial in split order
@@ -40,7 +31,6 @@
 #include "device/moe/epilogue_store.cuh"
 #include "device/moe/grouped_gemm_config.cuh"
 #include "device/moe/moe_params.hpp"
-#include "device/ptx/cluster.cuh"
 #include "device/ptx/mbarrier.cuh"
 #include "device/ptx/tma.cuh"
 #include "device/ptx/wgmma.cuh"
@@ -99,13 +89,11 @@ struct GroupedTmaMaps {
 // is not provably uniform: the loop state goes to per-thread registers, with
 // 2 more moves per wgmma descriptor and a divergence guard around the loop,
 // up to 17% slower on Qwen3-30B L1 (docs/perf-log.md, MoE 3b).
-template <class Cfg, class Epilogue, class Scheduler, bool kSplitK, int CLUSTER = 1>
+template <class Cfg, class Epilogue, class Scheduler, bool kSplitK>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_bf16_grouped_gemm(const GroupedGemmParams p, const typename Scheduler::Params sp,
                            const __grid_constant__ GroupedTmaMaps tm) {
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, STAGES = Cfg::STAGES, WN = Cfg::WG_TILE_N;
-  static_assert(CLUSTER == 1 || (CLUSTER == 2 && !kSplitK), "pairs along M, without split-K");
-  constexpr int B_PART = BN / CLUSTER;  // B rows each CTA of a cluster loads (and multicasts)
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -120,20 +108,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbar_init(full + s, 1);
-      ptx::mbar_init(empty + s, Cfg::CONSUMER_WARPS * CLUSTER);
+      ptx::mbar_init(empty + s, Cfg::CONSUMER_WARPS);
     }
     ptx::mbar_fence_init();
   }
-  // The last CTA-wide barrier: the roles split below. With a cluster, the
-  // peer's barriers must be initialised before this CTA arrives on them or
-  // multicasts into its ring.
-  if constexpr (CLUSTER > 1)
-    ptx::cluster_sync();
-  else
-    __syncthreads();
-  const uint32_t rank = CLUSTER > 1 ? ptx::cluster_ctarank() : 0;
+  __syncthreads();  // the last CTA-wide barrier: the roles split below
 
-  const Scheduler sched(sp, BM * CLUSTER);
+  const Scheduler sched(sp, BM);
   const int k_blocks = (p.K + Cfg::BLOCK_K - 1) / Cfg::BLOCK_K;
   // Split s covers k-blocks [s * k_blocks / splits, (s + 1) * k_blocks / splits): at least one, as splits <= k_blocks.
   auto kb_begin = [&](int split) { return split * k_blocks / p.splits; };
@@ -147,25 +128,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       uint32_t it = 0;
       for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
         const auto c = sched.coord(w);
-        const int a_row = c.row_begin + (c.m_block * CLUSTER + int(rank)) * BM;
-        const int b_row = c.expert * p.N + c.n_block * BN + int(rank) * B_PART;
+        const int a_row = c.row_begin + c.m_block * BM;
+        const int b_row = c.expert * p.N + c.n_block * BN;
         const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
         for (int kb = kb0; kb < kb_end; ++kb, ++it) {
           const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
           ptx::mbar_wait(empty + s, ph ^ 1);
           ptx::mbar_arrive_expect_tx(full + s, Cfg::STAGE_BYTES);
           ptx::tma_load_2d(a_stage(s), &tm.a, full + s, kb * Cfg::BLOCK_K, a_row);
-          if constexpr (CLUSTER > 1)
-            ptx::tma_load_2d_multicast(b_stage(s) + rank * B_PART * 128, &tm.b, full + s, kb * Cfg::BLOCK_K, b_row,
-                                       uint16_t((1u << CLUSTER) - 1));
-          else
-            ptx::tma_load_2d(b_stage(s), &tm.b, full + s, kb * Cfg::BLOCK_K, b_row);
+          ptx::tma_load_2d(b_stage(s), &tm.b, full + s, kb * Cfg::BLOCK_K, b_row);
         }
       }
-      // Every slot released by both CTAs' consumers: no arrival of the peer's
-      // is still on its way to this CTA's barriers when it exits.
-      if constexpr (CLUSTER > 1)
-        for (int i = 0; i < STAGES; ++i, ++it) ptx::mbar_wait(empty + it % STAGES, ((it / STAGES) & 1) ^ 1);
     }
     return;
   }
@@ -182,15 +155,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
   const uint64_t b_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::A_BYTES + wg_n * WN * 128, 16, 1024);
 
-  // A slot is free once the consumers of every CTA it was loaded into are done with it.
-  auto release = [&](uint32_t s) {
-    if constexpr (CLUSTER > 1) {
-#pragma unroll
-      for (int cta = 0; cta < CLUSTER; ++cta) ptx::mbar_arrive_cluster(empty + s, cta);
-    } else {
-      ptx::mbar_arrive(empty + s);
-    }
-  };
   float acc[WN / 8][4];
   uint32_t it = 0;
   for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
@@ -209,15 +173,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // The previous k-block's group has finished reading its slot once at
       // most this one is pending: hand that slot back to the producer.
       ptx::wgmma_wait_group<1>();
-      if (kb > kb0 && lane == 0) release(prev_s);
+      if (kb > kb0 && lane == 0) ptx::mbar_arrive(empty + prev_s);
       prev_s = s;
     }
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(acc);
-    if (lane == 0) release(prev_s);
+    if (lane == 0) ptx::mbar_arrive(empty + prev_s);
     if constexpr (kSplitK)
       if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
-    const int tile_row = c.row_begin + (c.m_block * CLUSTER + int(rank)) * BM;
+    const int tile_row = c.row_begin + c.m_block * BM;
     const int row = tile_row + wg_m * 64 + warp * 16;
     const auto out = Epilogue::template outputs<WN / 8>(p, acc, row, c.row_end, lane);
     constexpr int OB = WN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp

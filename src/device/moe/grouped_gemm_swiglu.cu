@@ -14,8 +14,6 @@ TileShape grouped_gemm_tile_shape(int tile) {
     case kTileM128N256: return {128, 256};
     case kTileM64N256: return {64, 256};
     case kTileM128N128: return {128, 128};
-    case kTileM128N256x2: return {256, 256};  // a pair's tile
-    case kTileM128N128x2: return {256, 128};
     default: return {};
   }
 }

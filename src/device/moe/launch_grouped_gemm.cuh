@@ -18,21 +18,18 @@ inline int encode_rows_k(CUtensorMap* map, const void* base, int K, int64_t rows
   return ptx::encode_tensor_map_bf16_sw128(map, base, 2, dims, strides, box);
 }
 
-// CLUSTER = 2: pairs of CTAs share each 2*BLOCK_M-row tile's B k-blocks
-// (grouped_gemm_sm90.cuh); the grid is as many pairs as can be resident at once.
-template <class Cfg, class Epilogue, int CLUSTER = 1>
+template <class Cfg, class Epilogue>
 int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   using Sched = sched::GroupedTileScheduler;
   if (p.rows_total == 0) return 0;  // nothing to compute; a TMA map of 0 rows is invalid
   GroupedTmaMaps tm;
   int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
-  if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N / CLUSTER);
+  if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
   if (rc != 0) return rc;
-  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits, CLUSTER};
-  if (CLUSTER > 1 && p.splits > 1) return int(cudaErrorInvalidValue);
+  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
   // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
   auto* fn = p.splits > 1 ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, true>
-                          : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false, CLUSTER>;
+                          : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false>;
   static bool attribute_set[2] = {false, false};  // per instantiation; a failed set is retried
   if (!attribute_set[p.splits > 1]) {
     const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES));
@@ -43,27 +40,10 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
-  const int64_t work = Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M * CLUSTER, sp.n_blocks) * p.splits;
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.blockDim = dim3(Cfg::THREADS);
-  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
-  cfg.stream = stream;
-  int64_t grid = Sched::grid_size(work, sms, 1);
-  if constexpr (CLUSTER > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CLUSTER, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    // Pairs need two free SMs of one GPC: fewer pairs than SMs / 2 may fit.
-    cfg.gridDim = dim3(unsigned(sms / CLUSTER * CLUSTER));
-    int clusters = 0;
-    e = cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg);
-    if (e != cudaSuccess) return int(e);
-    if (clusters < 1) return int(cudaErrorInvalidConfiguration);
-    grid = (work < clusters ? work : clusters) * CLUSTER;
-  }
-  cfg.gridDim = dim3(unsigned(grid));
-  return int(cudaLaunchKernelEx(&cfg, fn, p, sp, tm));
+  const int64_t grid =
+      Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks) * p.splits, sms, 1);
+  fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, sp, tm);
+  return int(cudaGetLastError());
 }
 
 // Shape<0> stores from warp-private staging rows, Shape<columns> stages the
@@ -81,12 +61,7 @@ int launch_with_out_store(const GroupedGemmParams& p, int out_store, cudaStream_
 
 template <class Epilogue>
 int launch_grouped_gemm_tile(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream) {
-  const bool staged = out_store == kOutWarpStaged;
   switch (tile) {
-    case kTileM128N256x2:
-      return staged ? launch_grouped_gemm<CfgM128N256<>, Epilogue, 2>(p, stream) : int(cudaErrorInvalidValue);
-    case kTileM128N128x2:
-      return staged ? launch_grouped_gemm<CfgM128N128<>, Epilogue, 2>(p, stream) : int(cudaErrorInvalidValue);
     case kTileM128N256: return launch_with_out_store<CfgM128N256, Epilogue>(p, out_store, stream);
     case kTileM64N256: return launch_with_out_store<CfgM64N256, Epilogue>(p, out_store, stream);
     case kTileM128N128: return launch_with_out_store<CfgM128N128, Epilogue>(p, out_store, stream);

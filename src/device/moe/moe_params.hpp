@@ -42,11 +42,7 @@ enum TileId : int {
   kTileM128N256 = 0,  // warpgroups stacked along M: 64 x 256 each
   kTileM64N256 = 1,   // warpgroups side by side along N: 64 x 128 each (small experts)
   kTileM128N128 = 2,  // warpgroups stacked along M: 64 x 128 each (more tiles for few, large experts)
-  // Clusters of two CTAs along M, the B k-blocks multicast to both: a
-  // 256 x 256 (256 x 128) tile, each CTA its 128-row half (warp-staged output store only).
-  kTileM128N256x2 = 3,
-  kTileM128N128x2 = 4,
-  kTileCount = 5,
+  kTileCount = 3,
 };
 
 // How the epilogue's output leaves shared memory (grouped_gemm_config.cuh, OUT_COLS).

@@ -71,9 +71,7 @@ MoeTile parse_moe_tile(const std::string& name) {
   if (name == "m128n256") return MoeTile::m128n256;
   if (name == "m64n256") return MoeTile::m64n256;
   if (name == "m128n128") return MoeTile::m128n128;
-  if (name == "m128n256x2") return MoeTile::m128n256x2;
-  if (name == "m128n128x2") return MoeTile::m128n128x2;
-  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256, m128n128, m128n256x2 or m128n128x2", name));
+  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256 or m128n128", name));
 }
 
 std::string to_string(MoeTile t) {
@@ -82,8 +80,6 @@ std::string to_string(MoeTile t) {
     case MoeTile::m128n256: return "m128n256";
     case MoeTile::m64n256: return "m64n256";
     case MoeTile::m128n128: return "m128n128";
-    case MoeTile::m128n256x2: return "m128n256x2";
-    case MoeTile::m128n128x2: return "m128n128x2";
   }
   return "unknown";
 }
@@ -103,8 +99,6 @@ std::string to_string(MoeOutStore s) {
   }
   return "unknown";
 }
-
-bool moe_tile_is_pair(MoeTile t) { return t == MoeTile::m128n256x2 || t == MoeTile::m128n128x2; }
 
 int moe_tile_block_m(MoeTile t) { return moe::grouped_gemm_tile_shape(int(t)).block_m; }
 int moe_tile_block_n(MoeTile t) { return moe::grouped_gemm_tile_shape(int(t)).block_n; }
@@ -144,12 +138,6 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
     if (a.N % bn != 0)
       throw Error(fmt::format("moe gemm {}: tile {}: N = {} is no multiple of its {} columns", k, to_string(a.tile),
                               a.N, bn));
-    if (moe_tile_is_pair(a.tile) && a.splits > 1)
-      throw Error(fmt::format("moe gemm {}: tile {} with splits {}: expected 1 or 0 (pairs of CTAs never split K)", k,
-                              to_string(a.tile), a.splits));
-    if (moe_tile_is_pair(a.tile) && a.out_store == MoeOutStore::tile_bulk)
-      throw Error(fmt::format("moe gemm {}: tile {} with out_store bulk: expected staged or auto (not compiled)", k,
-                              to_string(a.tile)));
   }
 }
 
@@ -161,15 +149,12 @@ MoeTile moe_resolved_tile(const MoeGemmArgs& a) {
 
 int moe_resolved_splits(const MoeGemmArgs& a) {
   if (a.splits > 0) return a.splits;
-  if (moe_tile_is_pair(moe_resolved_tile(a))) return 1;
   static const int sms = device_sms();
   return moe_pick_splits(a.rows_total, a.E, a.N, a.K, moe_resolved_tile(a), sms);
 }
 
 MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a) {
-  const MoeTile t = moe_resolved_tile(a);
-  if (moe_tile_is_pair(t)) return MoeOutStore::warp_staged;
-  return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store(a.kind, t);
+  return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store(a.kind, moe_resolved_tile(a));
 }
 
 size_t moe_workspace_bytes(const MoeGemmArgs& a) {

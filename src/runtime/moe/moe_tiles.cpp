@@ -35,7 +35,6 @@ MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count) {
 }
 
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
-  if (moe_tile_is_pair(tile)) return 1;  // pairs of CTAs never split K
   const int bm = tile == MoeTile::m64n256 ? 64 : 128, bn = tile == MoeTile::m128n128 ? 128 : 256;
   if (E < 1 || N % bn != 0 || sm_count < 1) return 1;
   const int64_t m_blocks = (int64_t(rows_total) / E + bm - 1) / bm;
