@@ -59,6 +59,7 @@ struct UlyssesBenchRow {
   int64_t B = 0, S = 0, H = 0, D = 0;
   double time_us = 0;                    // median over the rounds
   double time_min_us = 0, time_max_us = 0;  // the fastest and slowest round
+  double enqueue_us = 0;  // the host's time to enqueue one run (from an idle GPU), the slowest rank's
   std::optional<double> predicted_time_us;
   // Paired timing: the median over rounds of this run's time over the
   // attention-only run just before it, minus 1 (none for attention-only, or
@@ -125,6 +126,7 @@ struct UlyssesBenchReport {
   int tiles_concurrent = 0, block_m = 0;
   std::vector<UlyssesBenchRow> rows;
   std::vector<UlyssesBenchSummary> summary;
+  std::vector<std::string> notes;  // warnings about the measurement (a run the host may have held up)
 };
 
 // CPU-only checks of the options (before looking for a GPU); resolves world.ranks where it can.

@@ -103,7 +103,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
     nlohmann::json j{{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P},
                      {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", r.store}, {"order", r.order}, {"flags", r.flags},
                      {"a2a", r.a2a}, {"paced_rows", r.paced_rows}, {"chunks", r.chunks}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
-                     {"time_max_us", r.time_max_us}, {"iters", r.iters}, {"check", r.check}};
+                     {"time_max_us", r.time_max_us}, {"enqueue_us", r.enqueue_us}, {"iters", r.iters}, {"check", r.check}};
     j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
     if (r.residual_paired) j["residual_paired"] = *r.residual_paired;
     rows.push_back(j);
@@ -125,7 +125,8 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
       for (const auto& r : rep.rows)
         if (r.S == s.S && r.variant == "pipelined") {
           nlohmann::json c{{"a2a", r.a2a}, {"chunks", r.chunks}, {"time_us", r.time_us},
-                           {"time_min_us", r.time_min_us}, {"time_max_us", r.time_max_us}};
+                           {"time_min_us", r.time_min_us}, {"time_max_us", r.time_max_us},
+                           {"enqueue_us", r.enqueue_us}};
           if (r.residual_paired) c["residual_paired"] = *r.residual_paired;
           all.push_back(c);
         }
@@ -182,6 +183,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"concurrent_tiles", rep.tiles_concurrent},
           {"timing", timing_note(rep, o)},
           {"floor", floor},
+          {"notes", rep.notes},
           {"rows", rows},
           {"summary", summary}};
 }
@@ -270,6 +272,7 @@ void run_ulysses(const UlyssesArgs& a) {
            x.floor_us > 0 && x.fused_us > 0 ? fmt::format("{:+.1f}%", 100 * x.fused_over_floor()) : "-"});
   }
   std::cout << s.text();
+  for (const auto& n : rep.notes) std::cout << "note: " << n << "\n";
   if (rep.floor)
     std::cout << fmt::format("floor = max(attention-only, payload / R), R = {} from {} ({}{})\n",
                              format_rate(rep.floor->R_Bps),

@@ -374,6 +374,7 @@ TEST(UlyssesCommand, SummarisesPipelinedAsTheBestOfItsConfigurationsBesideTheFlo
     if (row["variant"] != "pipelined") continue;
     ++rows;
     EXPECT_EQ(row["check"], "ok") << row;
+    EXPECT_GT(row["enqueue_us"].get<double>(), 0.0) << row;
     EXPECT_TRUE(row["chunks"] == 2 || row["chunks"] == 3) << row;
     if (row["residual_paired"].get<double>() < least) {
       least = row["residual_paired"].get<double>();
