@@ -93,6 +93,9 @@ struct UlyssesBenchSummary {
   double speedup() const { return sequential_us / fused_us; }
   double speedup_over_pipelined() const { return pipelined_us / fused_us; }
   double fused_over_floor() const { return fused_us / floor_us - 1; }
+  // The same from the paired residual: (1 + residual) over the floor's ratio
+  // to attention-only, minus 1 (what drifts between rounds cancels).
+  double fused_over_floor_paired() const { return (1 + residual()) / (floor_us / attention_only_us) - 1; }
   // The median paired residual where there are rounds, else from the medians.
   double residual() const { return paired_or(residual_fused_rounds, fused_us); }
   double coupled_residual() const { return paired_or(residual_coupled_rounds, coupled_us); }

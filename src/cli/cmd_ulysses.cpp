@@ -140,6 +140,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
     if (s.floor_us > 0) {
       j["floor_us"] = s.floor_us;
       if (s.fused_us > 0) j["fused_over_floor"] = s.fused_over_floor();
+      if (s.fused_us > 0 && s.attention_only_us > 0) j["fused_over_floor_paired"] = s.fused_over_floor_paired();
     }
     if (s.fused_us > 0 && s.attention_only_us > 0) j["residual_fused"] = s.residual();
     if (s.coupled_us > 0 && s.attention_only_us > 0) j["residual_coupled"] = s.coupled_residual();
@@ -194,7 +195,8 @@ std::string summary_csv(const UlyssesBenchReport& rep) {
   Table t({"S", "attention_only_us", "sequential_us", "sequential_a2a", "sequential_configs", "pipelined_us",
            "pipelined_a2a", "pipelined_chunks", "pipelined_configs", "fused_us", "fused_config", "fused_configs",
            "coupled_us", "speedup_fused_over_sequential", "speedup_fused_over_pipelined", "residual_fused",
-           "residual_pipelined", "predicted_residual", "floor_us", "fused_over_floor", "floor_R_Bps", "floor_source"});
+           "residual_pipelined", "predicted_residual", "floor_us", "fused_over_floor", "fused_over_floor_paired",
+           "floor_R_Bps", "floor_source"});
   auto num = [](bool have, double v, int digits) { return have ? fixed(v, digits) : std::string(); };
   for (const auto& x : rep.summary) {
     const bool att = x.attention_only_us > 0, seq = x.sequential_us > 0, pipe = x.pipelined_us > 0,
@@ -206,7 +208,8 @@ std::string summary_csv(const UlyssesBenchReport& rep) {
            num(fused && seq, x.speedup(), 4), num(fused && pipe, x.speedup_over_pipelined(), 4),
            num(fused && att, x.residual(), 5), num(pipe && att, x.pipelined_residual(), 5),
            num(x.predicted_fused_us > 0 && att, x.predicted_residual(), 5), num(floor, x.floor_us, 3),
-           num(floor && fused, x.fused_over_floor(), 5), num(rep.floor.has_value(), rep.floor ? rep.floor->R_Bps : 0, 0),
+           num(floor && fused, x.fused_over_floor(), 5), num(floor && fused && att, x.fused_over_floor_paired(), 5),
+           num(rep.floor.has_value(), rep.floor ? rep.floor->R_Bps : 0, 0),
            rep.floor ? rep.floor->source : ""});
   }
   return t.csv();
@@ -269,7 +272,7 @@ void run_ulysses(const UlyssesArgs& a) {
            f ? pct(x.residual()) : "-", f && x.predicted_fused_us > 0 ? pct(x.predicted_residual()) : "-",
            x.coupled_us > 0 && x.attention_only_us > 0 ? pct(x.coupled_residual()) : "-",
            x.floor_us > 0 ? format_ns(x.floor_us * 1e3) : "-",
-           x.floor_us > 0 && x.fused_us > 0 ? fmt::format("{:+.1f}%", 100 * x.fused_over_floor()) : "-"});
+           x.floor_us > 0 && f ? fmt::format("{:+.1f}%", 100 * x.fused_over_floor_paired()) : "-"});
   }
   std::cout << s.text();
   for (const auto& n : rep.notes) std::cout << "note: " << n << "\n";

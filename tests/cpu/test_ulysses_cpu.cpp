@@ -348,6 +348,8 @@ TEST(UlyssesBenchSummary, PipelinedAndTheFloorBesideFusedAndSequential) {
   s.residual_pipelined_rounds = {0.45, 0.40, 0.90};
   EXPECT_DOUBLE_EQ(s.pipelined_residual(), 0.45);
   EXPECT_DOUBLE_EQ(s.fused_over_floor(), 120.0 / 110 - 1);
+  s.residual_fused_rounds = {0.15, 0.12, 0.13};  // paired: 13% over attention-only, the floor 10% over it
+  EXPECT_DOUBLE_EQ(s.fused_over_floor_paired(), 1.13 / 1.1 - 1);
 }
 
 TEST(UlyssesFloor, TheProbedPathIsWhereTheOutputsLive) {

@@ -401,6 +401,9 @@ TEST(UlyssesCommand, SummarisesPipelinedAsTheBestOfItsConfigurationsBesideTheFlo
   EXPECT_DOUBLE_EQ(payload, 700.0 * 6 * 64 * 2) << s;  // emulated: every row crosses the path
   EXPECT_DOUBLE_EQ(s["floor_us"].get<double>(), std::max(s["attention_only_us"].get<double>(), payload / R * 1e6))
       << s;
+  const double paired = (1 + s["residual_fused"].get<double>()) /
+                            (s["floor_us"].get<double>() / s["attention_only_us"].get<double>()) - 1;
+  EXPECT_DOUBLE_EQ(s["fused_over_floor_paired"].get<double>(), paired) << s;
   // The same summary as CSV.
   std::ifstream in(csv_path);
   std::string header, line;
