@@ -5,7 +5,7 @@
 # all in $OUT/results.tar.gz, and a short summary last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
-#           peerprobe multi ux2 nvsweep   (default: build tests sanitize probe a2a)
+#           peerprobe multi ux2 nvsweep upipe   (default: build tests sanitize probe a2a)
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
 # GPU tests straight from the GoogleTest binary. XSTAGE_REQUIRE_GPU is exported as the
@@ -258,6 +258,40 @@ if has nvsweep; then  # the sequence sweep over NVLink, P = every GPU, peer and 
   tail -9 "$OUT/r/u-sweep-nccl.log" >"$OUT/r/u-sweep-nccl-summary.txt"
 fi
 
+# The pipelined baseline (issue 20) beside sequential and fused, S = 4k..128k, paired rounds: attention-only,
+# sequential (every all-to-all version), pipelined (every version x the chunk sweep: 2, 4, 8, ... below H/P,
+# and H/P), fused (the paced paths, both orders, flags at exit). --floor-probe: the floor's R measured by the
+# probe's quick sweep in the same process, before the sweep. Parts: UPIPE="host device" by default on one GPU,
+# "peer nccl" on more (P = every GPU; all four parts do not fit one 10-minute call); each part first checks
+# pipelined bit for bit at 4k and 16k.
+u_pipe="--variants attention-only,sequential,pipelined,fused --stores paced-warp,paced-bulk,paced
+  --orders rotated,linear --flags at-exit -n 31 --timeout 20"
+if has upipe; then
+  mkdir -p "$OUT/r/ulysses"
+  upipe_parts=${UPIPE:-host device}
+  ((ngpu > 1)) && [ -z "${UPIPE:-}" ] && upipe_parts="peer nccl"
+  u_tests="UlyssesEmulated|UlyssesCommand"
+  [[ " $upipe_parts " == *" peer "* || " $upipe_parts " == *" nccl "* ]] && u_tests+="|UlyssesPeer|UlyssesNccl"
+  gpu_tests u-pipe-tests 300 "$u_tests"
+  san san-memcheck-ulysses-pipelined memcheck $X ulysses --ranks 3 --heads 15 --seq 300 --variants pipelined \
+    --chunks 1,2,5 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --placement host
+  for part in $upipe_parts; do
+    case $part in
+      host | device) run=("$X" ulysses --placement "$part"); budget=1.5 ;;
+      peer) run=("$X" ulysses --backend peer --placement device); budget=0.6 ;;
+      nccl) run=("$X" launch -n "$ngpu" -- "$PWD/$X" ulysses --backend nccl); budget=0.6 ;;
+      *) note "u-pipe-$part" "skipped" "UPIPE part '$part': expected host, device, peer or nccl"; continue ;;
+    esac
+    timed "u-pipe-check-$part" 150 "${run[@]}" --seq 4096,16384 --variants attention-only,sequential,pipelined \
+      --check --check-rows 2 -n 3 --max-seconds 0.2 --timeout 20
+    clocks_start "$OUT/r/ulysses/clocks-pipelined-$part.csv"
+    timed "u-pipe-$part" 420 "${run[@]}" --sweep $u_pipe --max-seconds $budget --floor-probe \
+      -o "$OUT/r/ulysses/ulysses-pipelined-$part.json" --summary-csv "$OUT/r/ulysses/ulysses-pipelined-$part.csv"
+    clocks_stop
+    tail -12 "$OUT/r/u-pipe-$part.log" >"$OUT/r/u-pipe-$part-summary.txt"
+  done
+fi
+
 if has report; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -276,7 +310,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/moe-summary.txt" ] && cat "$OUT/r/moe-summary.txt"
   for f in u-san u-sdpa u-sweep-host u-sweep-device u-quick-host u-quick-device u-long u-x2-tests u-peer u-nccl \
-           u-sdpa-peer u-sweep-peer u-sweep-nccl; do
+           u-sdpa-peer u-sweep-peer u-sweep-nccl u-pipe-tests u-pipe-host u-pipe-device u-pipe-peer u-pipe-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

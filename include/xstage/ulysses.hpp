@@ -1,10 +1,15 @@
 #pragma once
 // Ulysses attention on a World: head-sharded Q, K, V in, sequence-sharded O
-// out (include/xstage/ulysses_layout.hpp), in four variants:
+// out (include/xstage/ulysses_layout.hpp), in five variants:
 //   attention-only  the attention kernel with its local epilogue, no all-to-all
 //                   (the floor);
 //   sequential      the same kernel, then the communication layer's
-//                   all-to-all (copy engine or store kernel);
+//                   all-to-all (copy engine, store kernel or NCCL's);
+//   pipelined       the overlap a user builds without a fused kernel: the same
+//                   kernel one chunk of heads at a time on a stream of its
+//                   own, each chunk's part of the all-to-all (any of
+//                   sequential's versions) sent on the world's streams while
+//                   the next chunk computes (include/xstage/ulysses_chunks.hpp);
 //   fused           the all-to-all in the kernel's epilogue: each output row
 //                   is stored straight to its owner and flagged; receivers
 //                   wait on their flags (docs/design/ulysses.md);
@@ -28,8 +33,8 @@
 
 namespace xstage {
 
-enum class UlyssesVariant { attention_only, sequential, fused, coupled };
-std::string to_string(UlyssesVariant v);  // "attention-only", "sequential", "fused", "coupled"
+enum class UlyssesVariant { attention_only, sequential, pipelined, fused, coupled };
+std::string to_string(UlyssesVariant v);  // "attention-only", "sequential", "pipelined", "fused", "coupled"
 UlyssesVariant parse_ulysses_variant(std::string_view text);
 bool is_fused(UlyssesVariant v);  // fused or coupled
 
@@ -54,7 +59,8 @@ struct UlyssesRun {
   std::optional<StorePath> store = std::nullopt;
   TileOrder order = TileOrder::rotated;           // fused and coupled
   Completion flags = Completion::at_exit;         // fused; default by measurement (perf-log f8)
-  A2aVersion a2a = A2aVersion::copy_engine;       // sequential
+  A2aVersion a2a = A2aVersion::copy_engine;       // sequential and pipelined
+  int chunks = 0;  // pipelined: head chunks per rank, 1 .. H/P (0: default_pipeline_chunks)
   int paced_rows = 0;  // paced: fewest rows a send carries (0: kDefaultPacedRows)
   bool test_receivers_time_out = false;  // tests only: receivers wait for a flag value no run sets
   double timeout_s = 60;                          // receivers' flag waits
@@ -79,6 +85,10 @@ StorePath default_store_path(AttentionKernel kernel, UlyssesVariant variant,
 // sentence that says why.
 std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVariant variant, Completion flags,
                                                      AttentionKernel kernel);
+
+// The pipelined variant's chunk count when a run names none: 2, or 1 when a
+// rank has a single head. Sweeps try several (ulysses_chunk_sweep).
+int default_pipeline_chunks(int64_t heads_per_rank);
 
 // The paced path's default slice: 16 rows (4 KiB an SM at D = 128, one
 // 16-byte store per consumer thread), chosen by measurement (docs/perf-log.md, f8).
@@ -130,7 +140,9 @@ class UlyssesAttention {
   // Check of a variant: runs attention-only (the local head-sharded results),
   // poisons the outputs, runs `run`, and compares every local rank's
   // sequence-sharded output bit for bit with the local results permuted on
-  // the CPU (sequential, fused and coupled compute every tile identically).
+  // the CPU (sequential, pipelined, fused and coupled compute every tile
+  // identically; a pipelined send that ran before its chunk's attention
+  // would carry the poisoned local output).
   // For fused and coupled, also that exactly the flags of the tiles whose
   // rows a rank owns hold this run's epoch. Collective under nccl (every
   // process returns a failure when one finds it). Returns "" or the first

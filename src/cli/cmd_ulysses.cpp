@@ -1,6 +1,6 @@
-// xstage ulysses: Ulysses attention with the output all-to-all, in four
-// variants (attention-only, sequential, fused, coupled), checked, timed and
-// predicted over a sequence-length sweep.
+// xstage ulysses: Ulysses attention with the output all-to-all, in five
+// variants (attention-only, sequential, pipelined, fused, coupled), checked,
+// timed and predicted over a sequence-length sweep, beside the physical floor.
 #include <algorithm>
 #include <iostream>
 
@@ -21,13 +21,13 @@ namespace {
 
 struct UlyssesArgs {
   std::string backend = "emulated", placement, profile, local_profile, out_file, dump_dir, kernel = "wgmma";
-  std::string pairing = "adjacent", timeline;
+  std::string pairing = "adjacent", timeline, summary_csv;
   int ranks = -1, iters = 10, warmup = 1, check_rows = 8;
   int64_t batch = 1, heads = 24, head_dim = 128;
   std::vector<int64_t> seqs;
-  bool sweep = false, check = false;
+  bool sweep = false, check = false, floor_probe = false;
   std::vector<std::string> variants, stores, orders, flags, a2a;
-  std::vector<int> paced_rows;
+  std::vector<int> paced_rows, chunks;
   double max_seconds = 2.0, timeout_s = 60;
   uint64_t seed = 1;
   OutputFlags out;
@@ -59,6 +59,8 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
     o.flags.push_back(parse_completion(f));
   }
   for (const auto& v : a.a2a) o.a2a.push_back(parse_a2a_version(v));
+  o.chunks = a.chunks;
+  o.floor_probe = a.floor_probe;
   o.paced_rows = a.paced_rows;
   o.iters = a.iters, o.warmup = a.warmup, o.max_seconds_per_point = a.max_seconds;
   if (a.pairing != "adjacent" && a.pairing != "settled")
@@ -100,8 +102,8 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
   for (const auto& r : rep.rows) {
     nlohmann::json j{{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P},
                      {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", r.store}, {"order", r.order}, {"flags", r.flags},
-                     {"a2a", r.a2a}, {"paced_rows", r.paced_rows}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
-                     {"time_max_us", r.time_max_us}, {"iters", r.iters}, {"check", r.check}};
+                     {"a2a", r.a2a}, {"paced_rows", r.paced_rows}, {"chunks", r.chunks}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
+                     {"time_max_us", r.time_max_us}, {"enqueue_us", r.enqueue_us}, {"iters", r.iters}, {"check", r.check}};
     j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
     if (r.residual_paired) j["residual_paired"] = *r.residual_paired;
     rows.push_back(j);
@@ -109,8 +111,37 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
   nlohmann::json summary = nlohmann::json::array();
   for (const auto& s : rep.summary) {
     nlohmann::json j{{"S", s.S}, {"attention_only_us", s.attention_only_us}, {"sequential_us", s.sequential_us},
-                     {"fused_us", s.fused_us}, {"coupled_us", s.coupled_us}, {"fused_config", s.fused_config}};
+                     {"pipelined_us", s.pipelined_us}, {"fused_us", s.fused_us}, {"coupled_us", s.coupled_us},
+                     {"fused_config", s.fused_config}, {"sequential_a2a", s.sequential_a2a},
+                     {"pipelined_a2a", s.pipelined_a2a}, {"pipelined_chunks", s.pipelined_chunks},
+                     {"sequential_configs", s.sequential_configs}, {"pipelined_configs", s.pipelined_configs},
+                     {"fused_configs", s.fused_configs}};
+    if (s.pipelined_configs > 0) {
+      j["pipelined_selection"] = fmt::format(
+          "best of {} configurations (all-to-all version x head chunks a rank), by least {}; every configuration's "
+          "time is in pipelined_all and rows",
+          s.pipelined_configs, s.residual_pipelined_rounds.empty() ? "median time" : "paired residual");
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& r : rep.rows)
+        if (r.S == s.S && r.variant == "pipelined") {
+          nlohmann::json c{{"a2a", r.a2a}, {"chunks", r.chunks}, {"time_us", r.time_us},
+                           {"time_min_us", r.time_min_us}, {"time_max_us", r.time_max_us},
+                           {"enqueue_us", r.enqueue_us}};
+          if (r.residual_paired) c["residual_paired"] = *r.residual_paired;
+          all.push_back(c);
+        }
+      j["pipelined_all"] = all;
+    }
     if (s.fused_us > 0 && s.sequential_us > 0) j["speedup_fused_over_sequential"] = s.speedup();
+    if (s.fused_us > 0 && s.pipelined_us > 0) j["speedup_fused_over_pipelined"] = s.speedup_over_pipelined();
+    if (s.pipelined_us > 0 && s.attention_only_us > 0) j["residual_pipelined"] = s.pipelined_residual();
+    if (!s.residual_pipelined_rounds.empty()) j["residual_pipelined_rounds"] = s.residual_pipelined_rounds;
+    if (s.payload_bytes > 0) j["payload_bytes"] = s.payload_bytes;
+    if (s.floor_us > 0) {
+      j["floor_us"] = s.floor_us;
+      if (s.fused_us > 0) j["fused_over_floor"] = s.fused_over_floor();
+      if (s.fused_us > 0 && s.attention_only_us > 0) j["fused_over_floor_paired"] = s.fused_over_floor_paired();
+    }
     if (s.fused_us > 0 && s.attention_only_us > 0) j["residual_fused"] = s.residual();
     if (s.coupled_us > 0 && s.attention_only_us > 0) j["residual_coupled"] = s.coupled_residual();
     if (!s.residual_fused_rounds.empty()) j["residual_fused_rounds"] = s.residual_fused_rounds;
@@ -122,6 +153,21 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
     }
     if (s.rel_err >= 0) j["rel_err"] = s.rel_err;
     summary.push_back(j);
+  }
+  nlohmann::json floor = nullptr;
+  if (rep.floor) {
+    const UlyssesFloorRate& f = *rep.floor;
+    floor = {{"R_Bps", f.R_Bps}, {"source", f.source}, {"profile", f.profile}, {"transport", f.transport},
+             {"definition", "floor_us = max(attention_only_us, payload_bytes / R): payload_bytes is what one GPU "
+                            "sends over the probed path"}};
+    if (f.source == "probe") {
+      floor["probe_samples"] = f.samples;
+      floor["probe_seconds"] = f.probe_seconds;
+      floor["probe"] = "xstage probe's quick sweep (training and completion points), run and fitted in this process "
+                       "before the sweep";
+    } else {
+      floor["probe"] = "none in this run: R is the prediction profile's";
+    }
   }
   return {{"tool", "xstage ulysses"},
           {"device", rep.device.name},
@@ -137,25 +183,56 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
           {"block_m", rep.block_m},
           {"concurrent_tiles", rep.tiles_concurrent},
           {"timing", timing_note(rep, o)},
+          {"floor", floor},
+          {"notes", rep.notes},
           {"rows", rows},
           {"summary", summary}};
+}
+
+// One row per S, every time in microseconds, for --summary-csv; empty cells
+// where a variant did not run (or no floor rate was known).
+std::string summary_csv(const UlyssesBenchReport& rep) {
+  Table t({"S", "attention_only_us", "sequential_us", "sequential_a2a", "sequential_configs", "pipelined_us",
+           "pipelined_a2a", "pipelined_chunks", "pipelined_configs", "fused_us", "fused_config", "fused_configs",
+           "coupled_us", "speedup_fused_over_sequential", "speedup_fused_over_pipelined", "residual_fused",
+           "residual_pipelined", "predicted_residual", "floor_us", "fused_over_floor", "fused_over_floor_paired",
+           "floor_R_Bps", "floor_source"});
+  auto num = [](bool have, double v, int digits) { return have ? fixed(v, digits) : std::string(); };
+  for (const auto& x : rep.summary) {
+    const bool att = x.attention_only_us > 0, seq = x.sequential_us > 0, pipe = x.pipelined_us > 0,
+               fused = x.fused_us > 0, floor = x.floor_us > 0;
+    t.add({std::to_string(x.S), num(att, x.attention_only_us, 3), num(seq, x.sequential_us, 3), x.sequential_a2a,
+           std::to_string(x.sequential_configs), num(pipe, x.pipelined_us, 3), x.pipelined_a2a,
+           pipe ? std::to_string(x.pipelined_chunks) : "", std::to_string(x.pipelined_configs),
+           num(fused, x.fused_us, 3), x.fused_config, std::to_string(x.fused_configs), num(x.coupled_us > 0, x.coupled_us, 3),
+           num(fused && seq, x.speedup(), 4), num(fused && pipe, x.speedup_over_pipelined(), 4),
+           num(fused && att, x.residual(), 5), num(pipe && att, x.pipelined_residual(), 5),
+           num(x.predicted_fused_us > 0 && att, x.predicted_residual(), 5), num(floor, x.floor_us, 3),
+           num(floor && fused, x.fused_over_floor(), 5), num(floor && fused && att, x.fused_over_floor_paired(), 5),
+           num(rep.floor.has_value(), rep.floor ? rep.floor->R_Bps : 0, 0),
+           rep.floor ? rep.floor->source : ""});
+  }
+  return t.csv();
 }
 
 void run_ulysses(const UlyssesArgs& a) {
   const UlyssesBenchOptions o = to_options(a);
   if (!a.out_file.empty()) detail::check_output_path(a.out_file, "-o");  // before the GPU work
+  if (!a.summary_csv.empty()) detail::check_output_path(a.summary_csv, "--summary-csv");
   const UlyssesBenchReport rep = run_ulysses_bench(o);
   if (!rep.leader) return;
   const nlohmann::json j = to_json(rep, o);
   if (!a.out_file.empty()) detail::write_file_replacing(a.out_file, j.dump(2) + "\n", "-o");
+  if (!a.summary_csv.empty()) detail::write_file_replacing(a.summary_csv, summary_csv(rep), "--summary-csv");
   switch (a.out.format()) {
     case Format::json: std::cout << j.dump(2) << "\n"; return;
     case Format::csv: {
       Table t({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
-               "time_us", "predicted_time_us", "residual_paired", "check"});
+               "chunks", "time_us", "predicted_time_us", "residual_paired", "check"});
       for (const auto& r : rep.rows)
         t.add({r.variant, r.placement, r.backend, std::to_string(r.P), std::to_string(r.B), std::to_string(r.S),
-               std::to_string(r.H), std::to_string(r.D), r.store, r.order, r.flags, r.a2a, fixed(r.time_us, 2),
+               std::to_string(r.H), std::to_string(r.D), r.store, r.order, r.flags, r.a2a,
+               r.chunks > 0 ? std::to_string(r.chunks) : "-", fixed(r.time_us, 2),
                r.predicted_time_us ? fixed(*r.predicted_time_us, 2) : "",
                r.residual_paired ? fixed(*r.residual_paired, 5) : "", r.check});
       std::cout << t.csv();
@@ -165,26 +242,49 @@ void run_ulysses(const UlyssesArgs& a) {
   }
   std::cout << fmt::format("{} ({}): {}; {} attention kernel; prediction from profile {} (local store: {})\n",
                            rep.device.name, rep.device.driver, rep.world, rep.kernel, rep.profile, rep.local_profile);
-  Table t({"S", "variant", "store", "order", "flags", "a2a", "time", "predicted", "paired", "iters", "check"});
+  Table t({"S", "variant", "store", "order", "flags", "a2a", "chunks", "time", "predicted", "paired", "iters",
+           "check"});
   for (const auto& r : rep.rows)
     t.add({std::to_string(r.S), r.variant, r.paced_rows > 0 ? fmt::format("{}({})", r.store, r.paced_rows) : r.store,
-           r.order, r.flags, r.a2a, format_ns(r.time_us * 1e3),
+           r.order, r.flags, r.a2a, r.chunks > 0 ? std::to_string(r.chunks) : "-", format_ns(r.time_us * 1e3),
            r.predicted_time_us ? format_ns(*r.predicted_time_us * 1e3) : "-",
            r.residual_paired ? fmt::format("{:+.1f}%", 100 * *r.residual_paired) : "-", std::to_string(r.iters), r.check});
   std::cout << t.text() << "\n";
-  Table s({"S", "attn-only", "sequential", "fused", "coupled", "speedup", "residual", "pred. residual",
-           "coupled residual"});
+  // Each best-of-N names its N: the least of N configurations is biased low.
+  Table s({"S", "attn-only", "sequential", "pipelined", "fused", "coupled", "fused/seq", "fused/pipe", "residual",
+           "pred. residual", "coupled residual", "floor", "fused/floor"});
   for (const auto& x : rep.summary) {
     auto pct = [](double v) { return fmt::format("{:.1f}%", 100 * v); };
     const bool f = x.fused_us > 0 && x.attention_only_us > 0;
-    s.add({std::to_string(x.S), format_ns(x.attention_only_us * 1e3), format_ns(x.sequential_us * 1e3),
-           x.fused_us > 0 ? format_ns(x.fused_us * 1e3) + " " + x.fused_config : "-",
+    s.add({std::to_string(x.S), format_ns(x.attention_only_us * 1e3),
+           x.sequential_us > 0 ? fmt::format("{} {} (best of {})", format_ns(x.sequential_us * 1e3), x.sequential_a2a,
+                                             x.sequential_configs)
+                               : "-",
+           x.pipelined_us > 0 ? fmt::format("{} {}/{} (best of {})", format_ns(x.pipelined_us * 1e3), x.pipelined_a2a,
+                                            x.pipelined_chunks, x.pipelined_configs)
+                              : "-",
+           x.fused_us > 0 ? fmt::format("{} {} (best of {})", format_ns(x.fused_us * 1e3), x.fused_config,
+                                        x.fused_configs)
+                          : "-",
            x.coupled_us > 0 ? format_ns(x.coupled_us * 1e3) : "-",
            x.fused_us > 0 && x.sequential_us > 0 ? fmt::format("{:.2f}x", x.speedup()) : "-",
+           x.fused_us > 0 && x.pipelined_us > 0 ? fmt::format("{:.2f}x", x.speedup_over_pipelined()) : "-",
            f ? pct(x.residual()) : "-", f && x.predicted_fused_us > 0 ? pct(x.predicted_residual()) : "-",
-           x.coupled_us > 0 && x.attention_only_us > 0 ? pct(x.coupled_residual()) : "-"});
+           x.coupled_us > 0 && x.attention_only_us > 0 ? pct(x.coupled_residual()) : "-",
+           x.floor_us > 0 ? format_ns(x.floor_us * 1e3) : "-",
+           x.floor_us > 0 && f ? fmt::format("{:+.1f}%", 100 * x.fused_over_floor_paired()) : "-"});
   }
   std::cout << s.text();
+  for (const auto& n : rep.notes) std::cout << "note: " << n << "\n";
+  if (rep.floor)
+    std::cout << fmt::format("floor = max(attention-only, payload / R), R = {} from {} ({}{})\n",
+                             format_rate(rep.floor->R_Bps),
+                             rep.floor->source == "probe" ? "the probe in this process" : "the prediction profile",
+                             rep.floor->profile,
+                             rep.floor->source == "probe"
+                                 ? fmt::format(", {} training rows, {:.0f} s", rep.floor->samples,
+                                               rep.floor->probe_seconds)
+                                 : ", not measured in this run");
   if (!a.out_file.empty()) std::cout << fmt::format("wrote {}\n", a.out_file);
 }
 
@@ -193,7 +293,8 @@ void run_ulysses(const UlyssesArgs& a) {
 void add_ulysses_command(CLI::App& app) {
   auto a = std::make_shared<UlyssesArgs>();
   auto* sub = app.add_subcommand("ulysses", "Ulysses attention with the output all-to-all: attention-only, "
-                                            "sequential, fused (all-to-all in the epilogue) and coupled, over S");
+                                            "sequential, pipelined (head chunks, each sent while the next "
+                                            "computes), fused (all-to-all in the epilogue) and coupled, over S");
   sub->add_option("--seq", a->seqs, "Total sequence lengths S (comma-separated; default 4096)")->delimiter(',');
   sub->add_flag("--sweep", a->sweep, "S = 4096, 8192, ..., 131072");
   sub->add_option("--batch", a->batch, "Batch B")->capture_default_str();
@@ -207,7 +308,12 @@ void add_ulysses_command(CLI::App& app) {
                   "Attention kernel of every variant: wgmma (TMA + wgmma, ping-pong, 128-key tiles) or mma "
                   "(the first, mma.sync kernel)")
       ->capture_default_str();
-  sub->add_option("--variants", a->variants, "Subset of attention-only,sequential,fused,coupled")->delimiter(',');
+  sub->add_option("--variants", a->variants, "Subset of attention-only,sequential,pipelined,fused,coupled")
+      ->delimiter(',');
+  sub->add_option("--chunks", a->chunks,
+                  "Pipelined: head chunks a rank, one run per value, 1 .. H/P (default 2, 4, 8, ... below H/P, and "
+                  "H/P; the summary reports the best and of how many)")
+      ->delimiter(',');
   sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced,paced-bulk,paced-warp (default vector16,bulk and paced-warp; paced with --kernel mma)")->delimiter(',');
   sub->add_option("--orders", a->orders, "Fused tile orders: linear,rotated (default both)")->delimiter(',');
   sub->add_option("--flags", a->flags, "Fused flag timing: lagged,eager,at-exit (default at-exit)")->delimiter(',');
@@ -215,7 +321,10 @@ void add_ulysses_command(CLI::App& app) {
                   fmt::format("Paced store path: the fewest rows a send carries, one run per value (default {})",
                               kDefaultPacedRows))
       ->delimiter(',');
-  sub->add_option("--a2a", a->a2a, "Sequential all-to-all versions (default every available one)")->delimiter(',');
+  sub->add_option("--a2a", a->a2a,
+                  "All-to-all versions of sequential and pipelined: copy-engine,store-kernel,nccl (default every "
+                  "available one)")
+      ->delimiter(',');
   sub->add_option("-n,--iters", a->iters,
                   "Timed rounds per point (the median); attention-only runs once before each other variant a round")
       ->capture_default_str();
@@ -243,6 +352,11 @@ void add_ulysses_command(CLI::App& app) {
   sub->add_option("--dump", a->dump_dir, "Write q, k, v and the assembled fused output of the first S (first "
                                          "store path, order and flag timing given) as .npy into DIR "
                                          "(bench/ulysses_vs_sdpa.py checks them with torch)");
+  sub->add_flag("--floor-probe", a->floor_probe,
+                "Measure the floor's drain rate R in this process before the sweep: the probe's quick sweep on the "
+                "placement's path (host, local or peer; tens of seconds), fitted (default: the prediction "
+                "profile's R)");
+  sub->add_option("--summary-csv", a->summary_csv, "Also write the per-S summary as CSV to FILE");
   sub->add_option("-o,--output", a->out_file, "Also write the JSON report to FILE");
   add_output_flags(sub, a->out);
   sub->callback([a] { run_ulysses(*a); });

@@ -247,7 +247,12 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --seq 0", "--seq: expected lengths >= 1, got 0");
   expect_error("ulysses --sweep --seq 4096", "--sweep and --seq: give one of them");
   expect_error("ulysses --head-dim 96", "--head-dim: expected 64 or 128, got 96");
-  expect_error("ulysses --variants fast", "variant 'fast': expected attention-only, sequential, fused or coupled");
+  expect_error("ulysses --variants fast",
+               "variant 'fast': expected attention-only, sequential, pipelined, fused or coupled");
+  expect_error("ulysses --chunks 0", "--chunks: expected head chunks >= 1, got 0");
+  // 24 heads over the 8 emulated ranks: 3 heads a rank.
+  expect_error("ulysses --chunks 2,4", "--chunks 4: a rank holds 3 heads (H / P = 24 / 8); expected 1 .. 3 chunks");
+  expect_error("ulysses --chunks 2 --variants attention-only,fused", "--chunks: the head chunks of the pipelined");
   expect_error("ulysses --stores dma", "store path 'dma': expected vector16");
   expect_error("ulysses --orders random", "tile order 'random': expected linear or rotated");
   expect_error("ulysses --flags late", "flag timing 'late': expected lagged, eager, at-exit or coupled");
@@ -332,6 +337,27 @@ TEST(UlyssesBenchSummary, ResidualIsTheMedianPairedRatioWhereThereAreRounds) {
   s.residual_coupled_rounds = {0.09, 0.07, 0.08, 0.50};
   EXPECT_DOUBLE_EQ(s.residual(), 0.05);
   EXPECT_DOUBLE_EQ(s.coupled_residual(), 0.09);  // the upper median of an even count, as the times
+}
+
+TEST(UlyssesBenchSummary, PipelinedAndTheFloorBesideFusedAndSequential) {
+  UlyssesBenchSummary s;
+  s.attention_only_us = 100, s.sequential_us = 200, s.pipelined_us = 150, s.fused_us = 120, s.floor_us = 110;
+  EXPECT_DOUBLE_EQ(s.speedup(), 200.0 / 120);
+  EXPECT_DOUBLE_EQ(s.speedup_over_pipelined(), 150.0 / 120);
+  EXPECT_DOUBLE_EQ(s.pipelined_residual(), 0.5);  // no rounds: from the medians
+  s.residual_pipelined_rounds = {0.45, 0.40, 0.90};
+  EXPECT_DOUBLE_EQ(s.pipelined_residual(), 0.45);
+  EXPECT_DOUBLE_EQ(s.fused_over_floor(), 120.0 / 110 - 1);
+  s.residual_fused_rounds = {0.15, 0.12, 0.13};  // paired: 13% over attention-only, the floor 10% over it
+  EXPECT_DOUBLE_EQ(s.fused_over_floor_paired(), 1.13 / 1.1 - 1);
+}
+
+TEST(UlyssesFloor, TheProbedPathIsWhereTheOutputsLive) {
+  EXPECT_EQ(ulysses_floor_transport(Backend::emulated, Placement::host), Transport::host);
+  EXPECT_EQ(ulysses_floor_transport(Backend::emulated, Placement::device), Transport::local);
+  EXPECT_EQ(ulysses_floor_transport(Backend::peer, Placement::device), Transport::peer);
+  EXPECT_EQ(ulysses_floor_transport(Backend::peer, Placement::host), Transport::host);
+  EXPECT_EQ(ulysses_floor_transport(Backend::nccl, Placement::device), Transport::peer);
 }
 
 TEST(UlyssesPredictCli, TakesTheReportsOwnPairedResidual) {

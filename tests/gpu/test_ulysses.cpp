@@ -1,13 +1,16 @@
 // Fused Ulysses attention on the emulated backend (P ranks on one GPU):
 // every variant's sequence-sharded outputs, assembled, equal the attention
 // kernel's local results permuted on the CPU, bit for bit, destinations
-// poisoned first; sampled rows against an fp64 CPU reference; and the
-// command end to end, including the .npy dump other frameworks check.
+// poisoned first (for pipelined also the local output its sends read, so
+// that a send ahead of its chunk's attention would carry the poison);
+// sampled rows against an fp64 CPU reference; and the command end to end,
+// including the .npy dump other frameworks check.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <unistd.h>
@@ -48,13 +51,19 @@ std::vector<Case> all_cases() {
 }
 
 // Every variant the kernel runs (the wgmma kernel has no vector16-wt / -cs,
-// the mma kernel no paced-bulk; ulysses_combination_error says which).
-std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
+// the mma kernel no paced-bulk; ulysses_combination_error says which), and
+// pipelined with every chunk count of a rank's heads.
+std::vector<UlyssesRun> every_run(AttentionKernel kernel, int64_t heads_per_rank) {
   std::vector<UlyssesRun> runs;
   for (A2aVersion a : {A2aVersion::copy_engine, A2aVersion::store_kernel}) {
     UlyssesRun r{UlyssesVariant::sequential};
     r.a2a = a;
     runs.push_back(r);
+    for (int n = 1; n <= heads_per_rank; ++n) {
+      UlyssesRun p{UlyssesVariant::pipelined};
+      p.a2a = a, p.chunks = n;
+      runs.push_back(p);
+    }
   }
   for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
     for (StorePath s : {StorePath::vector16, StorePath::vector16_wt, StorePath::vector16_cs,
@@ -73,7 +82,7 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel) {
 
 std::string describe(const UlyssesRun& r) {
   return to_string(r.variant) + " " + (r.store ? to_string(*r.store) : std::string("default")) + " " + to_string(r.order) + " " + to_string(r.flags) + " " +
-         to_string(r.a2a);
+         to_string(r.a2a) + " chunks " + std::to_string(r.chunks);
 }
 
 class UlyssesEmulated : public testing::TestWithParam<Case> {};
@@ -95,7 +104,7 @@ TEST_P(UlyssesEmulated, EveryVariantEqualsTheLocalResultsPermuted) {
     ua.set_sequence(s.S);
     const uint64_t seed = uint64_t(100 * c.P + c.D + s.S);
     ua.fill_inputs(seed);
-    for (const auto& run : every_run(c.kernel)) EXPECT_EQ(ua.check_against_local(run), "") << describe(run);
+    for (const auto& run : every_run(c.kernel, s.H / c.P)) EXPECT_EQ(ua.check_against_local(run), "") << describe(run);
     UlyssesRun fused{UlyssesVariant::fused};
     ua.poison_outputs();
     ua.run(fused);
@@ -104,6 +113,69 @@ TEST_P(UlyssesEmulated, EveryVariantEqualsTheLocalResultsPermuted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCases, UlyssesEmulated, testing::ValuesIn(all_cases()), case_name);
+
+TEST(UlyssesEmulatedPipelined, EveryChunkCountOfFiveHeadsARankAndEveryVersion) {
+  XSTAGE_NEED_GPUS(1);
+  // 5 heads a rank: chunk counts that do not divide them (2, 3, 4) give
+  // chunks of different sizes; one rank (P = 1) sends only to itself; S
+  // below P leaves ranks without rows.
+  for (int P : {1, 3, 4})
+    for (Placement pl : {Placement::device, Placement::host}) {
+      auto world = World::create({Backend::emulated, P, pl, 0});
+      for (int D : {64, 128})
+        for (int64_t S : {int64_t(2), int64_t(333), int64_t(128) * P + 5}) {
+          UlyssesAttention ua(*world, 2, 5 * P, D, S);
+          ua.set_sequence(S);
+          ua.fill_inputs(uint64_t(17 * P + D + S));
+          for (A2aVersion a : {A2aVersion::copy_engine, A2aVersion::store_kernel})
+            for (int n = 1; n <= 5; ++n) {
+              UlyssesRun r{UlyssesVariant::pipelined};
+              r.a2a = a, r.chunks = n;
+              EXPECT_EQ(ua.check_against_local(r), "")
+                  << "P " << P << " " << to_string(pl) << " D " << D << " S " << S << " " << describe(r);
+            }
+        }
+    }
+}
+
+TEST(UlyssesEmulatedPipelined, TheMmaKernelRunsPerChunkToo) {
+  XSTAGE_NEED_GPUS(1);
+  auto world = World::create({Backend::emulated, 2, Placement::host, 0});
+  UlyssesAttention ua(*world, 1, 6, 128, 1000, AttentionKernel::mma_sync);
+  ua.set_sequence(1000);
+  ua.fill_inputs(9);
+  for (int n : {1, 2, 3}) {
+    UlyssesRun r{UlyssesVariant::pipelined};
+    r.chunks = n;
+    EXPECT_EQ(ua.check_against_local(r), "") << describe(r);
+  }
+}
+
+TEST(UlyssesEmulatedPipelined, RefusesChunkCountsOutsideARanksHeadsAndNcclOffTheNcclBackend) {
+  XSTAGE_NEED_GPUS(1);
+  auto world = World::create({Backend::emulated, 2, Placement::device, 0});
+  UlyssesAttention ua(*world, 1, 6, 64, 300);  // 3 heads a rank
+  ua.set_sequence(300);
+  ua.fill_inputs(4);
+  auto expect_error = [&](UlyssesRun r, const std::string& fragment) {
+    try {
+      ua.run(r);
+      ADD_FAILURE() << "ran: " << describe(r);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  UlyssesRun r{UlyssesVariant::pipelined};
+  r.chunks = 4;
+  expect_error(r, "4 head chunks of 3 heads a rank: expected 1 .. 3");
+  r.chunks = -1;
+  expect_error(r, "pipelined chunks: expected 1 .. 3 (0: the default 2), got -1");
+  r.chunks = 2, r.a2a = A2aVersion::nccl;
+  expect_error(r, "the nccl all-to-all is not available on the emulated backend");
+  // After the refusals the variant still runs, with the default chunk count.
+  r = UlyssesRun{UlyssesVariant::pipelined};
+  EXPECT_EQ(ua.check_against_local(r), "");
+}
 
 TEST(UlyssesEmulatedPaced, SlicesOfEverySizeDeliverEveryRow) {
   XSTAGE_NEED_GPUS(1);
@@ -182,6 +254,11 @@ TEST(UlyssesEmulatedReuse, ManyRunsAndShorterSequencesOnTheSameBuffers) {
     UlyssesRun r{UlyssesVariant::fused};
     for (int i = 0; i < 5; ++i) ua.run(r);  // epochs count up; flags are never reset
     EXPECT_EQ(ua.check_against_local(r), "") << "S " << S;
+    // Pipelined plans are made per S and reused; its events are reused by every run.
+    UlyssesRun p{UlyssesVariant::pipelined};
+    p.a2a = A2aVersion::store_kernel;
+    for (int i = 0; i < 5; ++i) ua.run(p);
+    EXPECT_EQ(ua.check_against_local(p), "") << "S " << S;
   }
   EXPECT_THROW(ua.set_sequence(2001), Error);
 }
@@ -208,20 +285,29 @@ TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
   XSTAGE_NEED_GPUS(1);
   const CliRun r = run_cli("ulysses --ranks 4 --heads 8 --head-dim 64 --seq 300,1000 --check -n 2 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,time_us,predicted_time_us,residual_paired,check"),
+  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,chunks,time_us,predicted_time_us,"
+                       "residual_paired,check"),
             std::string::npos)
       << r.out;
-  for (const char* v : {"attention-only,host", "sequential,host", "fused,host", "coupled,host"})
+  for (const char* v : {"attention-only,host", "sequential,host", "pipelined,host", "fused,host", "coupled,host"})
     EXPECT_NE(r.out.find(v), std::string::npos) << v << "\n" << r.out;
-  int fused_ok = 0;
+  int fused_ok = 0, pipelined_ok = 0;
   std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);)
+  for (std::string line; std::getline(lines, line);) {
     if (line.rfind("fused,", 0) == 0) {
       EXPECT_EQ(line.substr(line.size() - 3), ",ok") << line;
       EXPECT_EQ(line.find(",,ok"), std::string::npos) << "no prediction: " << line;
       ++fused_ok;
     }
+    if (line.rfind("pipelined,", 0) == 0) {
+      EXPECT_EQ(line.substr(line.size() - 3), ",ok") << line;
+      EXPECT_TRUE(line.find(",copy-engine,2,") != std::string::npos || line.find(",store-kernel,2,") != std::string::npos)
+          << "2 heads a rank: the sweep's one chunk count, 2: " << line;
+      ++pipelined_ok;
+    }
+  }
   EXPECT_EQ(fused_ok, 2 * 3 * 2) << r.out;  // 2 lengths x 3 stores (vector16, bulk, paced) x 2 orders
+  EXPECT_EQ(pipelined_ok, 2 * 2) << r.out;  // 2 lengths x (copy-engine, store-kernel) x chunks {2}
 }
 
 TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairsTheResiduals) {
@@ -264,6 +350,71 @@ TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairs
   }
   EXPECT_EQ(s["fused_config"].get<std::string>(), least_config) << r.out;
   EXPECT_DOUBLE_EQ(s["residual_fused"].get<double>(), least) << s;
+}
+
+TEST(UlyssesCommand, SummarisesPipelinedAsTheBestOfItsConfigurationsBesideTheFloor) {
+  XSTAGE_NEED_GPUS(1);
+  const auto csv_path =
+      std::filesystem::temp_directory_path() / ("xstage-ulysses-summary-" + std::to_string(getpid()) + ".csv");
+  // 3 heads a rank: chunk counts 2 and 3, each with both all-to-all versions.
+  const CliRun r = run_cli("ulysses --ranks 2 --heads 6 --head-dim 64 --seq 700 --variants "
+                           "attention-only,sequential,pipelined,fused --stores bulk --orders rotated -n 3 "
+                           "--max-seconds 100 --check --check-rows 2 --json --summary-csv " + csv_path.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const auto& s = j["summary"][0];
+  ASSERT_EQ(s["pipelined_configs"].get<int>(), 4) << s;
+  ASSERT_EQ(s["pipelined_all"].size(), 4u) << s;
+  EXPECT_NE(s["pipelined_selection"].get<std::string>().find("best of 4 configurations"), std::string::npos) << s;
+  // The summary's pipelined configuration is the pipelined row of least paired residual.
+  double least = 1e300, least_time = 0;
+  int least_chunks = 0;
+  std::string least_a2a;
+  int rows = 0;
+  for (const auto& row : j["rows"]) {
+    if (row["variant"] != "pipelined") continue;
+    ++rows;
+    EXPECT_EQ(row["check"], "ok") << row;
+    EXPECT_GT(row["enqueue_us"].get<double>(), 0.0) << row;
+    EXPECT_TRUE(row["chunks"] == 2 || row["chunks"] == 3) << row;
+    if (row["residual_paired"].get<double>() < least) {
+      least = row["residual_paired"].get<double>();
+      least_time = row["time_us"].get<double>();
+      least_chunks = row["chunks"].get<int>();
+      least_a2a = row["a2a"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(rows, 4) << r.out;
+  EXPECT_EQ(s["pipelined_chunks"].get<int>(), least_chunks) << s;
+  EXPECT_EQ(s["pipelined_a2a"].get<std::string>(), least_a2a) << s;
+  EXPECT_DOUBLE_EQ(s["pipelined_us"].get<double>(), least_time) << s;
+  EXPECT_DOUBLE_EQ(s["residual_pipelined"].get<double>(), least) << s;
+  EXPECT_DOUBLE_EQ(s["speedup_fused_over_pipelined"].get<double>(),
+                   s["pipelined_us"].get<double>() / s["fused_us"].get<double>())
+      << s;
+  EXPECT_EQ(s["sequential_configs"].get<int>(), 2) << s;
+  EXPECT_EQ(s["fused_configs"].get<int>(), 1) << s;
+  // The floor: R of the prediction profile (no probe asked for), never below attention-only.
+  ASSERT_TRUE(j["floor"].is_object()) << j["floor"];
+  EXPECT_EQ(j["floor"]["source"], "profile") << j["floor"];
+  const double R = j["floor"]["R_Bps"].get<double>();
+  const double payload = s["payload_bytes"].get<double>();
+  EXPECT_DOUBLE_EQ(payload, 700.0 * 6 * 64 * 2) << s;  // emulated: every row crosses the path
+  EXPECT_DOUBLE_EQ(s["floor_us"].get<double>(), std::max(s["attention_only_us"].get<double>(), payload / R * 1e6))
+      << s;
+  const double paired = (1 + s["residual_fused"].get<double>()) /
+                            (s["floor_us"].get<double>() / s["attention_only_us"].get<double>()) - 1;
+  EXPECT_DOUBLE_EQ(s["fused_over_floor_paired"].get<double>(), paired) << s;
+  // The same summary as CSV.
+  std::ifstream in(csv_path);
+  std::string header, line;
+  ASSERT_TRUE(std::getline(in, header));
+  EXPECT_EQ(header.rfind("S,attention_only_us,sequential_us,sequential_a2a,sequential_configs,pipelined_us,", 0), 0u)
+      << header;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line.rfind("700,", 0), 0u) << line;
+  EXPECT_NE(line.find("," + least_a2a + "," + std::to_string(least_chunks) + ",4,"), std::string::npos) << line;
+  std::filesystem::remove(csv_path);
 }
 
 TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {
@@ -321,7 +472,7 @@ TEST(UlyssesPeer, EveryVariantEqualsTheLocalResultsPermuted) {
         UlyssesAttention ua(*world, 2, 2 * P, 128, S, k);
         ua.set_sequence(S);
         ua.fill_inputs(uint64_t(S));
-        for (const auto& run : every_run(k))
+        for (const auto& run : every_run(k, 2))
           EXPECT_EQ(ua.check_against_local(run), "")
               << to_string(k) << " " << to_string(pl) << " S=" << S << " " << describe(run);
       }
@@ -339,9 +490,11 @@ TEST(UlyssesPeer, TheCommandTimesEveryVariantInPairsAcrossGpus) {
                              std::to_string(2 * P) + " --head-dim 64 --seq 333 --check --check-rows 2 -n 3 -w 1 " +
                              "--timeout 20 --pairing " + pairing + " --csv");
     ASSERT_EQ(r.rc, 0) << pairing << "\n" << r.out;
-    int fused = 0;
+    int fused = 0, pipelined = 0;
     EXPECT_EQ(count_checked_rows(r.out, "fused,", &fused), fused) << r.out;
     EXPECT_EQ(fused, 3 * 2) << r.out;  // 3 stores x 2 orders
+    EXPECT_EQ(count_checked_rows(r.out, "pipelined,", &pipelined), pipelined) << r.out;
+    EXPECT_EQ(pipelined, 2) << r.out;  // (copy-engine, store-kernel) x chunks {2}: 2 heads a rank
   }
 }
 
@@ -355,9 +508,11 @@ TEST(UlyssesNccl, LaunchedProcessesCheckEveryVariant) {
                            " ulysses --backend nccl --heads " + std::to_string(2 * P) +
                            " --head-dim 64 --seq 333,1000 --check --check-rows 2 -n 2 --timeout 20 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
-  int fused = 0, sequential = 0;
+  int fused = 0, sequential = 0, pipelined = 0;
   EXPECT_EQ(count_checked_rows(r.out, "fused,", &fused), fused) << r.out;
   EXPECT_EQ(fused, 2 * 3 * 2) << r.out;  // 2 lengths x 3 stores x 2 orders, printed by rank 0 only
   EXPECT_EQ(count_checked_rows(r.out, "sequential,", &sequential), sequential) << r.out;
   EXPECT_EQ(sequential, 2 * 3) << r.out;  // 2 lengths x (copy-engine, store-kernel, nccl)
+  EXPECT_EQ(count_checked_rows(r.out, "pipelined,", &pipelined), pipelined) << r.out;
+  EXPECT_EQ(pipelined, 2 * 3) << r.out;  // 2 lengths x 3 versions x chunks {2}: 2 heads a rank
 }

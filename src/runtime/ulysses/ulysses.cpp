@@ -1,5 +1,6 @@
 // Ulysses attention on a World (include/xstage/ulysses.hpp): buffers, the
-// four variants, checks. Kernels: src/device/ulysses/ (launch.hpp).
+// five variants, checks. Kernels: src/device/ulysses/ (launch.hpp); the
+// pipelined variant's streams and plans: ulysses_pipeline.hpp.
 #include "xstage/ulysses.hpp"
 
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@
 #include "device/fill/fill_random.hpp"
 #include "device/remote/diagnostics.hpp"
 #include "device/ulysses/launch.hpp"
+#include "runtime/ulysses/ulysses_pipeline.hpp"
 #include "util/npy.hpp"
 #include "xstage/attention.hpp"
 #include "xstage/device.hpp"
@@ -29,6 +31,7 @@ std::string to_string(UlyssesVariant v) {
   switch (v) {
     case UlyssesVariant::attention_only: return "attention-only";
     case UlyssesVariant::sequential: return "sequential";
+    case UlyssesVariant::pipelined: return "pipelined";
     case UlyssesVariant::fused: return "fused";
     case UlyssesVariant::coupled: return "coupled";
   }
@@ -36,13 +39,15 @@ std::string to_string(UlyssesVariant v) {
 }
 
 UlyssesVariant parse_ulysses_variant(std::string_view t) {
-  for (auto v : {UlyssesVariant::attention_only, UlyssesVariant::sequential, UlyssesVariant::fused,
-                 UlyssesVariant::coupled})
+  for (auto v : {UlyssesVariant::attention_only, UlyssesVariant::sequential, UlyssesVariant::pipelined,
+                 UlyssesVariant::fused, UlyssesVariant::coupled})
     if (t == to_string(v)) return v;
-  throw Error(fmt::format("variant '{}': expected attention-only, sequential, fused or coupled", t));
+  throw Error(fmt::format("variant '{}': expected attention-only, sequential, pipelined, fused or coupled", t));
 }
 
 bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }
+
+int default_pipeline_chunks(int64_t heads_per_rank) { return heads_per_rank >= 2 ? 2 : 1; }
 
 namespace {
 bool sent_by_producer(StorePath s) { return s == StorePath::paced_bulk || s == StorePath::paced_warp; }
@@ -175,6 +180,7 @@ struct UlyssesAttention::Impl {
   std::optional<UlyssesLayout> layout;
   A2aBuffers a2a_bufs;
   std::map<A2aVersion, std::unique_ptr<A2aOp>> ops;
+  std::unique_ptr<ulysses_detail::UlyssesPipeline> pipeline;
   uint64_t epoch = 0;
 
   Impl(World& world, int64_t B_, int64_t H_, int64_t D_, int64_t S_, AttentionKernel k)
@@ -216,6 +222,9 @@ struct UlyssesAttention::Impl {
                               "receiver wait; expected at most {} in all (smaller B, H or S)",
                               flag_slots, P, std::numeric_limits<int32_t>::max()));
     flags = &w.alloc_flags(size_t(flag_slots));
+    std::vector<ulysses_detail::PipelineGroup> pg;
+    for (const Group& g : groups) pg.push_back({g.rank_base, g.n, g.device, g.stream, g.q, g.k, g.v, g.o});
+    pipeline = std::make_unique<ulysses_detail::UlyssesPipeline>(w, std::move(pg), B, Hl, D, kernel);
   }
 
   const Group& group_of(int rank) const {
@@ -324,6 +333,8 @@ void UlyssesAttention::set_sequence(int64_t S) {
     throw Error(fmt::format("ulysses: S = {}: expected 1 .. {} (the size the buffers were made for)", S, m.max_S));
   m.ops.clear();
   m.layout.emplace(UlyssesShape{m.B, S, m.H, m.D, m.P, 2});
+  // Drops the plans of the last S; a plan reads the all-to-all buffers set below when it is built.
+  m.pipeline->set_sequence(*m.layout, m.a2a_bufs);
   for (const auto& g : m.groups) {
     XSTAGE_CUDA(cudaSetDevice(g.device));
     for (TileOrder o : {TileOrder::linear, TileOrder::rotated}) {
@@ -400,6 +411,12 @@ void UlyssesAttention::enqueue(const UlyssesRun& run) {
       it->second->enqueue();
       break;
     }
+    case UlyssesVariant::pipelined:
+      if (run.chunks < 0)
+        throw Error(fmt::format("ulysses: pipelined chunks: expected 1 .. {} (0: the default {}), got {}", m.Hl,
+                                default_pipeline_chunks(m.Hl), run.chunks));
+      m.pipeline->enqueue(run.a2a, run.chunks > 0 ? run.chunks : default_pipeline_chunks(m.Hl));
+      break;
     case UlyssesVariant::fused:
     case UlyssesVariant::coupled:
       ++m.epoch;

@@ -17,15 +17,18 @@
 #include "util/replace_file.hpp"
 #include "xstage/error.hpp"
 #include "xstage/profile.hpp"
+#include "xstage/ulysses_chunks.hpp"
 #include "xstage/ulysses_prediction.hpp"
 
 namespace xstage {
 
 namespace {
 
-// "fused paced(16)/linear/at-exit", "sequential copy-engine", "attention-only".
+// "fused paced(16)/linear/at-exit", "sequential copy-engine", "pipelined copy-engine/4",
+// "attention-only".
 std::string config_label(const UlyssesBenchRow& r) {
   if (r.variant == "sequential") return r.variant + " " + r.a2a;
+  if (r.variant == "pipelined") return fmt::format("{} {}/{}", r.variant, r.a2a, r.chunks);
   if (r.store == "-") return r.variant;
   return r.variant + " " + r.store + (r.paced_rows > 0 ? fmt::format("({})", r.paced_rows) : "") + "/" + r.order +
          "/" + r.flags;
@@ -75,6 +78,16 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
   for (A2aVersion v : o.a2a)
     if (v == A2aVersion::nccl && o.world.backend != Backend::nccl)
       throw Error("--a2a nccl: NCCL's all-to-all needs --backend nccl");
+  for (int n : o.chunks) {
+    if (n < 1) throw Error(fmt::format("--chunks: expected head chunks >= 1, got {}", n));
+    // Once P is known (peer learns it from the GPUs): a chunk holds at least one of a rank's heads.
+    if (o.world.ranks >= 1 && o.heads % o.world.ranks == 0 && n > o.heads / o.world.ranks)
+      throw Error(fmt::format("--chunks {}: a rank holds {} heads (H / P = {} / {}); expected 1 .. {} chunks", n,
+                              o.heads / o.world.ranks, o.heads, o.world.ranks, o.heads / o.world.ranks));
+  }
+  if (!o.chunks.empty() && !o.variants.empty() &&
+      std::find(o.variants.begin(), o.variants.end(), UlyssesVariant::pipelined) == o.variants.end())
+    throw Error("--chunks: the head chunks of the pipelined variant, which --variants leaves out");
   if (o.check_rows < 0) throw Error(fmt::format("--check-rows: expected >= 0, got {}", o.check_rows));
   for (int r : o.paced_rows)
     if (r < 1) throw Error(fmt::format("--paced-rows: expected rows >= 1, got {}", r));
@@ -108,6 +121,27 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
   }
 }
 
+namespace {
+// The probe on the leader's GPU (under nccl the other processes wait for it);
+// every process learns R, and every process fails when the probe does.
+UlyssesFloorRate floor_rate_from_probe(World& w) {
+  UlyssesFloorRate f;
+  std::string error;
+  if (w.leader()) {
+    try {
+      f = ulysses_floor_probe(ulysses_floor_transport(w.backend(), w.placement()), w.device_of(w.local_ranks().front()));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (w.max_over_ranks(error.empty() ? 0.0 : 1.0) != 0)
+    throw Error(error.empty() ? "ulysses --floor-probe: the probe failed on rank 0 (its message says why)" : error);
+  f.R_Bps = w.max_over_ranks(f.R_Bps);
+  if (!w.leader()) f.source = "probe";
+  return f;
+}
+}  // namespace
+
 UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   validate_ulysses_options(o);
   const int gpus = cuda_device_count();
@@ -120,9 +154,10 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     local = load_local_profile(o.local_profile);
   }
 
-  const auto variants = o.variants.empty() ? std::vector{UlyssesVariant::attention_only, UlyssesVariant::sequential,
-                                                         UlyssesVariant::fused, UlyssesVariant::coupled}
-                                           : o.variants;
+  const auto variants =
+      o.variants.empty() ? std::vector{UlyssesVariant::attention_only, UlyssesVariant::sequential,
+                                       UlyssesVariant::pipelined, UlyssesVariant::fused, UlyssesVariant::coupled}
+                         : o.variants;
   // By default the two whole-tile paths and the fused default (paced-warp on
   // the wgmma kernel, paced on the mma kernel).
   const auto stores = o.stores.empty() ? std::vector{StorePath::vector16, StorePath::bulk,
@@ -132,6 +167,8 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   // At exit: the best or as good on every path measured (docs/perf-log.md, f8).
   const auto flag_timings = o.flags.empty() ? std::vector{Completion::at_exit} : o.flags;
   const auto a2as = o.a2a.empty() ? available_versions(o.world.backend) : o.a2a;
+  // Head chunks a rank: H / P does not depend on S, so every S tries the same counts.
+  const auto chunk_counts = o.chunks.empty() ? ulysses_chunk_sweep(o.heads / o.world.ranks) : o.chunks;
 
   auto world = World::create(o.world);
   World& w = *world;
@@ -141,6 +178,13 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   rep.profile = profile ? profile->name : "none";
   rep.local_profile = local ? local->name : "none";
   rep.device = device_info(w.device_of(w.local_ranks().front()));
+  if (o.floor_probe) {
+    rep.floor = floor_rate_from_probe(w);
+  } else if (profile) {
+    UlyssesFloorRate f;
+    f.R_Bps = profile->R_Bps, f.source = "profile", f.profile = profile->name, f.transport = profile->transport;
+    rep.floor = f;
+  }
 
   const int64_t max_S = *std::max_element(o.seqs.begin(), o.seqs.end());
   UlyssesAttention ua(w, o.batch, o.heads, o.head_dim, max_S, o.kernel);
@@ -176,6 +220,20 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
         if (!bad.empty()) throw Error(fmt::format("ulysses --check at S = {}: {}", S, bad));
         row.check = "ok";
       }
+      // A pipelined configuration's first run at this S builds its send plan: not on the clocks below.
+      if (run.variant == UlyssesVariant::pipelined) ua.run(run);
+      {
+        // The host's time to enqueue one run, from an idle GPU: where it
+        // nears the run's time, back-to-back runs can wait for the host.
+        w.fork();
+        const auto t0 = std::chrono::steady_clock::now();
+        ua.enqueue(run);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        w.join();
+        w.barrier();
+        ua.check_receivers();
+        row.enqueue_us = w.max_over_ranks(s) * 1e6;
+      }
       // One run on the host clock sizes the rounds to the time budget.
       const auto t0 = std::chrono::steady_clock::now();
       ua.run(run);
@@ -188,7 +246,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       return rep.rows.size() - 1;
     };
 
-    std::vector<size_t> fused_rows, seq_rows, coupled_rows;
+    std::vector<size_t> fused_rows, seq_rows, coupled_rows, pipe_rows;
     std::optional<size_t> att_row;
     for (UlyssesVariant v : variants) {
       UlyssesRun run{v};
@@ -215,6 +273,14 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
           row.a2a = to_string(a);
           seq_rows.push_back(measure(run, row));
         }
+      } else if (v == UlyssesVariant::pipelined) {
+        for (A2aVersion a : a2as)
+          for (int n : chunk_counts) {
+            run.a2a = a, run.chunks = n;
+            auto row = base_row(v);
+            row.a2a = to_string(a), row.chunks = n;
+            pipe_rows.push_back(measure(run, row));
+          }
       } else {
         for (StorePath s : stores)
           for (TileOrder ord : (v == UlyssesVariant::coupled ? std::vector{TileOrder::rotated} : orders))
@@ -265,6 +331,10 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       row.time_us = median_value(times[i]);
       row.time_min_us = *std::min_element(times[i].begin(), times[i].end());
       row.time_max_us = *std::max_element(times[i].begin(), times[i].end());
+      if (row.enqueue_us > 0.5 * row.time_us)
+        rep.notes.push_back(fmt::format("S = {}, {}: enqueuing a run takes the host {:.0f} us of its {:.0f} us: the "
+                                        "timing may include waits for the host",
+                                        S, config_label(row), row.enqueue_us, row.time_us));
     }
     if (!o.dump_dir.empty() && S == o.seqs.front()) {
       // The first fused configuration the sweep runs (store paths, then flag
@@ -296,7 +366,19 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       return least_by(rows, [&](size_t i) { return att_row ? *rep.rows[i].residual_paired : rep.rows[i].time_us; });
     };
     if (att_row) sum.attention_only_us = rep.rows[*att_row].time_us;
-    if (auto b = best(seq_rows)) sum.sequential_us = rep.rows[*b].time_us;
+    if (auto b = best(seq_rows)) {
+      sum.sequential_us = rep.rows[*b].time_us;
+      sum.sequential_a2a = rep.rows[*b].a2a;
+    }
+    if (auto b = best(pipe_rows)) {
+      sum.pipelined_us = rep.rows[*b].time_us;
+      sum.pipelined_a2a = rep.rows[*b].a2a;
+      sum.pipelined_chunks = rep.rows[*b].chunks;
+      if (att_row) sum.residual_pipelined_rounds = paired(*b);
+    }
+    sum.sequential_configs = int(seq_rows.size());
+    sum.pipelined_configs = int(pipe_rows.size());
+    sum.fused_configs = int(fused_rows.size());
     if (auto b = best(fused_rows)) {
       sum.fused_us = rep.rows[*b].time_us;
       const auto& r = rep.rows[*b];
@@ -309,16 +391,22 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       if (att_row) sum.residual_coupled_rounds = paired(*b);
     }
 
-    // The model, from the attention-only time and the kernel's tile schedule.
-    if (profile && sum.attention_only_us > 0) {
-      const UlyssesKernelShape ks =
-          ulysses_kernel_shape(ua.layout().shape(), w.backend() == Backend::emulated, w.local_ranks().front(),
-                               ua.block_m(), ua.concurrent_tiles_per_gpu(), sum.attention_only_us);
-      if (ks.tiles != ua.tiles_per_gpu())
-        throw Error(fmt::format("ulysses: the prediction counts {} tiles, the kernel runs {}", ks.tiles,
+    // The floor and the model, from the attention-only time and the kernel's tile schedule.
+    std::optional<UlyssesKernelShape> ks;
+    if (sum.attention_only_us > 0) {
+      ks = ulysses_kernel_shape(ua.layout().shape(), w.backend() == Backend::emulated, w.local_ranks().front(),
+                                ua.block_m(), ua.concurrent_tiles_per_gpu(), sum.attention_only_us);
+      if (ks->tiles != ua.tiles_per_gpu())
+        throw Error(fmt::format("ulysses: the prediction counts {} tiles, the kernel runs {}", ks->tiles,
                                 ua.tiles_per_gpu()));
+      sum.payload_bytes = ks->payload_bytes;
+      // No schedule beats the attention alone, nor sends the payload faster than the path drains.
+      if (rep.floor && rep.floor->R_Bps > 0)
+        sum.floor_us = std::max(sum.attention_only_us, ks->payload_bytes / rep.floor->R_Bps * 1e6);
+    }
+    if (profile && ks) {
       // The attention-only time contains a store into this GPU's memory, not into the profiled path.
-      const UlyssesPrediction pr = predict_ulysses(*profile, ks, &*local);
+      const UlyssesPrediction pr = predict_ulysses(*profile, *ks, &*local);
       sum.predicted_fused_us = pr.fused_us;
       sum.predicted_sequential_us = pr.sequential_us;
       for (size_t i : fused_rows) rep.rows[i].predicted_time_us = pr.fused_us;

@@ -1,0 +1,191 @@
+// The pipelined variant's head chunks and its chunked all-to-all plans
+// (include/xstage/ulysses_chunks.hpp), on the CPU: every chunk count of
+// random shapes with uneven S, direct and through NCCL-style equal slots,
+// against the whole all-to-all's reference; and each chunk writes only its
+// own heads, so that a chunk's sends and the next chunk's attention touch
+// disjoint bytes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "xstage/error.hpp"
+#include "xstage/ulysses_chunks.hpp"
+#include "xstage/ulysses_layout.hpp"
+
+using namespace xstage;
+
+namespace {
+
+RankBuffers random_head_shards(const UlyssesLayout& l, std::mt19937_64& rng) {
+  RankBuffers in(size_t(l.shape().P));
+  for (int r = 0; r < l.shape().P; ++r) {
+    in[size_t(r)].resize(l.head_shard_bytes());
+    for (auto& x : in[size_t(r)]) x = static_cast<uint8_t>(rng());
+  }
+  return in;
+}
+
+RankBuffers poisoned_seq_shards(const UlyssesLayout& l) {
+  RankBuffers out(size_t(l.shape().P));
+  for (int r = 0; r < l.shape().P; ++r) out[size_t(r)].assign(l.seq_shard_bytes(r), 0xEE);
+  return out;
+}
+
+UlyssesShape random_shape(std::mt19937_64& rng) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  UlyssesShape s;
+  s.P = pick(1, 5);
+  s.B = pick(1, 3);
+  s.S = pick(1, 6 * s.P + 3);  // often not a multiple of P, sometimes below P (ranks without rows)
+  s.H = s.P * pick(1, 7);      // 1 .. 7 heads a rank: chunk counts that do not divide them
+  s.D = pick(1, 5);
+  s.elem_bytes = size_t(pick(1, 2));
+  return s;
+}
+
+std::string describe(const UlyssesShape& s, int chunks) {
+  return "B=" + std::to_string(s.B) + " S=" + std::to_string(s.S) + " H=" + std::to_string(s.H) + " D=" +
+         std::to_string(s.D) + " P=" + std::to_string(s.P) + " e=" + std::to_string(s.elem_bytes) +
+         " chunks=" + std::to_string(chunks);
+}
+
+}  // namespace
+
+TEST(UlyssesHeadChunks, ConsecutiveRangesCoverEveryHeadOnceWithSizesWithinOne) {
+  for (int64_t hl = 1; hl <= 13; ++hl)
+    for (int n = 1; n <= hl; ++n) {
+      const auto chunks = ulysses_head_chunks(hl, n);
+      ASSERT_EQ(chunks.size(), size_t(n));
+      int64_t next = 0, least = hl, most = 0;
+      for (const HeadRange& h : chunks) {
+        EXPECT_EQ(h.begin, next) << hl << " heads, " << n << " chunks";
+        EXPECT_GE(h.size(), 1);
+        least = std::min(least, h.size());
+        most = std::max(most, h.size());
+        next = h.end;
+      }
+      EXPECT_EQ(next, hl);
+      EXPECT_LE(most - least, 1) << hl << " heads, " << n << " chunks";
+    }
+  EXPECT_THROW(ulysses_head_chunks(3, 0), Error);
+  EXPECT_THROW(ulysses_head_chunks(3, 4), Error);
+  EXPECT_THROW(ulysses_head_chunks(0, 1), Error);
+}
+
+TEST(UlyssesHeadChunks, TheSweepDoublesFromTwoAndEndsAtOneHeadAChunk) {
+  EXPECT_EQ(ulysses_chunk_sweep(1), (std::vector<int>{1}));
+  EXPECT_EQ(ulysses_chunk_sweep(2), (std::vector<int>{2}));
+  EXPECT_EQ(ulysses_chunk_sweep(3), (std::vector<int>{2, 3}));   // 24 heads on 8 emulated ranks
+  EXPECT_EQ(ulysses_chunk_sweep(12), (std::vector<int>{2, 4, 8, 12}));  // 24 heads on 2 GPUs
+  EXPECT_EQ(ulysses_chunk_sweep(16), (std::vector<int>{2, 4, 8, 16}));
+  EXPECT_THROW(ulysses_chunk_sweep(0), Error);
+}
+
+TEST(UlyssesChunkBlocks, EveryChunkCountAssemblesTheWholeAllToAll) {
+  std::mt19937_64 rng(20);
+  for (int trial = 0; trial < 150; ++trial) {
+    const UlyssesShape s = random_shape(rng);
+    const UlyssesLayout l(s);
+    const RankBuffers in = random_head_shards(l, rng);
+    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, in);
+    for (int n = 1; n <= l.heads_per_rank(); ++n) {
+      SCOPED_TRACE(describe(s, n));
+      RankBuffers out = poisoned_seq_shards(l);
+      for (const HeadRange& h : ulysses_head_chunks(l.heads_per_rank(), n))
+        apply_blocks(ulysses_chunk_blocks(l, h), in, out);
+      EXPECT_EQ(out, want);
+    }
+  }
+}
+
+TEST(UlyssesChunkBlocks, AChunkReadsAndWritesOnlyItsOwnHeads) {
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 100; ++trial) {
+    const UlyssesShape s = random_shape(rng);
+    const UlyssesLayout l(s);
+    const int64_t hl = l.heads_per_rank();
+    const RankBuffers in = random_head_shards(l, rng);
+    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, in);
+    const int n = std::uniform_int_distribution<int>(1, int(hl))(rng);
+    for (const HeadRange& h : ulysses_head_chunks(hl, n)) {
+      SCOPED_TRACE(describe(s, n) + " heads " + std::to_string(h.begin) + ".." + std::to_string(h.end));
+      // Other heads of the source poisoned: the chunk must not read them.
+      RankBuffers src = in;
+      for (int r = 0; r < s.P; ++r)
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t q = 0; q < s.S; ++q)
+            for (int64_t hh = 0; hh < hl; ++hh)
+              if (hh < h.begin || hh >= h.end)
+                std::memset(src[size_t(r)].data() + l.head_sharded_offset(b, q, hh), 0x5A, l.row_bytes());
+      RankBuffers out = poisoned_seq_shards(l);
+      apply_blocks(ulysses_chunk_blocks(l, h), src, out);
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t q = 0; q < s.S; ++q)
+          for (int64_t hg = 0; hg < s.H; ++hg) {
+            const int r = l.seq_owner(q);
+            const size_t at = l.seq_sharded_offset(b, q, hg);
+            const int64_t local = hg % hl;
+            const bool mine = local >= h.begin && local < h.end;
+            const std::vector<uint8_t> expected =
+                mine ? std::vector<uint8_t>(want[size_t(r)].begin() + long(at),
+                                            want[size_t(r)].begin() + long(at + l.row_bytes()))
+                     : std::vector<uint8_t>(l.row_bytes(), 0xEE);
+            ASSERT_EQ(std::vector<uint8_t>(out[size_t(r)].begin() + long(at),
+                                           out[size_t(r)].begin() + long(at + l.row_bytes())),
+                      expected)
+                << "b " << b << " row " << q << " head " << hg << (mine ? " (the chunk's)" : " (another chunk's)");
+          }
+    }
+  }
+}
+
+TEST(UlyssesChunkBlocks, PackedSlotsThroughAnAllToAllAssembleTheWholeOutput) {
+  std::mt19937_64 rng(22);
+  for (int trial = 0; trial < 150; ++trial) {
+    const UlyssesShape s = random_shape(rng);
+    const UlyssesLayout l(s);
+    const RankBuffers in = random_head_shards(l, rng);
+    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, in);
+    const size_t stage = size_t(s.P) * l.slot_bytes();  // nccl_stage_bytes: what the buffers hold
+    for (int n = 1; n <= l.heads_per_rank(); ++n) {
+      SCOPED_TRACE(describe(s, n));
+      RankBuffers out = poisoned_seq_shards(l);
+      size_t region_end = 0;
+      for (const HeadRange& h : ulysses_head_chunks(l.heads_per_rank(), n)) {
+        const size_t base = ulysses_chunk_stage_offset(l, h), slot = ulysses_chunk_slot_bytes(l, h);
+        EXPECT_EQ(base, region_end) << "chunk regions follow each other";
+        region_end = base + size_t(s.P) * slot;
+        ASSERT_LE(region_end, stage);
+        RankBuffers send(size_t(s.P), std::vector<uint8_t>(stage, 0x11)), recv = send;
+        for (int r = 0; r < s.P; ++r) {
+          RankBuffers mine(size_t(s.P));
+          mine[size_t(r)] = send[size_t(r)];
+          apply_blocks(ulysses_chunk_pack_blocks(l, h, r), in, mine);
+          send[size_t(r)] = mine[size_t(r)];
+        }
+        // ncclAlltoAll on the chunk's region: slot j of rank r to slot r of rank j.
+        for (int r = 0; r < s.P; ++r)
+          for (int j = 0; j < s.P; ++j)
+            std::memcpy(recv[size_t(j)].data() + base + size_t(r) * slot,
+                        send[size_t(r)].data() + base + size_t(j) * slot, slot);
+        for (int r = 0; r < s.P; ++r) {
+          RankBuffers stage_of_r(size_t(s.P));
+          stage_of_r[size_t(r)] = recv[size_t(r)];
+          apply_blocks(ulysses_chunk_unpack_blocks(l, h, r), stage_of_r, out);
+        }
+      }
+      EXPECT_EQ(region_end, stage) << "the chunks' regions fill the stage";
+      EXPECT_EQ(out, want);
+    }
+  }
+}
+
+TEST(UlyssesChunkBlocks, RejectsHeadRangesOutsideARank) {
+  const UlyssesLayout l({1, 10, 6, 4, 2, 2});  // 3 heads a rank
+  EXPECT_THROW(ulysses_chunk_blocks(l, {0, 0}), Error);
+  EXPECT_THROW(ulysses_chunk_blocks(l, {2, 4}), Error);
+  EXPECT_THROW(ulysses_chunk_blocks(l, {-1, 1}), Error);
+  EXPECT_NO_THROW(ulysses_chunk_blocks(l, {0, 3}));
+}
