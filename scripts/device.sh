@@ -272,9 +272,13 @@ if has upipe; then
   ((ngpu > 1)) && [ -z "${UPIPE:-}" ] && upipe_parts="peer nccl"
   u_tests="UlyssesEmulated|UlyssesCommand"
   [[ " $upipe_parts " == *" peer "* || " $upipe_parts " == *" nccl "* ]] && u_tests+="|UlyssesPeer|UlyssesNccl"
-  gpu_tests u-pipe-tests 300 "$u_tests"
-  san san-memcheck-ulysses-pipelined memcheck $X ulysses --ranks 3 --heads 15 --seq 300 --variants pipelined \
-    --chunks 1,2,5 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --placement host
+  # UPIPE_STEPS: any of tests, check, sweep (default all three)
+  upipe_steps=" ${UPIPE_STEPS:-tests check sweep} "
+  if [[ $upipe_steps == *" tests "* ]]; then
+    gpu_tests u-pipe-tests 300 "$u_tests"
+    san san-memcheck-ulysses-pipelined memcheck $X ulysses --ranks 3 --heads 15 --seq 300 --variants pipelined \
+      --chunks 1,2,5 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --placement host
+  fi
   for part in $upipe_parts; do
     case $part in
       host | device) run=("$X" ulysses --placement "$part"); budget=1.5 ;;
@@ -282,8 +286,10 @@ if has upipe; then
       nccl) run=("$X" launch -n "$ngpu" -- "$PWD/$X" ulysses --backend nccl); budget=0.6 ;;
       *) note "u-pipe-$part" "skipped" "UPIPE part '$part': expected host, device, peer or nccl"; continue ;;
     esac
-    timed "u-pipe-check-$part" 150 "${run[@]}" --seq 4096,16384 --variants attention-only,sequential,pipelined \
-      --check --check-rows 2 -n 3 --max-seconds 0.2 --timeout 20
+    [[ $upipe_steps == *" check "* ]] &&
+      timed "u-pipe-check-$part" 150 "${run[@]}" --seq 4096,16384 --variants attention-only,sequential,pipelined \
+        --check --check-rows 2 -n 3 --max-seconds 0.2 --timeout 20
+    [[ $upipe_steps == *" sweep "* ]] || continue
     clocks_start "$OUT/r/ulysses/clocks-pipelined-$part.csv"
     timed "u-pipe-$part" 420 "${run[@]}" --sweep $u_pipe --max-seconds $budget --floor-probe \
       -o "$OUT/r/ulysses/ulysses-pipelined-$part.json" --summary-csv "$OUT/r/ulysses/ulysses-pipelined-$part.csv"
