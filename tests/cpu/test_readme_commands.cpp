@@ -2,6 +2,8 @@
 // names, on a machine without a GPU.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -23,9 +25,11 @@ TEST(ReadmeCommands, EveryCpuCommandRunsOnTheFilesItNames) {
   std::istringstream block(readme.substr(start + 6, end - start - 6));
   // Outputs (profile.json, occ.csv, out/) go to a scratch folder that sees
   // the repository's results/ and docs/ under the same names.
-  const fs::path work = fs::temp_directory_path() / "xstage-readme-commands";
-  fs::remove_all(work);
-  fs::create_directories(work);
+  // A folder of this run's own: two test runs at once (CI and a developer,
+  // or two checkouts) must not remove each other's.
+  std::string tmpl = (fs::temp_directory_path() / "xstage-readme-commands-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << "mkdtemp " << tmpl;
+  const fs::path work = tmpl;
   for (const char* d : {"results", "docs", "profiles"}) fs::create_directory_symlink(src / d, work / d);
   std::string line;
   int ran = 0;
