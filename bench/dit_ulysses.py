@@ -21,6 +21,7 @@ CUDA events and taken as the slowest rank's; the SM clock read after every round
 
     torchrun --nproc-per-node 2 bench/dit_ulysses.py --out dit-step.json
     python3 bench/dit_ulysses.py --selftest     # CPU: the processor against diffusers' own
+    torchrun --nproc-per-node 2 bench/dit_ulysses.py --selftest   # and sequence-parallel over gloo
 """
 import argparse
 import datetime
@@ -132,18 +133,28 @@ def rel(a, b):
 
 
 def selftest():
-    """CPU, fp32, one rank: the processor (with torch SDPA) against diffusers'
-    own processor on a small Flux; exits non-zero on a mismatch."""
-    model = build_model(1, 1, "cpu", torch.float32, heads=4, head_dim=64, rope=(8, 28, 28), joint_dim=64,
+    """CPU, fp32, a small Flux: the processor (with torch SDPA) against
+    diffusers' own processor; under torchrun also the sequence-parallel model
+    (gloo, sequential Ulysses on SDPA) against the whole model in one process.
+    Exits non-zero on a mismatch."""
+    model = build_model(1, 2, "cpu", torch.float32, heads=4, head_dim=64, rope=(8, 28, 28), joint_dim=64,
                         pooled_dim=32)
     inputs = make_inputs(64, 16, 8, "cpu", torch.float32, joint_dim=64, pooled_dim=32)
     with torch.no_grad():
         want = model(**inputs).sample
         model.set_attn_processor(UlyssesFluxProcessor(sdpa_bshd))
-        got = model(**inputs).sample
-    err = rel(got, want)
-    print(f"selftest: processor vs diffusers' FluxAttnProcessor, rel err {err:.2e}")
-    sys.exit(0 if err < 1e-5 else 1)
+        errs = {"processor vs diffusers' FluxAttnProcessor": rel(model(**inputs).sample, want)}
+        if "WORLD_SIZE" in os.environ:
+            from xstage.reference import ulysses_sdpa
+            dist.init_process_group("gloo")
+            group, P = dist.group.WORLD, dist.get_world_size()
+            model.set_attn_processor(UlyssesFluxProcessor(lambda q, k, v: ulysses_sdpa(q, k, v, group, seq_len=80)))
+            got = gather_rows(model(**shard_inputs(inputs, P, dist.get_rank())).sample, group)
+            errs[f"sequence-parallel over {P} processes vs one"] = rel(got, want)
+            dist.destroy_process_group()
+    for what, err in errs.items():
+        print(f"selftest: {what}: rel err {err:.2e}")
+    sys.exit(0 if all(e < 1e-5 for e in errs.values()) else 1)
 
 
 def sm_clock(index):

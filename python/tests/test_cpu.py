@@ -222,3 +222,92 @@ def test_library_plan_matches_the_python_layout():
         _lib.call("xstage_ulysses_tile_order", shape_ptr, 1, order, P * m_blocks)
         for r in range(P):  # every rank's order is a permutation of its m-blocks
             assert sorted(order[r * m_blocks:(r + 1) * m_blocks]) == list(range(m_blocks))
+
+
+# The C functions' arguments one by one: each case breaks one argument and
+# expects the message naming it, so a swapped or shifted argument in the
+# ctypes declarations (python/xstage/_lib.py) fails here. Nothing is
+# dereferenced before validation passes; the last case passes validation and
+# fails only at the launch, which needs a GPU (skipped where there is one,
+# since its pointers are made up).
+_AT_EXIT, _LAGGED, _PACED_WARP = 2, 0, 6  # xstage::Completion, StorePath values (checked by test below)
+
+
+def test_enum_values_used_by_the_argument_tests():
+    library_or_skip()
+    from xstage import _lib
+    assert _lib.parse("completion", "at-exit") == _AT_EXIT and _lib.parse("completion", "lagged") == _LAGGED
+    assert _lib.parse("store_path", "paced-warp") == _PACED_WARP
+    assert _lib.parse("attention_kernel", "wgmma-pingpong") == 4 and _lib.parse("attention_kernel", "auto") == 0
+
+
+def _call_fused(**over):
+    from xstage import _lib
+    a = dict(shape=(2, 0, 1, 256, 8, 128, 4), q=0x1000, k=0x2000, v=0x3000, strides=(4 * 128 * 256, 4 * 128, 128) * 3,
+             out=0x4000, flags=0x5000, order=0x6000, record=0x7000, epoch=1, scale=float("nan"), store=-1,
+             completion=_AT_EXIT, paced=0, timeout=60.0)
+    a.update(over)
+    shape, _k1 = _lib.i64_array(a["shape"])
+    strides, _k2 = _lib.i64_array(a["strides"])
+    _lib.call("xstage_ulysses_fused", shape, a["q"], a["k"], a["v"], strides, a["out"], a["flags"], a["order"],
+              a["record"], a["epoch"], a["scale"], a["store"], a["completion"], a["paced"], a["timeout"], None)
+
+
+@pytest.mark.parametrize("over,words", [
+    (dict(q=0), "ulysses: q: expected a device pointer, got null"),
+    (dict(k=0x2008), "ulysses: k: expected a 16-byte aligned pointer"),
+    (dict(v=0x3004), "ulysses: v: expected a 16-byte aligned pointer"),
+    (dict(strides=(4 * 128 * 256, 4 * 128, 128) * 2 + (7, 4 * 128, 128)), "ulysses: v strides (b 7, s 512, h 128)"),
+    (dict(strides=(4 * 128 * 256, 12, 128) + (4 * 128 * 256, 4 * 128, 128) * 2), "ulysses: q strides (b 131072, s 12"),
+    (dict(out=0), "ulysses: output table: expected a device pointer"),
+    (dict(flags=0), "ulysses: flag table: expected a device pointer"),
+    (dict(order=0), "ulysses: tile order: expected a device pointer"),
+    (dict(record=0), "ulysses: timeout record: expected a device pointer"),
+    (dict(epoch=0), "ulysses: epoch: expected >= 1"),
+    (dict(paced=-1), "ulysses: paced rows: expected >= 0"),
+    (dict(timeout=0.0), "ulysses: timeout: expected > 0 seconds, got 0"),
+    (dict(scale=float("inf")), "ulysses: scale: expected a finite number, got inf"),
+    (dict(store=_PACED_WARP, completion=_LAGGED), "ulysses: store path paced-warp with lagged flags"),
+    (dict(shape=(2, 1, 1, 256, 9, 128, 4)), "ulysses: H = 9 heads do not split over P = 2"),
+    (dict(), "fused Ulysses attention launch (wgmma-pingpong kernel, rank 0 of 2, B = 1, S = 256, H = 8, D = 128)"),
+])
+def test_fused_launch_arguments_reach_the_library_in_order(over, words):
+    _expect_message(_call_fused, over, words)
+
+
+def _expect_message(call, over, words):
+    """call(**over) fails with a message that starts with words; the call
+    with every argument valid (over empty) runs only where there is no GPU."""
+    library_or_skip()
+    if not over and torch.cuda.is_available():
+        pytest.skip("the made-up pointers would be launched on this GPU")
+    with pytest.raises(RuntimeError) as e:
+        call(**over)
+    assert str(e.value).startswith(words), str(e.value)
+
+
+def _call_attention(B=1, H=2, S_q=100, S_kv=70, D=128, ptrs=(0x1000, 0x2000, 0x3000, 0x4000), strides=None,
+                    scale=float("nan"), kernel=0):
+    from xstage import _lib
+    if strides is None:
+        strides = (S_q * H * D, H * D, D, S_kv * H * D, H * D, D, S_kv * H * D, H * D, D, S_q * H * D, H * D, D)
+    st, _keep = _lib.i64_array(strides)
+    _lib.call("xstage_attention_forward", *ptrs, B, H, S_q, S_kv, D, st, scale, kernel, None)
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(D=96), "attention: head dim D: expected 64 or 128, got 96"),
+    (dict(B=0), "attention: B: expected >= 1, got 0"),
+    (dict(H=0), "attention: H: expected >= 1, got 0"),
+    (dict(S_q=0), "attention: S_q: expected >= 1, got 0"),
+    (dict(S_kv=0), "attention: S_kv: expected >= 1, got 0"),
+    (dict(kernel=5), "attention: kernel wgmma-n192: not available for head dim D=128"),
+    (dict(scale=float("inf")), "attention: scale: expected a finite number"),
+    (dict(strides=(25601, 256, 128) + (17920, 256, 128) * 3), "attention: q stride over b"),
+    (dict(strides=(25600, 256, 128) * 3 + (25600, 256, 4)), "attention: o stride over h"),
+    (dict(ptrs=(0x1000, 0x2000, 0x3008, 0x4000)), "attention: v: expected a 16-byte aligned pointer"),
+    (dict(ptrs=(0x1000, 0x2000, 0x3000, 0)), "attention: o: expected a device pointer, got null"),
+    (dict(), "attention forward (wgmma-pingpong) launch (B=1 H=2 S_q=100 S_kv=70 D=128)"),
+])
+def test_attention_arguments_reach_the_library_in_order(kw, words):
+    _expect_message(_call_attention, kw, words)

@@ -85,7 +85,7 @@ class _Buffers:
         # into an array that is not zero yet.
         torch.cuda.current_stream(device).synchronize()
         self.handle = symm_mem.rendezvous(self.tensor, state.group)
-        ptrs = list(self.handle.buffer_ptrs)
+        ptrs = [p + _offset_in_allocation(self.tensor, self.handle, state) for p in self.handle.buffer_ptrs]
         self.tables = torch.tensor([ptrs, [p + out_bytes for p in ptrs], [p + out_bytes + flag_bytes for p in ptrs]],
                                    dtype=torch.int64).to(device)
         torch.cuda.current_stream(device).synchronize()
@@ -99,6 +99,22 @@ class _Buffers:
         self.record_pending = False
         msg = _describe_timeout(self.record_host)
         return msg
+
+
+def _offset_in_allocation(tensor, handle, state):
+    """Where the tensor starts in its symmetric allocation: the handle's
+    buffer_ptrs are the allocations' bases, and a memory pool may place a
+    tensor inside one. It must be the same on every rank (checked: the
+    kernel adds no per-rank offsets)."""
+    offset = tensor.data_ptr() - handle.buffer_ptrs[state.rank]
+    mine = torch.tensor([offset], dtype=torch.int64, device=tensor.device)
+    every = [torch.empty_like(mine) for _ in range(state.world)]
+    dist.all_gather(every, mine, group=state.group)
+    offsets = [int(o) for o in every]
+    if offset < 0 or any(o != offset for o in offsets):
+        raise RuntimeError(f"{OP}: the symmetric buffer starts at different offsets in the ranks' allocations "
+                           f"({offsets} bytes): allocate symmetric memory in the same order on every rank")
+    return offset
 
 
 def _int_ptr(t):
