@@ -22,6 +22,19 @@ if ((fuzz)); then
   command -v clang++ >/dev/null || need+=(clang)
   compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)
 fi
+# The Python package's tests (CTest python_tests: python/tests) need a Python
+# with torch (>= 2.6) and pytest. A python3 that has them is used as it is
+# (the GPU machine's); else a virtual environment is made once per machine,
+# outside the build tree, and reused: torch 2.11 from PyPI with its CUDA
+# libraries, ~4.5 GB, about 2 minutes the first time. XSTAGE_TORCH_INDEX
+# names another index (e.g. the CPU-only wheels where they can be reached);
+# XSTAGE_NO_PYTHON=1 leaves the Python tests out.
+python_tests=1
+[ "${XSTAGE_NO_PYTHON:-0}" = 1 ] && python_tests=0
+has_torch='import torch, pytest; assert tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)'
+if ((python_tests)) && ! python3 -c "$has_torch" 2>/dev/null; then
+  python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
+fi
 if ((${#need[@]})); then
   echo "build.sh: installing ${need[*]}"
   sudo=""
@@ -35,8 +48,26 @@ command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || {
 }
 export PATH=$PATH:/usr/local/cuda/bin
 
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXSTAGE_FUZZ_SMOKE=$((fuzz)) ${XSTAGE_CMAKE_ARGS:-} \
-  >/dev/null
+py=""
+if ((python_tests)); then
+  if python3 -c "$has_torch" 2>/dev/null; then
+    py=$(command -v python3)
+  else
+    py_env=${XSTAGE_PY_ENV:-$HOME/.cache/xstage/py-torch-2.11.0}
+    if ! "$py_env/bin/python" -c "$has_torch" 2>/dev/null; then
+      echo "build.sh: making $py_env (torch, pytest) for the Python package's tests"
+      rm -rf "$py_env"
+      python3 -m venv "$py_env"
+      "$py_env/bin/python" -m pip install -q --disable-pip-version-check ${XSTAGE_TORCH_INDEX:+--index-url "$XSTAGE_TORCH_INDEX"} \
+        torch==2.11.0
+      "$py_env/bin/python" -m pip install -q --disable-pip-version-check pytest numpy
+    fi
+    py=$py_env/bin/python
+  fi
+fi
+
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXSTAGE_FUZZ_SMOKE=$((fuzz)) -DXSTAGE_PYTHON="$py" \
+  ${XSTAGE_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
 # The fuzz targets, which the CPU test fuzz_smoke runs (a project of their own: clang, no nvcc).
 if ((fuzz)); then XSTAGE_FUZZ_BUILD_DIR="$build_dir/fuzz" scripts/fuzz.sh build; fi

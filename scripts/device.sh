@@ -5,7 +5,7 @@
 # all in $OUT/results.tar.gz, and a short summary last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
-#           peerprobe multi ux2 nvsweep upipe   (default: build tests sanitize probe a2a)
+#           peerprobe multi ux2 nvsweep upipe torch   (default: build tests sanitize probe a2a)
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
 # GPU tests straight from the GoogleTest binary. XSTAGE_REQUIRE_GPU is exported as the
@@ -298,6 +298,46 @@ if has upipe; then
   done
 fi
 
+if has torch; then  # the Python package (python/xstage): install, tests on one GPU and on every GPU, the DiT bench
+  mkdir -p "$OUT/r/torch"
+  export PYTHONUNBUFFERED=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  site=/tmp/xstage-site
+  rm -rf "$site" && mkdir -p "$site"
+  # What the image lacks (diffusers, importlib_metadata) comes as wheels in .whl/ (see bench/dit_ulysses.py).
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site/deps" .whl/*.whl \
+      >"$OUT/r/torch-deps.log" 2>&1
+  fi
+  # `pip install .` builds the library with scikit-build-core (build/py/). A wheel built beside the
+  # snapshot (prebuilt/xstage-*.whl) is installed instead, and the source build then runs beside the
+  # tests as a check of the build machinery (its wheel unused; done before the benchmark).
+  wheel=$(compgen -G "prebuilt/xstage-*.whl" | head -1)
+  src_build="python3 -m pip wheel -v --no-deps --no-build-isolation --no-index -w /tmp/xstage-wheel ."
+  if [ -n "$wheel" ]; then
+    (timeout 400 $src_build >"$OUT/r/torch-src-build.log" 2>&1; echo "rc=$?" >>"$OUT/r/torch-src-build.log") &
+    src_pid=$!
+    timed torch-install 120 python3 -m pip install --no-index --no-deps --target "$site/xs" "$wheel"
+  else
+    timed torch-install 400 python3 -m pip install -v --no-index --no-deps --no-build-isolation --target "$site/xs" .
+  fi
+  export PYTHONPATH=$site/xs:$site/deps${PYTHONPATH:+:$PYTHONPATH}
+  timed torch-tests 240 python3 -m pytest -q -p no:cacheprovider --timeout 150 python/tests
+  timed torch-tests-x$ngpu 240 torchrun --nproc-per-node "$ngpu" -m pytest -q -p no:cacheprovider --timeout 150 \
+    python/tests/test_gpu_ulysses.py
+  awk '/^## From PyTorch/{f=1} f && /^```python/{p=1; next} p && /^```/{exit} p' README.md >/tmp/readme_example.py
+  timed torch-readme 120 torchrun --nproc-per-node "$ngpu" /tmp/readme_example.py
+  if [ -n "$wheel" ]; then
+    wait "$src_pid"
+    note torch-src-build "$(tail -1 "$OUT/r/torch-src-build.log")" "(log r/torch-src-build.log)"
+  fi
+  clocks_start "$OUT/r/torch/clocks-dit.csv"
+  timed dit 300 torchrun --nproc-per-node "$ngpu" bench/dit_ulysses.py --commit "$commit" \
+    --out "$OUT/r/torch/dit-step.json"
+  clocks_stop
+  { grep -hE "[0-9]+ (passed|failed|skipped|error)" "$OUT"/r/torch-tests*.log | tail -4
+    grep -E "\^2 \(" "$OUT/r/dit.log"; } >"$OUT/r/torch-summary.txt"
+fi
+
 if has report; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -315,6 +355,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/a2a-host.log" ] && grep -E "copy-engine-d2h|store-kernel|copy-engine" "$OUT/r/a2a-host.log" | tail -6
   [ -f "$OUT/r/attn-summary.txt" ] && cat "$OUT/r/attn-summary.txt"
   [ -f "$OUT/r/moe-summary.txt" ] && cat "$OUT/r/moe-summary.txt"
+  [ -f "$OUT/r/torch-summary.txt" ] && cat "$OUT/r/torch-summary.txt"
   for f in u-san u-sdpa u-sweep-host u-sweep-device u-quick-host u-quick-device u-long u-x2-tests u-peer u-nccl \
            u-sdpa-peer u-sweep-peer u-sweep-nccl u-pipe-tests u-pipe-host u-pipe-device u-pipe-peer u-pipe-nccl; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"

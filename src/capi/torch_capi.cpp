@@ -1,0 +1,136 @@
+// C entry points of libxstage_torch.so, which python/xstage loads with ctypes:
+// torch owns the tensors, the streams and the peers (symmetric memory); we
+// validate and launch into them. Plain C types only, so the library needs no
+// torch or Python headers and one build serves every torch and Python version.
+// Every function returns 0 on success, or 1 with a one-line message in `err`
+// (nothing throws across this boundary).
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "xstage/attention.hpp"
+#include "xstage/error.hpp"
+#include "xstage/remote_store.hpp"
+#include "xstage/ulysses.hpp"
+#include "xstage/ulysses_fused.hpp"
+
+namespace {
+
+// Runs f; a thrown exception becomes return value 1 and its message in err.
+template <class F>
+int guarded(char* err, int err_len, F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    if (err != nullptr && err_len > 0) std::snprintf(err, size_t(err_len), "%s", e.what());
+  } catch (...) {
+    if (err != nullptr && err_len > 0) std::snprintf(err, size_t(err_len), "%s", "unknown C++ exception");
+  }
+  return 1;
+}
+
+// shape: int64[7] = P, rank, B, S, H, D, kernel (an xstage::AttentionKernel value).
+xstage::UlyssesFusedShape fused_shape(const int64_t* shape) {
+  return {int(shape[0]), int(shape[1]), shape[2], shape[3], shape[4], shape[5]};
+}
+xstage::AttentionKernel fused_kernel(const int64_t* shape) { return xstage::AttentionKernel(int(shape[6])); }
+
+}  // namespace
+
+extern "C" {
+
+// Bumped whenever a signature below changes; python/xstage/_lib.py checks it.
+int xstage_torch_abi_version() { return 1; }
+
+// O = softmax(scale Q K^T) V, bf16 [B, S, H, D]; strides: int64[12], the (b, s,
+// h) element strides of q, k, v and o. scale: NaN for 1/sqrt(D); kernel: an
+// xstage::AttentionKernel value (0: the default for D).
+int xstage_attention_forward(const void* q, const void* k, const void* v, void* o, int B, int H, int S_q, int S_kv,
+                             int D, const int64_t* strides, float scale, int kernel, void* stream, char* err,
+                             int err_len) {
+  return guarded(err, err_len, [&] {
+    xstage::AttentionForwardArgs a;
+    a.B = B, a.H = H, a.S_q = S_q, a.S_kv = S_kv, a.D = D, a.scale = scale;
+    a.q = q, a.k = k, a.v = v, a.o = o;
+    a.q_stride = {strides[0], strides[1], strides[2]};
+    a.k_stride = {strides[3], strides[4], strides[5]};
+    a.v_stride = {strides[6], strides[7], strides[8]};
+    a.o_stride = {strides[9], strides[10], strides[11]};
+    a.kernel = xstage::AttentionKernel(kernel);
+    xstage::attention_forward(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+// plan: int64[6] = block_m, m_blocks, chunk, seq_rows, out_elems, flag_slots.
+int xstage_ulysses_plan(const int64_t* shape, int64_t* plan, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    const auto p = xstage::plan_ulysses_fused(fused_shape(shape), fused_kernel(shape));
+    const int64_t values[6] = {p.block_m, p.m_blocks, p.chunk, p.seq_rows, p.out_elems, p.flag_slots};
+    for (int i = 0; i < 6; ++i) plan[i] = values[i];
+  });
+}
+
+// order: 0 linear, 1 rotated; table: n = P * m_blocks ints.
+int xstage_ulysses_tile_order(const int64_t* shape, int order, int* table, int64_t n, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    const auto t = xstage::ulysses_fused_tile_order(fused_shape(shape),
+                                                    order == 0 ? xstage::TileOrder::linear : xstage::TileOrder::rotated,
+                                                    fused_kernel(shape));
+    if (int64_t(t.size()) != n)
+      throw xstage::Error("ulysses: tile order: the caller's table holds " + std::to_string(n) + " ints, expected " +
+                          std::to_string(t.size()));
+    for (size_t i = 0; i < t.size(); ++i) table[i] = t[i];
+  });
+}
+
+// strides: int64[9], the (b, s, h) element strides of q, k and v; store: -1
+// for the default, else an xstage::StorePath value; flags: an
+// xstage::Completion value.
+int xstage_ulysses_fused(const int64_t* shape, const void* q, const void* k, const void* v, const int64_t* strides,
+                         void* const* out_table, uint64_t* const* flag_table, const int* tile_order,
+                         void* timeout_record, uint64_t epoch, float scale, int store, int flags, int paced_rows,
+                         double timeout_s, void* stream, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    xstage::UlyssesFusedArgs a;
+    a.shape = fused_shape(shape);
+    a.kernel = fused_kernel(shape);
+    a.q = q, a.k = k, a.v = v;
+    a.q_stride = {strides[0], strides[1], strides[2]};
+    a.k_stride = {strides[3], strides[4], strides[5]};
+    a.v_stride = {strides[6], strides[7], strides[8]};
+    a.out_table = out_table, a.flag_table = flag_table, a.tile_order = tile_order;
+    a.timeout_record = timeout_record;
+    a.epoch = epoch, a.scale = scale;
+    if (store >= 0) a.store = xstage::StorePath(store);
+    a.flags = xstage::Completion(flags);
+    a.paced_rows = paced_rows, a.timeout_s = timeout_s;
+    xstage::ulysses_fused_forward(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int xstage_ulysses_timeout_record_bytes() { return int(xstage::ulysses_timeout_record_bytes()); }
+
+// Returns 1 with the message in msg when the record (a host copy) says a wait timed out, else 0.
+int xstage_ulysses_describe_timeout(const void* host_record, char* msg, int msg_len) {
+  const std::string m = xstage::describe_ulysses_timeout(host_record);
+  if (m.empty()) return 0;
+  if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
+  return 1;
+}
+
+// Names to enum values, with the CLI's words and messages.
+int xstage_parse_store_path(const char* name, int* value, char* err, int err_len) {
+  return guarded(err, err_len, [&] { *value = int(xstage::parse_store_path(name)); });
+}
+int xstage_parse_completion(const char* name, int* value, char* err, int err_len) {
+  return guarded(err, err_len, [&] { *value = int(xstage::parse_completion(name)); });
+}
+int xstage_parse_attention_kernel(const char* name, int* value, char* err, int err_len) {
+  return guarded(err, err_len, [&] { *value = int(xstage::parse_attention_kernel(name)); });
+}
+
+}  // extern "C"
