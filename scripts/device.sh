@@ -5,7 +5,7 @@
 # all in $OUT/results.tar.gz, and a short summary last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
-#           peerprobe multi ux2 nvsweep upipe torch   (default: build tests sanitize probe a2a)
+#           peerprobe multi ux2 nvsweep upipe torch visible   (default: build tests sanitize probe a2a)
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
 # GPU tests straight from the GoogleTest binary. XSTAGE_REQUIRE_GPU is exported as the
@@ -338,6 +338,35 @@ if has torch; then  # the Python package (python/xstage): install, tests on one 
     grep -E "\^2 \(" "$OUT/r/dit.log"; } >"$OUT/r/torch-summary.txt"
 fi
 
+# When stores become visible (issue 20, part 2): the GPU tests of `xstage visible`, then per-burst issue and
+# visible times and the stage's occupancy beside the model: host path (CPU polls), local (a second kernel
+# polls) and, on 2+ GPUs, peer (GPU 1 polls). Bursts: enough to store 1.5 x the profile's Q. Results:
+# results/<machine>/visible (one JSON + CSV per point, visible.json, occupancy plots).
+if has visible; then
+  mkdir -p "$OUT/r/visible"
+  # One test at a time: the CPU poller and the clock calibration are timing measurements.
+  if [ -f "$B/CTestTestfile.cmake" ]; then
+    timed visible-tests 90 ctest --test-dir $B -L gpu -R VisibleGpu --output-on-failure
+  else
+    timed visible-tests 90 $B/xstage_gpu_tests --gtest_filter="VisibleGpu*"
+  fi
+  grep -E "tests passed|tests failed|Skipped|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/visible-tests.log" | tail -10 \
+    >"$OUT/r/visible-tests-summary.txt"
+  timed visible-host 60 $X visible --path host --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/host"
+  timed visible-local 40 $X visible --path local --K 132 --V 8MiB --G 0 -o "$OUT/r/visible/local"
+  vis_json=("$OUT/r/visible/host/visible.json")
+  if ((ngpu > 1)); then
+    timed visible-peer 60 $X visible --path peer --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/peer"
+    vis_json+=("$OUT/r/visible/peer/visible.json")
+  fi
+  for j in "${vis_json[@]}"; do
+    [ -f "$j" ] && timed "visible-plot-$(basename "$(dirname "$j")")" 60 python3 bench/plot_visible.py "$j" \
+      --out "$(dirname "$j")/occupancy.png"
+  done
+  grep -hE "^== |clocks:|measured:|note:|error|warning" "$OUT"/r/visible-host.log "$OUT"/r/visible-local.log \
+    "$OUT"/r/visible-peer.log 2>/dev/null >"$OUT/r/visible-summary.txt"
+fi
+
 if has report; then  # README's main job on a GPU machine
   timed report 180 bash -c "cd /tmp && $PWD/$X report"
 fi
@@ -357,7 +386,8 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/moe-summary.txt" ] && cat "$OUT/r/moe-summary.txt"
   [ -f "$OUT/r/torch-summary.txt" ] && cat "$OUT/r/torch-summary.txt"
   for f in u-san u-sdpa u-sweep-host u-sweep-device u-quick-host u-quick-device u-long u-x2-tests u-peer u-nccl \
-           u-sdpa-peer u-sweep-peer u-sweep-nccl u-pipe-tests u-pipe-host u-pipe-device u-pipe-peer u-pipe-nccl; do
+           u-sdpa-peer u-sweep-peer u-sweep-nccl u-pipe-tests u-pipe-host u-pipe-device u-pipe-peer u-pipe-nccl \
+           visible-tests visible; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
