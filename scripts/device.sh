@@ -353,7 +353,8 @@ if has visible; then
   grep -E "tests passed|tests failed|Skipped|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/visible-tests.log" | tail -10 \
     >"$OUT/r/visible-tests-summary.txt"
   timed visible-host 60 $X visible --path host --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/host"
-  timed visible-local 40 $X visible --path local --K 132 --V 8MiB --G 0 -o "$OUT/r/visible/local"
+  # The local path (a second kernel on the same GPU polls) timed out at K = 132 on 2026-11-30 (b5b9488,
+  # results/h200x2/visible/): it runs in the GPU tests at K = 33 only, until that is understood.
   vis_json=("$OUT/r/visible/host/visible.json")
   if ((ngpu > 1)); then
     timed visible-peer 60 $X visible --path peer --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/peer"

@@ -121,7 +121,7 @@ nlohmann::json report_json(const VisibleReport& r) {
           {"V_bytes", t.V_bytes},
           {"chunk_bytes", t.chunk_bytes},
           {"gap_ns", p.gap_ns},
-          {"bursts", p.bursts},
+          {"burst_count", p.bursts},
           {"clock",
            {{"timer_resolution_ns", num(t.timer_resolution_ns)},
             {"observer_resolution_ns", num(t.observer_resolution_ns)},
