@@ -41,6 +41,12 @@ struct VisiblePoint {
   double timeout_ns = 10e9;  // every wait: observer, calibration round, start barrier
   int calib_rounds = 2000;   // ping-pong rounds per calibration
   double dst_bytes = 256.0 * (1 << 20);  // destination buffer; bursts rotate through it
+  // true: each CTA's marker follows a system-scope release fence, so whoever
+  // sees it sees the burst, but the fence waits for the burst to drain and
+  // holds the stage to about one burst. false: a relaxed marker right after
+  // the CTA's stores are issued: the stage fills as it does under the probe,
+  // and a marker may overtake its data (counted, not an error).
+  bool fenced_markers = true;
 };
 
 // Throws xstage::Error naming the field, its value and what is expected.

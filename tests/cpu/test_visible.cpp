@@ -227,3 +227,9 @@ TEST(Visible, CommandRejectsBadOptionsBeforeTheGpu) {
     EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << ": " << r.out;
   }
 }
+
+TEST(VisibleCli, MarkersIsFencedOrRelaxed) {
+  const CliRun r = run_cli("visible --markers loose");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("--markers"), std::string::npos) << r.out;
+}

@@ -67,11 +67,20 @@ __global__ void __launch_bounds__(1024) sm90_visible_producer(const ProducerPara
     __syncthreads();  // every thread has issued its stores
     if (threadIdx.x == 0) {
       rec[3 * b + 1] = ptx::globaltimer_ns();
-      // The barrier orders the CTA's stores before thread 0's fence, which is
-      // cumulative: whoever sees the marker sees the burst's data.
-      ptx::fence_acq_rel_sys();
-      rec[3 * b + 2] = ptx::globaltimer_ns();
-      ptx::st_release_sys_u64(marker_at(p.markers, b, p.K, k), marker_value(b));
+      if (p.fenced_markers) {
+        // The barrier orders the CTA's stores before thread 0's fence, which is
+        // cumulative: whoever sees the marker sees the burst's data.
+        ptx::fence_acq_rel_sys();
+        rec[3 * b + 2] = ptx::globaltimer_ns();
+        ptx::st_release_sys_u64(marker_at(p.markers, b, p.K, k), marker_value(b));
+      } else {
+        // No ordering: the marker joins the same queues right behind the
+        // burst's stores, and the issuer never waits for the far end.
+        rec[3 * b + 2] = rec[3 * b + 1];
+        asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(marker_at(p.markers, b, p.K, k)),
+                     "l"(marker_value(b))
+                     : "memory");
+      }
     }
     spin_cycles(p.gap_cycles);
   }

@@ -47,6 +47,7 @@ struct ProducerParams {
   uint64_t* start_barrier;  // device memory, zeroed
   uint64_t timeout_ns;      // the start barrier's wait
   uint64_t* log;            // [bursts * K * 3]: globaltimer at first store, after the last store, after the fence
+  uint32_t fenced_markers;  // 1: fence.acq_rel.sys + st.release.sys; 0: st.relaxed.sys (no fence, no wait)
 };
 
 struct PollerParams {

@@ -378,6 +378,7 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
   const double settle_ns = 200e3 + 2.0 * warm_bytes / (p.path == VisiblePath::host ? 40.0 : 1000.0);
   kp.settle_cycles = static_cast<uint64_t>(settle_ns * m.cycles_per_ns);
   kp.markers = markers;
+  kp.fenced_markers = p.fenced_markers ? 1u : 0u;
   kp.start_barrier = m.barrier.as<uint64_t>();
   kp.timeout_ns = static_cast<uint64_t>(p.timeout_ns);
   kp.log = m.log.as<uint64_t>();
