@@ -22,11 +22,18 @@
 namespace xstage {
 
 struct Step {
-  enum class Kind { store, compute };
+  // wait_drain: the producer's next memory requests queue behind the bytes
+  // already in the stage (first in, first out): the step ends once the stage
+  // has drained every byte stored before the step began, but not before
+  // `amount` ns of compute that needs no new request (work whose loads were
+  // issued earlier, e.g. a K/V ring's prefetched stages). On an empty stage
+  // it is compute(amount).
+  enum class Kind { store, compute, wait_drain };
   Kind kind = Kind::compute;
-  double amount = 0;  // bytes for store, ns for compute
+  double amount = 0;  // bytes for store, ns for compute and wait_drain
   static Step store(double bytes) { return {Kind::store, bytes}; }
   static Step compute(double ns) { return {Kind::compute, ns}; }
+  static Step wait_drain(double ns) { return {Kind::wait_drain, ns}; }
 };
 
 struct Program {
@@ -74,6 +81,7 @@ struct SimResult {
   double total_ns = 0;        // last producer finishes its program
   double drained_ns = 0;      // the stage is empty again after the last store
   double stalled_ns = 0;      // summed over bursts
+  double drain_wait_ns = 0;   // summed over wait_drain steps: time beyond their compute spent waiting for the drain
   double max_occupancy = 0;   // bytes
   double bytes = 0;           // total stored
   long burst_count = 0;        // bursts finished, over all producers

@@ -34,6 +34,17 @@ struct UlyssesPrediction {
   double stalled_us = 0;     // summed over tiles: time the issuers lost to a full stage
 };
 
+// How the kernel's tiles fall on its CTAs: slot k runs tiles k, k + slots,
+// ...; `full` slots run `waves` tiles, the others one fewer. A tile computes
+// for the attention-only time over the waves less its local store's T0.
+struct UlyssesTileSchedule {
+  int64_t slots = 0, waves = 0, full = 0;
+  double tile_bytes = 0, tile_ns = 0;
+};
+// Throws xstage::Error (naming `who`) for a shape with no tiles, slots or time.
+UlyssesTileSchedule ulysses_tile_schedule(const Profile& profile, const UlyssesKernelShape& shape,
+                                          const Profile* local, const char* who);
+
 // `local`: the profile of the attention-only run's own store path (the GPU's
 // memory); nullptr: `profile` itself, right where both are the same path. The
 // attention-only time contains that local store's T0, not the profiled path's,

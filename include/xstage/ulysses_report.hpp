@@ -6,6 +6,7 @@
 // report gives an xstage::Error naming the field, never a wrapped integer or a
 // silently different prediction. CPU only.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,10 +20,16 @@ struct RecordedUlyssesPoint {
   double attention_only_us = 0;
   std::optional<double> fused_us, sequential_us;
   std::optional<double> residual_fused;  // the report's paired residual, where it has one
+  // Per store path of the fused rows at this S: the least residual over its
+  // configurations (orders, flag timings, slice sizes), the paired one where
+  // a row has it, else time over attention-only; and how many configurations.
+  std::map<std::string, double> store_residual;
+  std::map<std::string, int> store_configs;
 };
 
 struct RecordedUlyssesSeries {
   std::string placement;       // "host" or "device" ("" in a single report without one)
+  std::string buffers;         // the rows' placement field ("host", "device"; "" if they have none)
   UlyssesShape shape;          // S of the first point; each point has its own
   bool emulated = true;        // backend "emulated" (all ranks on one GPU); "peer", "nccl": one rank a GPU
   int block_m = 0, concurrent_tiles = 0;

@@ -28,7 +28,7 @@ StageConfig stage_from_profile(const Profile& p) {
 
 namespace {
 
-enum class Phase { done, computing, fixed_cost, issuing };
+enum class Phase { done, computing, fixed_cost, issuing, waiting };
 
 struct ProducerState {
   Phase phase = Phase::done;
@@ -39,6 +39,9 @@ struct ProducerState {
   double burst_bytes = 0;
   double far_bytes = 0;   // what it issues at the producer's rate after its near queue
   double stall_mark = 0;  // stall integral when the burst started issuing
+  // wait_drain: the drained-bytes mark to reach, and which of its two ends has come.
+  double wait_start = 0, wait_compute_end = 0;
+  bool wait_computed = false, wait_drained = false;
 };
 
 // Counts finished bursts over every stage of one simulate() call for the
@@ -103,6 +106,11 @@ class StageSim {
       if (!timed_.empty()) dt = std::min(dt, timed_.top().first - t_);
       if (n_far > 0) dt = std::min(dt, (issuers_.top().first - S_) / per_far);
       if (n_near > 0) dt = std::min(dt, (near_q_.top().first - Sn_) / per_near);
+      // A non-empty stage drains at R: the next wait_drain mark is reached then.
+      if (!drain_waiters_.empty() && q_ > epsq)
+        dt = std::min(dt, std::max(0.0, (drain_waiters_.top().first - (stored_ - q_)) / R_));
+      else if (!drain_waiters_.empty())
+        dt = 0;
       if (slope > 0) dt = std::min(dt, (cap_ - q_) / slope);
       if (slope < 0) dt = std::min(dt, q_ / -slope);
       if (!std::isfinite(dt)) break;  // nothing left to happen
@@ -121,6 +129,14 @@ class StageSim {
         const int i = timed_.top().second;
         timed_.pop();
         on_timed(i);
+      }
+      const double eps_d = 1e-9 * std::max(1.0, stored_) + 1e-6;
+      while (!drain_waiters_.empty() &&
+             (q_ <= epsq || drain_waiters_.top().first <= stored_ - q_ + eps_d)) {
+        const int i = drain_waiters_.top().second;
+        drain_waiters_.pop();
+        st_[i].wait_drained = true;
+        end_wait_if_done(i);
       }
       const double eps_n = 1e-9 * std::max(1.0, Sn_) + 1e-6;
       while (!near_q_.empty() && near_q_.top().first <= Sn_ + eps_n) {
@@ -178,6 +194,19 @@ class StageSim {
         s.step = 0;
         ++s.rep;
       }
+      if (step.kind == Step::Kind::wait_drain) {
+        // Requests made now queue behind every byte already stored (FIFO).
+        const bool drained = q_ <= 1e-9 * Q_ + 1e-9;
+        if (drained && step.amount <= 0) continue;
+        s.phase = Phase::waiting;
+        s.wait_start = t_;
+        s.wait_compute_end = t_ + std::max(0.0, step.amount);
+        s.wait_computed = step.amount <= 0;
+        s.wait_drained = drained;
+        if (!s.wait_computed) timed_.push({s.wait_compute_end, i});
+        if (!drained) drain_waiters_.push({stored_, i});
+        return;
+      }
       if (step.kind == Step::Kind::compute) {
         if (step.amount <= 0) continue;
         s.phase = Phase::computing;
@@ -228,10 +257,22 @@ class StageSim {
   }
 
   void on_timed(int i) {
-    if (st_[i].phase == Phase::fixed_cost)
+    if (st_[i].phase == Phase::fixed_cost) {
       start_issuing(i);
-    else
+    } else if (st_[i].phase == Phase::waiting) {
+      st_[i].wait_computed = true;
+      end_wait_if_done(i);
+    } else {
       advance_program(i);
+    }
+  }
+
+  // A wait_drain step ends when both its compute and the drain it waits for are done.
+  void end_wait_if_done(int i) {
+    ProducerState& s = st_[i];
+    if (s.phase != Phase::waiting || !s.wait_computed || !s.wait_drained) return;
+    out_.drain_wait_ns += std::max(0.0, t_ - s.wait_compute_end);
+    advance_program(i);
   }
 
   void finish_burst(int i) {
@@ -270,6 +311,7 @@ class StageSim {
   SimResult& out_;
   MinHeap timed_;    // compute and fixed-cost ends
   MinHeap issuers_;  // issuing producers keyed by the per-issuer progress at which they finish
+  MinHeap drain_waiters_;  // producers in wait_drain, keyed by the drained-bytes mark they wait for
   MinHeap near_q_;   // producers issuing their near queue's share, keyed by the near progress at which it is done
   double t_ = 0, q_ = 0, S_ = 0, Sn_ = 0, stored_ = 0, stall_integral_ = 0, finish_ = 0, last_store_end_ = 0;
 };
@@ -379,6 +421,7 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, 
     out.drained_ns = one.drained_ns;
     out.max_occupancy = one.max_occupancy;
     out.stalled_ns = one.stalled_ns * K;
+    out.drain_wait_ns = one.drain_wait_ns * K;
     out.bytes = one.bytes * K;
     out.burst_count = one.burst_count * static_cast<long>(producers.size());
     return out;

@@ -12,27 +12,37 @@
 
 namespace xstage {
 
-UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& s, const Profile* local) {
+UlyssesTileSchedule ulysses_tile_schedule(const Profile& profile, const UlyssesKernelShape& s, const Profile* local,
+                                          const char* who) {
   if (s.tiles < 1 || s.concurrent_tiles < 1)
-    throw Error(fmt::format("predict_ulysses: expected at least one tile and one slot, got {} tiles and {} slots",
-                            s.tiles, s.concurrent_tiles));
+    throw Error(fmt::format("{}: expected at least one tile and one slot, got {} tiles and {} slots", who, s.tiles,
+                            s.concurrent_tiles));
   if (!(s.attention_only_us > 0) || !(s.payload_bytes >= 0))
-    throw Error(fmt::format("predict_ulysses: expected a positive attention-only time and payload, got {} us and {} B",
+    throw Error(fmt::format("{}: expected a positive attention-only time and payload, got {} us and {} B", who,
                             s.attention_only_us, s.payload_bytes));
-  const int64_t slots = std::min<int64_t>(s.concurrent_tiles, s.tiles);
+  UlyssesTileSchedule t;
+  t.slots = std::min<int64_t>(s.concurrent_tiles, s.tiles);
   // CTAs start in index order and one finishing frees its SM for the next:
   // slot k runs tiles k, k + slots, ...; the time of a tile is the
   // attention-only time over the number of waves.
-  const int64_t waves = (s.tiles + slots - 1) / slots;
-  const double tile_bytes = s.payload_bytes / double(s.tiles);
+  t.waves = (s.tiles + t.slots - 1) / t.slots;
+  t.full = s.tiles - (t.waves - 1) * t.slots;
+  t.tile_bytes = s.payload_bytes / double(s.tiles);
   // The attention-only time already contains each tile's backpressure-free
   // store, into the GPU's own memory (the local path's T0, not the profiled
   // path's); the simulator adds the profiled store back with whatever the
   // stage imposes, so the compute step leaves the local one out.
   const Profile& own = local ? *local : profile;
-  const double store_t0 = tile_bytes > 0 ? t0_iss_ns(own, double(slots), tile_bytes * double(slots)) : 0.0;
-  const double tile_ns = std::max(0.0, s.attention_only_us * 1e3 / double(waves) - store_t0);
-  const int64_t full = s.tiles - (waves - 1) * slots;  // slots that run `waves` tiles
+  const double store_t0 =
+      t.tile_bytes > 0 ? t0_iss_ns(own, double(t.slots), t.tile_bytes * double(t.slots)) : 0.0;
+  t.tile_ns = std::max(0.0, s.attention_only_us * 1e3 / double(t.waves) - store_t0);
+  return t;
+}
+
+UlyssesPrediction predict_ulysses(const Profile& profile, const UlyssesKernelShape& s, const Profile* local) {
+  const UlyssesTileSchedule ts = ulysses_tile_schedule(profile, s, local, "predict_ulysses");
+  const int64_t slots = ts.slots, waves = ts.waves, full = ts.full;
+  const double tile_bytes = ts.tile_bytes, tile_ns = ts.tile_ns;
   std::vector<Program> programs;
   programs.reserve(size_t(slots));
   for (int64_t k = 0; k < slots; ++k) {

@@ -83,6 +83,8 @@ void read_shape(const json& row, const std::string& where, RecordedUlyssesSeries
   s.shape.H = whole(row, "H", 1, kMaxHeads, where);
   s.shape.D = whole(row, "D", 1, kMaxHeadDim, where);
   s.emulated = emulated_backend(text(row, "backend", where), where);
+  auto pl = row.find("placement");
+  if (pl != row.end() && pl->is_string()) s.buffers = pl->get<std::string>();
   UlyssesLayout check(s.shape);  // H % P and overflow
   (void)check;
 }
@@ -102,6 +104,33 @@ RecordedUlyssesPoint read_point(const json& e, const std::string& where) {
   p.sequential_us = optional_us(e, "sequential_us", where);
   p.residual_fused = optional_us(e, "residual_fused", where, /*signed_ok=*/true);
   return p;
+}
+
+// The fused rows' residual per store path, into their series' points.
+void read_store_residuals(const json& rows, const std::string& name, std::vector<RecordedUlyssesSeries>& out) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const json& r = rows[i];
+    if (!r.is_object() || r.value("variant", json()) != "fused") continue;
+    const std::string where = fmt::format("{}: rows[{}]", name, i);
+    const std::string store = text(r, "store", where);
+    const int64_t S = whole(r, "S", 1, kMaxSeq, where);
+    const json placement = r.value("placement", json());
+    for (RecordedUlyssesSeries& s : out) {
+      if (!s.placement.empty() && placement != s.placement) continue;
+      for (RecordedUlyssesPoint& p : s.points) {
+        if (p.S != S || !(p.attention_only_us > 0)) continue;
+        std::optional<double> res = optional_us(r, "residual_paired", where, /*signed_ok=*/true);
+        if (!res) {
+          const std::optional<double> t = optional_us(r, "time_us", where);
+          if (!t || !(*t > 0)) continue;
+          res = *t / p.attention_only_us - 1;
+        }
+        auto it = p.store_residual.find(store);
+        if (it == p.store_residual.end() || *res < it->second) p.store_residual[store] = *res;
+        ++p.store_configs[store];
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -126,6 +155,7 @@ std::vector<RecordedUlyssesSeries> parse_ulysses_report(const std::string& json_
     read_shape(rows.front(), name + ": rows[0]", s);
     for (size_t i = 0; i < summary.size(); ++i) s.points.push_back(read_point(summary[i], fmt::format("{}: summary[{}]", name, i)));
     out.push_back(std::move(s));
+    read_store_residuals(rows, name, out);
     return out;
   }
   // Merged: every summary row names its placement; its settings are those of
@@ -161,6 +191,7 @@ std::vector<RecordedUlyssesSeries> parse_ulysses_report(const std::string& json_
     series->points.push_back(read_point(summary[i], where));
   }
   if (out.empty()) throw Error(fmt::format("{}: the summary is empty", name));
+  read_store_residuals(rows, name, out);
   return out;
 }
 
