@@ -74,8 +74,6 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   return o;
 }
 
-std::string fixed(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
-
 // How the report was timed (ulysses_bench.cpp): paired with attention-only when it ran.
 std::string timing_note(const UlyssesBenchReport& rep, const UlyssesBenchOptions& o) {
   const bool paired = std::any_of(rep.rows.begin(), rep.rows.end(),
@@ -95,33 +93,43 @@ std::string timing_note(const UlyssesBenchReport& rep, const UlyssesBenchOptions
                      o.warmup);
 }
 
+// The report: the same keys on every run (docs/cli-output.md). A value a run
+// did not produce is null (a variant not run, a residual without its
+// attention-only run, a label that does not apply: "-" in the tables), a list
+// of rounds without rounds is empty.
 nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions& o) {
+  const nlohmann::json none;
+  auto opt = [&](const std::optional<double>& v) { return v ? nlohmann::json(*v) : none; };
+  auto label = [&](const std::string& v) { return v == "-" ? none : nlohmann::json(v); };
+  auto time = [&](double us) { return us > 0 ? nlohmann::json(us) : none; };
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : rep.rows) {
-    nlohmann::json j{{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P},
-                     {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", r.store}, {"order", r.order}, {"flags", r.flags},
-                     {"a2a", r.a2a}, {"paced_rows", r.paced_rows}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
-                     {"time_max_us", r.time_max_us}, {"iters", r.iters}, {"check", r.check}};
-    j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
-    if (r.residual_paired) j["residual_paired"] = *r.residual_paired;
-    rows.push_back(j);
-  }
+  for (const auto& r : rep.rows)
+    rows.push_back({{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P}, {"B", r.B},
+                    {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", label(r.store)}, {"order", label(r.order)},
+                    {"flags", label(r.flags)}, {"a2a", label(r.a2a)}, {"paced_rows", r.paced_rows},
+                    {"time_us", r.time_us}, {"time_min_us", r.time_min_us}, {"time_max_us", r.time_max_us},
+                    {"iters", r.iters}, {"check", label(r.check)}, {"predicted_time_us", opt(r.predicted_time_us)},
+                    {"residual_paired", opt(r.residual_paired)}});
   nlohmann::json summary = nlohmann::json::array();
   for (const auto& s : rep.summary) {
-    nlohmann::json j{{"S", s.S}, {"attention_only_us", s.attention_only_us}, {"sequential_us", s.sequential_us},
-                     {"fused_us", s.fused_us}, {"coupled_us", s.coupled_us}, {"fused_config", s.fused_config}};
-    if (s.fused_us > 0 && s.sequential_us > 0) j["speedup_fused_over_sequential"] = s.speedup();
-    if (s.fused_us > 0 && s.attention_only_us > 0) j["residual_fused"] = s.residual();
-    if (s.coupled_us > 0 && s.attention_only_us > 0) j["residual_coupled"] = s.coupled_residual();
-    if (!s.residual_fused_rounds.empty()) j["residual_fused_rounds"] = s.residual_fused_rounds;
-    if (!s.residual_coupled_rounds.empty()) j["residual_coupled_rounds"] = s.residual_coupled_rounds;
-    if (s.predicted_fused_us > 0) {
-      j["predicted_fused_us"] = s.predicted_fused_us;
-      j["predicted_residual"] = s.predicted_residual();
-      j["predicted_sequential_us"] = s.predicted_sequential_us;
-    }
-    if (s.rel_err >= 0) j["rel_err"] = s.rel_err;
-    summary.push_back(j);
+    const bool att = s.attention_only_us > 0, fused = s.fused_us > 0, coupled = s.coupled_us > 0;
+    const bool predicted = s.predicted_fused_us > 0;
+    summary.push_back(
+        {{"S", s.S},
+         {"attention_only_us", time(s.attention_only_us)},
+         {"sequential_us", time(s.sequential_us)},
+         {"fused_us", time(s.fused_us)},
+         {"coupled_us", time(s.coupled_us)},
+         {"fused_config", fused ? nlohmann::json(s.fused_config) : none},
+         {"speedup_fused_over_sequential", fused && s.sequential_us > 0 ? nlohmann::json(s.speedup()) : none},
+         {"residual_fused", fused && att ? nlohmann::json(s.residual()) : none},
+         {"residual_coupled", coupled && att ? nlohmann::json(s.coupled_residual()) : none},
+         {"residual_fused_rounds", s.residual_fused_rounds},
+         {"residual_coupled_rounds", s.residual_coupled_rounds},
+         {"predicted_fused_us", predicted ? nlohmann::json(s.predicted_fused_us) : none},
+         {"predicted_residual", predicted && att ? nlohmann::json(s.predicted_residual()) : none},
+         {"predicted_sequential_us", predicted ? nlohmann::json(s.predicted_sequential_us) : none},
+         {"rel_err", s.rel_err >= 0 ? nlohmann::json(s.rel_err) : none}});
   }
   return {{"tool", "xstage ulysses"},
           {"device", rep.device.name},
@@ -150,15 +158,12 @@ void run_ulysses(const UlyssesArgs& a) {
   if (!a.out_file.empty()) detail::write_file_replacing(a.out_file, j.dump(2) + "\n", "-o");
   switch (a.out.format()) {
     case Format::json: std::cout << j.dump(2) << "\n"; return;
-    case Format::csv: {
-      Table t({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
-               "time_us", "predicted_time_us", "residual_paired", "check"});
-      for (const auto& r : rep.rows)
-        t.add({r.variant, r.placement, r.backend, std::to_string(r.P), std::to_string(r.B), std::to_string(r.S),
-               std::to_string(r.H), std::to_string(r.D), r.store, r.order, r.flags, r.a2a, fixed(r.time_us, 2),
-               r.predicted_time_us ? fixed(*r.predicted_time_us, 2) : "",
-               r.residual_paired ? fixed(*r.residual_paired, 5) : "", r.check});
-      std::cout << t.csv();
+    case Format::csv: {  // the rows, as --json has them
+      nlohmann::json rows = j["rows"];
+      std::cout << csv_of({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
+                           "paced_rows", "time_us", "time_min_us", "time_max_us", "iters", "check",
+                           "predicted_time_us", "residual_paired"},
+                          rows);
       return;
     }
     case Format::table: break;

@@ -27,7 +27,7 @@ TEST(Cli, PredictTableAndCsv) {
   EXPECT_NE(t.out.find("T_iss"), std::string::npos);
   const CliRun c = run_cli("predict --K 8 --V 4e6 --G 0 --csv");
   ASSERT_EQ(c.rc, 0) << c.out;
-  EXPECT_NE(c.out.find("K,V_bytes,gap_ns,t0_ns,t_iss_ns,regime"), std::string::npos);
+  EXPECT_NE(c.out.find("\nprofile,K,V_bytes,gap_ns,t0_ns,drain_ns,t_iss_ns,regime,"), std::string::npos) << c.out;
 }
 
 TEST(Cli, BadInputGivesOneClearLineAndNonZeroExit) {
