@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "xstage/error.hpp"
+#include "xstage/limits.hpp"
 #include "xstage/model.hpp"
 #include "xstage/units.hpp"
 
@@ -23,6 +24,8 @@ struct PredictArgs {
 
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
+constexpr double kMaxRunBursts = 1e15;
+
 // The fields of --json and the columns of --csv (docs/cli-output.md).
 const std::vector<std::string> kPredictColumns = {
     "profile", "K", "V_bytes", "gap_ns", "t0_ns", "drain_ns", "t_iss_ns", "regime", "onset_gap_ns", "gap_cap_ns",
@@ -31,14 +34,21 @@ const std::vector<std::string> kPredictColumns = {
 
 void run_predict(const PredictArgs& a) {
   const Profile p = load_profile(a.profile);
-  if (a.K < 1) throw Error(fmt::format("--K: expected a whole number >= 1, got {}", a.K));
+  // The bounds the simulator has (xstage/limits.hpp): beyond them no GPU run
+  // is described, and a typo (an extra zero, a missing unit) says so.
+  if (a.K < 1 || a.K > kMaxProducers)
+    throw Error(fmt::format("--K: expected a whole number in [1, {}], got {}", kMaxProducers, a.K));
   const double V = parse_size_bytes(a.V, "--V");
   const double G = parse_time_ns(a.G, "--G");
+  if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
+  if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
+  // A run's mean is closed-form (no simulation): bounded only where the count stops being a count.
+  if (a.bursts < 0 || a.bursts > kMaxRunBursts)
+    throw Error(fmt::format("--bursts: expected a whole number in [1, {:g}], got {}", kMaxRunBursts, a.bursts));
   for (const auto& w : range_warnings(p, a.K, V)) warn(w);
   const Prediction r = predict(p, a.K, V, G);
   const double cc = completion_coupled_ns(p, a.K, V, G);
   const double ua = unbounded_async_ns(p, a.K, V, G);
-  if (a.bursts < 0) throw Error(fmt::format("--bursts: expected >= 1, got {}", a.bursts));
   const double run_mean = a.bursts > 0 ? windowed_issue_ns(p, a.K, V, G, 0, a.bursts) : NAN;
   if (a.out.format() != Format::table) {
     // One object for --json and one CSV row for --csv: the same fields, null

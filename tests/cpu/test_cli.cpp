@@ -37,7 +37,7 @@ TEST(Cli, BadInputGivesOneClearLineAndNonZeroExit) {
   } cases[] = {
       {"predict --K 8 --V -2MiB --G 1us", "--V: '-2MiB' is negative"},
       {"predict --K 8 --V 0 --G 1us", "--V: '0' is zero"},
-      {"predict --K 0 --V 1MiB --G 1us", "--K: expected a whole number >= 1"},
+      {"predict --K 0 --V 1MiB --G 1us", "--K: expected a whole number in [1, 65536]"},
       {"predict --K 8 --V 1MiB --G 3parsecs", "unknown unit"},
       {"predict --K 8 --V 1MiB", "--G is required"},
       {"predict --K 8 --V 1MiB --G 1us --frobnicate", "frobnicate"},

@@ -213,6 +213,12 @@ TEST(RunawaySizes, EndInAClearError) {
   expect_clear_error("simulate --K 2147483647 --V 1MiB --G 5us", "--K");
   expect_clear_error("report --cpu --K 10000000", "--K");
   expect_clear_error("simulate --K 4 --V 1e300 --G 1us", "--V");
+  // predict keeps the same bounds (its arithmetic would print 2e298 ns); a
+  // count CLI11 saturates (1e20 bursts read as 2^63 - 1) is out of range too.
+  expect_clear_error("predict --K 8 --V 1e300 --G 1us", "--V");
+  expect_clear_error("predict --K 8 --V 1MiB --G 1e300", "--G");
+  expect_clear_error("predict --K 2147483647 --V 1MiB --G 1us", "--K");
+  expect_clear_error("predict --K 8 --V 1MiB --G 1us --bursts 100000000000000000000", "--bursts");
 }
 
 TEST(RunawaySizes, SimulatorMemoryDoesNotGrowWithBursts) {
