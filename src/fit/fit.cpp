@@ -329,7 +329,8 @@ FitResult fit_profile(const std::vector<SamplePoint>& all_points, const FitOptio
       s.push_back(&m);
       n_samples += m.issue_ns.count();
     }
-  if (n_samples < 5) throw Error(fmt::format("fit: {} training samples; need at least 5", n_samples));
+  if (n_samples < 5)
+    throw Error(fmt::format("fit: {} training samples; need at least 5", static_cast<long>(n_samples)));
   using detail::weighted_quantile;
   // Starting points from what each regime says on its own (one list at a time: they are as long as the values).
   const double R0 =

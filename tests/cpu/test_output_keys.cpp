@@ -225,3 +225,15 @@ TEST(OutputKeys, UlyssesPredictWithAndWithoutMeasuredTimes) {
   }
   EXPECT_EQ(lines, 3u) << c.out;
 }
+
+TEST(OutputKeys, EveryCommandThatPrintsAResultHasJsonAndCsv) {
+  // The GPU commands cannot run here; their flags can be read. (launch and
+  // selftest print no result.)
+  for (const char* cmd : {"report", "predict", "simulate", "fit", "validate", "profiles", "ulysses-predict", "probe",
+                          "a2a", "attn", "ulysses", "moe-gemm"}) {
+    const CliRun r = run_stdout(std::string("help ") + cmd);
+    EXPECT_EQ(r.rc, 0) << cmd;
+    EXPECT_NE(r.out.find("--json"), std::string::npos) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("--csv"), std::string::npos) << cmd << "\n" << r.out;
+  }
+}
