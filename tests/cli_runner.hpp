@@ -16,11 +16,12 @@ inline std::string xstage_cli_path() {
 
 struct CliRun {
   int rc = -1;
-  std::string out;  // stdout and stderr together
+  std::string out;  // stdout and stderr together (or stdout alone)
 };
 
-inline CliRun run_cli(const std::string& args) {
-  const std::string cmd = xstage_cli_path() + " " + args + " 2>&1";
+// `with_stderr` false: stdout alone (what a program reading --json or --csv gets).
+inline CliRun run_cli(const std::string& args, bool with_stderr = true) {
+  const std::string cmd = xstage_cli_path() + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;

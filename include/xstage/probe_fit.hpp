@@ -28,14 +28,19 @@ struct ProbeFit {
 // Throws xstage::Error naming `csv_path` when a provenance line is missing.
 ProbeFit fit_probe_csv(const std::string& csv, const std::string& csv_path, bool validate, int bootstrap,
                        const std::string& command);
+// The same from the CSV's samples (read_samples_csv: a large file is read as it streams by).
+ProbeFit fit_probe_samples(SampleSet set, const std::string& csv_path, bool validate, int bootstrap,
+                           const std::string& command);
 
 // profile-<transport>.json, and validation-<transport>.json when validated, into out_dir.
 void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::string& command);
 
-// probe-validation.json: per validated transport R, Q, T0, copy engine and
-// the models' errors (no per-point rows); nothing when none was validated.
+// probe-validation.json: per transport R, Q, T0, copy engine and the models'
+// errors (no per-point rows); nothing when none was validated.
 void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command);
-// The text of probe-validation.json (also what `xstage validate --json` prints).
+// The text of probe-validation.json (also what `xstage validate --json` and
+// `xstage probe --json` print): the same keys for every transport, the
+// validation's null (`validated` false) where a fit had no held-out rows.
 std::string probe_summary_json(const std::vector<ProbeFit>& fits, const std::string& command);
 
 }  // namespace xstage

@@ -47,6 +47,7 @@ struct Validation {
 
 // Samples whose set is "holdout" are validated; the rest are fitted
 // (fit_profile's rules). Throws xstage::Error when there is no held-out row.
+Validation validate_holdout(const std::vector<SamplePoint>& points, const FitOptions& opt = {});
 Validation validate_holdout(const std::vector<Sample>& samples, const FitOptions& opt = {});
 
 // The measured onset of one series (points of one K and V); < 0 when the

@@ -55,19 +55,26 @@ A2aBenchOptions to_options(const A2aArgs& a) {
   return o;
 }
 
-std::string num(double v) { return fmt::format("{}", v); }
-std::string fixed(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
-
-Table csv_table(const std::vector<A2aBenchRow>& rows) {
-  Table t({"version", "direction", "placement", "backend", "ranks", "B", "S", "H", "D", "bytes", "time_us",
-           "algbw_GBps", "busbw_GBps", "check"});
+// The rows as --json prints them and as --csv and -o write them: the same
+// fields, null (an empty cell) where a row has no value (the shape of the
+// device-to-host reference row; check before --check ran).
+nlohmann::json rows_json(const std::vector<A2aBenchRow>& rows) {
+  const nlohmann::json none;
+  auto dim = [&](int64_t v) { return v > 0 ? nlohmann::json(v) : none; };
+  nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows)
-    t.add({r.version, r.direction, r.placement, r.backend, std::to_string(r.ranks), std::to_string(r.B),
-           std::to_string(r.S), std::to_string(r.H), std::to_string(r.D), fmt::format("{:.0f}", r.bytes),
-           fixed(r.time_us, 3), fixed(r.algbw_GBps, 3), fixed(r.busbw_GBps, 3), r.check});
-  return t;
+    out.push_back({{"version", r.version}, {"direction", r.direction}, {"placement", r.placement},
+                   {"backend", r.backend}, {"ranks", r.ranks}, {"B", dim(r.B)}, {"S", dim(r.S)}, {"H", dim(r.H)},
+                   {"D", dim(r.D)}, {"bytes", r.bytes}, {"time_us", r.time_us}, {"algbw_GBps", r.algbw_GBps},
+                   {"busbw_GBps", r.busbw_GBps}, {"check", r.check == "-" ? none : nlohmann::json(r.check)}});
+  return out;
 }
 
+std::string rows_csv(const std::vector<A2aBenchRow>& rows) {
+  return csv_of({"version", "direction", "placement", "backend", "ranks", "B", "S", "H", "D", "bytes", "time_us",
+                 "algbw_GBps", "busbw_GBps", "check"},
+                rows_json(rows));
+}
 
 void write_csv_file(const std::string& path, const A2aBenchReport& rep, const A2aBenchOptions& o) {
   detail::OutputFile out(path, "-o");
@@ -83,7 +90,7 @@ void write_csv_file(const std::string& path, const A2aBenchReport& rep, const A2
                    o.batch, o.heads, o.head_dim, o.elem_bytes);
   f << fmt::format("# timing: median of {} iterations after {} warm-up, CUDA events\n", o.iters, o.warmup);
   f << "# bytes: payload of the whole all-to-all over all ranks; algbw = bytes / time; busbw: docs/design/comm.md\n";
-  f << csv_table(rep.rows).csv();
+  f << rows_csv(rep.rows);
   out.commit();
 }
 
@@ -94,16 +101,10 @@ void run_a2a(const A2aArgs& a) {
   if (!rep.leader) return;  // rank 0 of the nccl backend speaks for all
   if (!a.out_file.empty()) write_csv_file(a.out_file, rep, o);
   switch (a.out.format()) {
-    case Format::csv: std::cout << csv_table(rep.rows).csv(); return;
+    case Format::csv: std::cout << rows_csv(rep.rows); return;
     case Format::json: {
-      nlohmann::json rows = nlohmann::json::array();
-      for (const auto& r : rep.rows)
-        rows.push_back({{"version", r.version}, {"direction", r.direction}, {"placement", r.placement},
-                        {"backend", r.backend}, {"ranks", r.ranks}, {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D},
-                        {"bytes", r.bytes}, {"time_us", r.time_us}, {"algbw_GBps", r.algbw_GBps},
-                        {"busbw_GBps", r.busbw_GBps}, {"check", r.check}});
       nlohmann::json j{{"device", rep.device.name}, {"driver", rep.device.driver}, {"world", rep.world},
-                       {"commit", build_commit()}, {"rows", rows}};
+                       {"commit", build_commit()}, {"rows", rows_json(rep.rows)}};
       std::cout << j.dump(2) << "\n";
       return;
     }

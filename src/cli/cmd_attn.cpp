@@ -68,6 +68,12 @@ void shapes_from_files(AttnArgs& a, const NpyArray& q, const NpyArray& k, const 
 
 nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
+// The fields of --json and the columns of --csv (docs/cli-output.md).
+const std::vector<std::string> kAttnColumns = {
+    "B", "H", "S", "S_kv", "D", "scale", "kernel", "device", "driver", "commit", "command", "inputs", "flop",
+    "first_run_ms", "iters", "warmup", "median_ms", "min_ms", "tflops", "rel_err", "max_abs_err", "lse_max_abs_err",
+    "rows_checked", "rows_total", "unwritten", "check_pass"};
+
 void run_attn(AttnArgs& a) {
   // ---- everything that can be wrong with the arguments, before the GPU
   const bool files = !a.q_path.empty() || !a.k_path.empty() || !a.v_path.empty();
@@ -100,38 +106,42 @@ void run_attn(AttnArgs& a) {
 
   const AttentionBenchReport r = run_attention_bench(std::move(o));
   const std::string kernel = attention_kernel_name(a.D, args.kernel);
-  if (a.out.format() == Format::json) {
-    nlohmann::json j{{"B", a.B},
-                     {"H", a.H},
-                     {"S", a.S},
-                     {"S_kv", a.S_kv},
-                     {"D", a.D},
-                     {"scale", r.scale},
-                     {"kernel", kernel},
-                     {"device", r.device.name},
-                     {"driver", r.device.driver},
-                     {"commit", build_commit()},
-                     {"command", command_line()},
-                     {"inputs", files ? "npy" : fmt::format("random seed {}", a.seed)},
-                     {"flop", r.flop},
-                     {"first_run_ms", r.first_run_ms}};
-    if (a.bench) {
-      j["iters"] = r.iters;
-      j["warmup"] = a.warmup;
-      j["median_ms"] = r.median_ms;
-      j["min_ms"] = r.min_ms;
-      j["tflops"] = num_or_null(r.tflops);
-    }
-    if (a.check) {
-      j["rel_err"] = num_or_null(r.rel_err);
-      j["max_abs_err"] = num_or_null(r.max_abs_err);
-      j["lse_max_abs_err"] = num_or_null(r.lse_max_abs_err);
-      j["rows_checked"] = r.rows_checked;
-      j["rows_total"] = r.rows_total;
-      j["unwritten"] = r.unwritten;
-      j["check_pass"] = r.check_pass;
-    }
-    std::cout << j.dump(2) << "\n";
+  if (a.out.format() != Format::table) {
+    // The same fields on every run (docs/cli-output.md): the timing without
+    // --bench and the errors without --check are null (empty cells).
+    const nlohmann::json none;
+    auto bench = [&](const nlohmann::json& v) { return a.bench ? v : none; };
+    auto check = [&](const nlohmann::json& v) { return a.check ? v : none; };
+    const nlohmann::json j{{"B", a.B},
+                           {"H", a.H},
+                           {"S", a.S},
+                           {"S_kv", a.S_kv},
+                           {"D", a.D},
+                           {"scale", r.scale},
+                           {"kernel", kernel},
+                           {"device", r.device.name},
+                           {"driver", r.device.driver},
+                           {"commit", build_commit()},
+                           {"command", command_line()},
+                           {"inputs", files ? "npy" : fmt::format("random seed {}", a.seed)},
+                           {"flop", r.flop},
+                           {"first_run_ms", r.first_run_ms},
+                           {"iters", bench(r.iters)},
+                           {"warmup", bench(a.warmup)},
+                           {"median_ms", bench(num_or_null(r.median_ms))},
+                           {"min_ms", bench(num_or_null(r.min_ms))},
+                           {"tflops", bench(num_or_null(r.tflops))},
+                           {"rel_err", check(num_or_null(r.rel_err))},
+                           {"max_abs_err", check(num_or_null(r.max_abs_err))},
+                           {"lse_max_abs_err", check(num_or_null(r.lse_max_abs_err))},
+                           {"rows_checked", check(r.rows_checked)},
+                           {"rows_total", check(r.rows_total)},
+                           {"unwritten", check(r.unwritten)},
+                           {"check_pass", check(r.check_pass)}};
+    if (a.out.format() == Format::json)
+      std::cout << j.dump(2) << "\n";
+    else
+      std::cout << csv_of(kAttnColumns, nlohmann::json::array({j}));
   } else {
     std::vector<std::string> head{"B", "H", "S", "S_kv", "D", "first_ms"};
     std::vector<std::string> row{std::to_string(a.B), std::to_string(a.H), std::to_string(a.S),
@@ -149,12 +159,8 @@ void run_attn(AttnArgs& a) {
     }
     Table t(head);
     t.add(row);
-    if (a.out.format() == Format::csv) {
-      std::cout << t.csv();
-    } else {
-      std::cout << fmt::format("{} on {}\n", kernel, r.device.name);
-      std::cout << t.text();
-    }
+    std::cout << fmt::format("{} on {}\n", kernel, r.device.name);
+    std::cout << t.text();
   }
   if (!r.check_pass)
     throw Error(fmt::format("attn --check failed: rel_err {:.3e} (limit 1e-2), {} elements not written", r.rel_err,

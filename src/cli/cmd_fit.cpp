@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "progress.hpp"
+#include "report.hpp"
 #include "util/output_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
@@ -30,23 +31,19 @@ std::string meta(const SampleSet& s, const char* key, const std::string& fallbac
   return it == s.metadata.end() ? fallback : it->second;
 }
 
-// "+- x", or why there is no x.
-std::string sigma_text(double sigma, std::string (*format)(double)) {
-  return std::isnan(sigma) ? std::string("(not identified)") : "+- " + format(sigma);
-}
-
 void run_fit(const FitArgs& a) {
   if (a.bootstrap < 0 || a.bootstrap > 10000) throw Error(fmt::format("--bootstrap: expected 0 .. 10000, got {}", a.bootstrap));
   // Before the fit: a destination that cannot be written fails now, not after it.
   detail::check_output_path(a.output, "-o", {a.samples});
   ProgressLine progress("fit");
-  progress.update(std::string("reading ") + a.samples);
-  const SampleSet set = read_samples_csv(a.samples);
+  const SampleSet set = read_samples_csv(a.samples, [&](double f) {
+    progress.update(fmt::format("reading {}: {:.0f}%", a.samples, 100 * f));
+  });
   FitOptions opt;
   opt.bootstrap = a.bootstrap;
   opt.seed = a.seed;
   opt.progress = [&](const std::string& stage) { progress.update(stage); };
-  FitResult r = fit_profile(set.samples, opt);
+  FitResult r = fit_profile(set.points, opt);
   progress.done();
   Profile& p = r.profile;
   p.transport = !a.transport.empty() ? a.transport : meta(set, "transport", "unknown");
@@ -63,12 +60,12 @@ void run_fit(const FitArgs& a) {
   out.stream() << to_json(p).dump(2) << "\n";
   out.commit();
 
+  nlohmann::json pts = nlohmann::json::array();
+  for (const auto& f : r.points)
+    pts.push_back({{"K", f.K}, {"V_bytes", f.V_bytes}, {"gap_ns", f.gap_ns}, {"n", f.n},
+                   {"measured_ns", f.measured_ns}, {"predicted_ns", f.predicted_ns}, {"rel_err", f.rel_err},
+                   {"regime", to_string(f.regime)}, {"outliers", f.outliers}});
   if (a.out.format() == Format::json) {
-    nlohmann::json pts = nlohmann::json::array();
-    for (const auto& f : r.points)
-      pts.push_back({{"K", f.K}, {"V_bytes", f.V_bytes}, {"gap_ns", f.gap_ns}, {"n", f.n},
-                     {"measured_ns", f.measured_ns}, {"predicted_ns", f.predicted_ns}, {"rel_err", f.rel_err},
-                     {"regime", to_string(f.regime)}, {"outliers", f.outliers}});
     nlohmann::json j{{"profile", to_json(p)}, {"samples", r.samples}, {"outliers", r.outliers},
                      {"median_abs_rel_err", r.median_abs_rel_err}, {"notes", r.notes}, {"points", pts},
                      {"identified", {{"R", r.R_identified}, {"Q", r.Q_identified},
@@ -77,36 +74,40 @@ void run_fit(const FitArgs& a) {
     std::cout << j.dump(2) << "\n";
     return;
   }
+  if (a.out.format() == Format::csv) {
+    std::cout << csv_of({"K", "V_bytes", "gap_ns", "n", "measured_ns", "predicted_ns", "rel_err", "regime", "outliers"},
+                        pts);
+    return;
+  }
   Table t({"K", "V", "G", "n", "measured", "predicted", "rel_err", "regime", "outliers"});
-  Table c({"K", "V_bytes", "gap_ns", "n", "measured_ns", "predicted_ns", "rel_err", "regime", "outliers"});
-  for (const auto& f : r.points) {
+  for (const auto& f : r.points)
     t.add({fmt::format("{}", f.K), format_bytes(f.V_bytes), format_ns(f.gap_ns), std::to_string(f.n),
            format_ns(f.measured_ns), format_ns(f.predicted_ns), fmt::format("{:+.1f}%", 100 * f.rel_err),
            to_string(f.regime), std::to_string(f.outliers)});
-    c.add({fmt::format("{}", f.K), fmt::format("{}", f.V_bytes), fmt::format("{}", f.gap_ns), std::to_string(f.n),
-           fmt::format("{}", f.measured_ns), fmt::format("{}", f.predicted_ns), fmt::format("{}", f.rel_err),
-           to_string(f.regime), std::to_string(f.outliers)});
-  }
-  if (a.out.format() == Format::csv) {
-    std::cout << c.csv();
-    return;
-  }
-  const Uncertainty u = p.sigma.value_or(Uncertainty{});
   std::cout << fmt::format("fitted {} samples ({} outliers), median |rel err| {:.2f}%\n", r.samples, r.outliers,
                            100 * r.median_abs_rel_err);
-  const bool has_sigma = p.sigma.has_value();
-  auto line = [&](const char* label, const std::string& value, double sigma, std::string (*format)(double),
-                  bool identified, const char* unidentified) {
+  auto line = [&](const char* label, const std::string& value, double Uncertainty::*field,
+                  std::string (*format)(double), bool identified, const char* unidentified) {
     std::cout << fmt::format("  {:<15} {:>12}  {}\n", label, value,
-                             !identified ? std::string(unidentified) : has_sigma ? sigma_text(sigma, format) : "");
+                             !identified ? std::string(unidentified) : sigma_text(p.sigma, field, format));
   };
-  line("T0 fixed", format_ns(p.t0.fixed_ns), u.fixed_ns, format_ns, true, "");
-  line("T0 per-producer", format_rate(p.t0.per_producer_Bps), u.per_producer_Bps, format_rate, true, "");
-  line("T0 aggregate", format_rate(p.t0.aggregate_Bps), u.aggregate_Bps, format_rate, r.aggregate_identified,
-       "(not identified: K_max x the per-producer rate)");
-  line("R", format_rate(p.R_Bps), u.R_Bps, format_rate, r.R_identified,
+  line("T0 fixed", format_ns(p.t0.fixed_ns), &Uncertainty::fixed_ns, format_ns, true, "");
+  line("T0 per-producer", format_rate(p.t0.per_producer_Bps), &Uncertainty::per_producer_Bps, format_rate, true, "");
+  line("T0 aggregate", format_rate(p.t0.aggregate_Bps), &Uncertainty::aggregate_Bps, format_rate,
+       r.aggregate_identified, "(not identified: K_max x the per-producer rate)");
+  if (p.t0.has_near()) {
+    line("T0 near bytes", format_bytes(p.t0.near_bytes), &Uncertainty::near_bytes, format_bytes, true, "");
+    line("T0 near rate", format_rate(p.t0.near_per_producer_Bps), &Uncertainty::near_per_producer_Bps, format_rate,
+         true, "");
+  }
+  line("R", format_rate(p.R_Bps), &Uncertainty::R_Bps, format_rate, r.R_identified,
        "(not identified: no drain-limited sample)");
-  line("Q", format_bytes(p.Q_bytes), u.Q_bytes, format_bytes, r.Q_identified, "(a lower bound)");
+  line("Q", format_bytes(p.Q_bytes), &Uncertainty::Q_bytes, format_bytes, r.Q_identified, "(a lower bound)");
+  if (p.has_cold_start()) {
+    line("Q cold", format_bytes(p.Q_cold_bytes), &Uncertainty::Q_cold_bytes, format_bytes, true, "");
+    line("Q warm per B", fmt::format("{:.3f}", p.Q_warm_per_byte), &Uncertainty::Q_warm_per_byte,
+         [](double v) { return fmt::format("{:.3f}", v); }, true, "");
+  }
   std::cout << fmt::format("  latency         {:>12}\n", format_ns(p.latency_ns));
   for (const auto& n : r.notes) std::cout << "  note: " << n << "\n";
   std::cout << t.text();

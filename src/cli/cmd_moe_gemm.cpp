@@ -59,22 +59,25 @@ std::vector<float> load(const std::string& path, const char* opt, const std::vec
 
 nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
+// One GEMM's results, the same fields on every run: the timing without
+// --bench and the errors without --check are null.
 nlohmann::json gemm_json(const MoeGemmReport& g, bool bench, bool check) {
-  nlohmann::json j{{"tile", to_string(g.tile)}, {"out_store", to_string(g.out_store)}, {"flop", g.flop}, {"first_run_ms", g.first_run_ms}};
-  if (bench) {
-    j["median_ms"] = num_or_null(g.median_ms);
-    j["min_ms"] = num_or_null(g.min_ms);
-    j["tflops"] = num_or_null(g.tflops);
-  }
-  if (check) {
-    j["rel_err"] = num_or_null(g.rel_err);
-    j["max_abs_err"] = num_or_null(g.max_abs_err);
-    j["rows_checked"] = g.rows_checked;
-    j["elements_scanned"] = g.elements_scanned;
-    j["unwritten"] = g.unwritten;
-    j["check_pass"] = g.check_pass;
-  }
-  return j;
+  const nlohmann::json none;
+  auto b = [&](const nlohmann::json& v) { return bench ? v : none; };
+  auto c = [&](const nlohmann::json& v) { return check ? v : none; };
+  return {{"tile", to_string(g.tile)},
+          {"out_store", to_string(g.out_store)},
+          {"flop", g.flop},
+          {"first_run_ms", g.first_run_ms},
+          {"median_ms", b(num_or_null(g.median_ms))},
+          {"min_ms", b(num_or_null(g.min_ms))},
+          {"tflops", b(num_or_null(g.tflops))},
+          {"rel_err", c(num_or_null(g.rel_err))},
+          {"max_abs_err", c(num_or_null(g.max_abs_err))},
+          {"rows_checked", c(g.rows_checked)},
+          {"elements_scanned", c(g.elements_scanned)},
+          {"unwritten", c(g.unwritten)},
+          {"check_pass", c(g.check_pass)}};
 }
 
 void run_moe_gemm(MoeArgs& a) {
@@ -124,34 +127,49 @@ void run_moe_gemm(MoeArgs& a) {
   o.w2 = load(a.w2_path, "--w2", {E, H, I});
   o.weights = load(a.weights_path, "--weights", {rows});
   const bool files = !o.x.empty() || !o.h.empty() || !o.w13.empty() || !o.w2.empty();
+  const std::vector<int> counts = o.counts;  // rows of each local expert, as run
 
   const MoeBenchReport r = run_moe_bench(std::move(o));
   const bool l1 = r.has_l1, l2 = r.has_l2;
+  const nlohmann::json none;
   if (a.out.format() == Format::json) {
+    // The same keys on every run (docs/cli-output.md): a GEMM the mode did not
+    // run, the timing without --bench and the check without --check are null.
     nlohmann::json j{{"gemm", a.gemm},
-                     {"model", a.model},
+                     {"model", a.model.empty() ? none : nlohmann::json(a.model)},
                      {"hidden", a.hidden},
                      {"inter", a.inter},
                      {"experts", r.E},
                      {"ep", a.ep},
                      {"rows_total", r.rows_total},
-                     {"counts", a.counts.empty() && !a.uneven ? nlohmann::json(a.rows_per_expert)
-                                                              : nlohmann::json(std::vector<int>())},
+                     {"counts", counts},
                      {"routing_weights", a.routing_weights || !a.weights_path.empty()},
                      {"device", r.device.name},
                      {"driver", r.device.driver},
                      {"commit", build_commit()},
                      {"command", command_line()},
-                     {"inputs", files ? "npy" : fmt::format("random seed {}", a.seed)}};
-    if (l1) j["l1"] = gemm_json(r.l1, a.bench, a.check);
-    if (l2) j["l2"] = gemm_json(r.l2, a.bench, a.check);
-    if (a.bench) {
-      j["iters"] = r.iters;
-      j["warmup"] = a.warmup;
-      if (l1 && l2) j["layer_median_ms"] = num_or_null(r.layer_median_ms), j["layer_tflops"] = num_or_null(r.layer_tflops);
-    }
-    if (a.check) j["check_pass"] = r.check_pass;
+                     {"inputs", files ? "npy" : fmt::format("random seed {}", a.seed)},
+                     {"l1", l1 ? gemm_json(r.l1, a.bench, a.check) : none},
+                     {"l2", l2 ? gemm_json(r.l2, a.bench, a.check) : none},
+                     {"iters", a.bench ? nlohmann::json(r.iters) : none},
+                     {"warmup", a.bench ? nlohmann::json(a.warmup) : none},
+                     {"layer_median_ms", a.bench && l1 && l2 ? num_or_null(r.layer_median_ms) : none},
+                     {"layer_tflops", a.bench && l1 && l2 ? num_or_null(r.layer_tflops) : none},
+                     {"check_pass", a.check ? nlohmann::json(r.check_pass) : none}};
     std::cout << j.dump(2) << "\n";
+  } else if (a.out.format() == Format::csv) {
+    // One row per GEMM run: its fields, with the layer's shape.
+    nlohmann::json rows = nlohmann::json::array();
+    auto add = [&](const char* name, const MoeGemmReport& g, int K, int N) {
+      nlohmann::json row = gemm_json(g, a.bench, a.check);
+      row["gemm"] = name, row["M"] = r.rows_total, row["K"] = K, row["N"] = N;
+      rows.push_back(row);
+    };
+    if (l1) add("l1", r.l1, a.hidden, 2 * a.inter);
+    if (l2) add("l2", r.l2, a.inter, a.hidden);
+    std::cout << csv_of({"gemm", "tile", "M", "K", "N", "flop", "first_run_ms", "median_ms", "min_ms", "tflops",
+                         "rel_err", "max_abs_err", "rows_checked", "elements_scanned", "unwritten", "check_pass"},
+                        rows);
   } else {
     Table t({"gemm", "tile", "out_store", "M", "K", "N", "first_ms", "median_ms", "TFLOP/s", "rows_checked", "rel_err", "unwritten"});
     auto add = [&](const char* name, const MoeGemmReport& g, int K, int N) {
@@ -163,14 +181,10 @@ void run_moe_gemm(MoeArgs& a) {
     };
     if (l1) add("L1+SwiGLU", r.l1, a.hidden, 2 * a.inter);
     if (l2) add("L2", r.l2, a.inter, a.hidden);
-    if (a.out.format() == Format::csv) {
-      std::cout << t.csv();
-    } else {
-      std::cout << fmt::format("{} local experts, {} rows, on {}\n", r.E, r.rows_total, r.device.name);
-      std::cout << t.text();
-      if (a.bench && l1 && l2)
-        std::cout << fmt::format("layer (L1 then L2): {:.4f} ms, {:.1f} TFLOP/s\n", r.layer_median_ms, r.layer_tflops);
-    }
+    std::cout << fmt::format("{} local experts, {} rows, on {}\n", r.E, r.rows_total, r.device.name);
+    std::cout << t.text();
+    if (a.bench && l1 && l2)
+      std::cout << fmt::format("layer (L1 then L2): {:.4f} ms, {:.1f} TFLOP/s\n", r.layer_median_ms, r.layer_tflops);
   }
   if (!r.check_pass)
     throw Error(fmt::format("moe-gemm --check failed: L1 rel_err {:.3e}, {} unwritten; L2 rel_err {:.3e}, {} "

@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "xstage/error.hpp"
+#include "xstage/limits.hpp"
 #include "xstage/model.hpp"
 #include "xstage/units.hpp"
 
@@ -23,36 +24,56 @@ struct PredictArgs {
 
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
+constexpr double kMaxRunBursts = 1e15;
+
+// The fields of --json and the columns of --csv (docs/cli-output.md).
+const std::vector<std::string> kPredictColumns = {
+    "profile", "K", "V_bytes", "gap_ns", "t0_ns", "drain_ns", "t_iss_ns", "regime", "onset_gap_ns", "gap_cap_ns",
+    "stall_ns", "period_ns", "exceeds_capacity", "transient_bursts", "completion_coupled_ns", "unbounded_async_ns",
+    "run_mean_t_iss_ns"};
+
 void run_predict(const PredictArgs& a) {
   const Profile p = load_profile(a.profile);
-  if (a.K < 1) throw Error(fmt::format("--K: expected a whole number >= 1, got {}", a.K));
+  // The bounds the simulator has (xstage/limits.hpp): beyond them no GPU run
+  // is described, and a typo (an extra zero, a missing unit) says so.
+  if (a.K < 1 || a.K > kMaxProducers)
+    throw Error(fmt::format("--K: expected a whole number in [1, {}], got {}", kMaxProducers, a.K));
   const double V = parse_size_bytes(a.V, "--V");
   const double G = parse_time_ns(a.G, "--G");
+  if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
+  if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
+  // A run's mean is closed-form (no simulation): bounded only where the count stops being a count.
+  if (a.bursts < 0 || a.bursts > kMaxRunBursts)
+    throw Error(fmt::format("--bursts: expected a whole number in [1, {:g}], got {}", kMaxRunBursts, a.bursts));
   for (const auto& w : range_warnings(p, a.K, V)) warn(w);
   const Prediction r = predict(p, a.K, V, G);
   const double cc = completion_coupled_ns(p, a.K, V, G);
   const double ua = unbounded_async_ns(p, a.K, V, G);
-  if (a.bursts < 0) throw Error(fmt::format("--bursts: expected >= 1, got {}", a.bursts));
   const double run_mean = a.bursts > 0 ? windowed_issue_ns(p, a.K, V, G, 0, a.bursts) : NAN;
-  if (a.out.format() == Format::json) {
-    nlohmann::json j{{"profile", p.name},
-                     {"K", a.K},
-                     {"V_bytes", V},
-                     {"gap_ns", G},
-                     {"t_iss_ns", r.t_iss_ns},
-                     {"regime", to_string(r.regime)},
-                     {"onset_gap_ns", finite_or_null(r.onset_gap_ns)},
-                     {"gap_cap_ns", r.gap_cap_ns},
-                     {"t0_ns", r.t0_ns},
-                     {"drain_ns", r.drain_ns},
-                     {"stall_ns", r.stall_ns},
-                     {"period_ns", r.period_ns},
-                     {"exceeds_capacity", r.exceeds_capacity},
-                     {"transient_bursts", finite_or_null(r.transient_bursts)},
-                     {"completion_coupled_ns", cc},
-                     {"unbounded_async_ns", ua}};
-    if (a.bursts > 0) j["run_mean_t_iss_ns"] = run_mean;
-    std::cout << j.dump(2) << "\n";
+  if (a.out.format() != Format::table) {
+    // One object for --json and one CSV row for --csv: the same fields, null
+    // (an empty cell) where a value does not apply.
+    const nlohmann::json j{{"profile", p.name},
+                           {"K", a.K},
+                           {"V_bytes", V},
+                           {"gap_ns", G},
+                           {"t0_ns", r.t0_ns},
+                           {"drain_ns", r.drain_ns},
+                           {"t_iss_ns", r.t_iss_ns},
+                           {"regime", to_string(r.regime)},
+                           {"onset_gap_ns", finite_or_null(r.onset_gap_ns)},
+                           {"gap_cap_ns", r.gap_cap_ns},
+                           {"stall_ns", r.stall_ns},
+                           {"period_ns", r.period_ns},
+                           {"exceeds_capacity", r.exceeds_capacity},
+                           {"transient_bursts", finite_or_null(r.transient_bursts)},
+                           {"completion_coupled_ns", cc},
+                           {"unbounded_async_ns", ua},
+                           {"run_mean_t_iss_ns", finite_or_null(run_mean)}};
+    if (a.out.format() == Format::json)
+      std::cout << j.dump(2) << "\n";
+    else
+      std::cout << csv_of(kPredictColumns, nlohmann::json::array({j}));
     return;
   }
   Table t({"K", "V", "G", "T0_iss", "V/R", "T_iss", "regime", "onset_gap", "stall", "period",
@@ -60,16 +81,6 @@ void run_predict(const PredictArgs& a) {
   t.add({std::to_string(a.K), format_bytes(V), format_ns(G), format_ns(r.t0_ns), format_ns(V / p.R_Bps * 1e9),
          format_ns(r.t_iss_ns), to_string(r.regime), format_ns(r.onset_gap_ns), format_ns(r.stall_ns),
          format_ns(r.period_ns), format_ns(cc), format_ns(ua)});
-  if (a.out.format() == Format::csv) {
-    Table c({"K", "V_bytes", "gap_ns", "t0_ns", "t_iss_ns", "regime", "onset_gap_ns", "stall_ns", "period_ns",
-             "completion_coupled_ns", "unbounded_async_ns", "run_mean_t_iss_ns"});
-    c.add({std::to_string(a.K), fmt::format("{}", V), fmt::format("{}", G), fmt::format("{}", r.t0_ns),
-           fmt::format("{}", r.t_iss_ns), to_string(r.regime), fmt::format("{}", r.onset_gap_ns),
-           fmt::format("{}", r.stall_ns), fmt::format("{}", r.period_ns), fmt::format("{}", cc),
-           fmt::format("{}", ua), a.bursts > 0 ? fmt::format("{}", run_mean) : ""});
-    std::cout << c.csv();
-    return;
-  }
   std::cout << fmt::format("profile {} ({}, {}): R = {}, Q = {}\n", p.name, p.transport, p.status,
                            format_rate(p.R_Bps), format_bytes(p.Q_bytes));
   std::cout << t.text();

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "report.hpp"
@@ -45,6 +46,7 @@ struct ProbeArgs {
   std::string settle;         // custom sweep: pause before the measured bursts
   std::string bursts_out;     // custom sweep: per-burst spans of every point
   OutputFlags out;
+  bool print_fits = true;     // the fits' summary in out's format after the sweep (report: none)
 };
 
 // The fit of one transport, as `xstage probe` and `xstage validate` print it.
@@ -53,12 +55,11 @@ void print_probe_fit(const ProbeFit& f) {
   const double ce = f.copy_engine_Bps;
   std::cout << fmt::format("\n== {}: {} training rows, fit median |rel err| {:.2f}% ==\n", f.transport, f.fit.samples,
                            100 * f.fit.median_abs_rel_err);
-  const Uncertainty u = p.sigma.value_or(Uncertainty{});
-  std::cout << fmt::format("R = {} +- {} ({:.1f}% of the copy engine's {}), Q = {} +- {}, Q_fill = {}\n",
-                           format_rate(p.R_Bps), format_rate(u.R_Bps), 100 * p.R_Bps / ce, format_rate(ce),
-                           format_bytes(p.Q_bytes), format_bytes(u.Q_bytes), format_bytes(p.fill_capacity()));
-  std::cout << fmt::format("T0 = {} + V / min(K x {}, {}), latency {}\n", format_ns(p.t0.fixed_ns),
-                           format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps), format_ns(p.latency_ns));
+  std::cout << fmt::format("R = {} {} ({:.1f}% of the copy engine's {}), Q = {} {}, Q_fill = {}\n",
+                           format_rate(p.R_Bps), sigma_text(p.sigma, &Uncertainty::R_Bps, format_rate),
+                           100 * p.R_Bps / ce, format_rate(ce), format_bytes(p.Q_bytes),
+                           sigma_text(p.sigma, &Uncertainty::Q_bytes, format_bytes), format_bytes(p.fill_capacity()));
+  std::cout << fmt::format("{}, latency {}\n", t0_formula(p), format_ns(p.latency_ns));
   for (const auto& n : f.fit.notes) std::cout << "note: " << n << "\n";
   if (!f.validation) return;
   const Validation& val = *f.validation;
@@ -97,18 +98,32 @@ void prepare_out_dir(const std::string& dir, const char* what) {
   detail::check_output_path(dir + "/probe-validation.json", what);
 }
 
-// `xstage validate --csv`: one row per transport and model.
+// `xstage validate --csv` and `xstage probe --csv`: one row per transport and
+// model (a transport without held-out rows: one row, its validation empty).
 void print_validation_csv(const std::vector<ProbeFit>& fits) {
-  Table c({"transport", "model", "median_rel_err", "p90_rel_err", "points", "onset_gap_err", "onset_series"});
+  const nlohmann::json none;
+  nlohmann::json rows = nlohmann::json::array();
   for (const auto& f : fits) {
-    if (!f.validation) continue;
-    const Validation& v = *f.validation;
-    for (size_t i = 0; i < kAllModels.size(); ++i)
-      c.add({f.transport, to_string(kAllModels[i]), fmt::format("{}", v.errors[i].median_rel_err),
-             fmt::format("{}", v.errors[i].p90_rel_err), std::to_string(v.errors[i].points),
-             v.onsets.empty() ? std::string() : fmt::format("{}", v.onset_gap_err), std::to_string(v.onsets.size())});
+    const Validation* v = f.validation ? &*f.validation : nullptr;
+    const bool onset = v && !v->onsets.empty();
+    for (size_t i = 0; i < (v ? kAllModels.size() : 1); ++i)
+      rows.push_back({{"transport", f.transport},
+                      {"model", v ? nlohmann::json(to_string(kAllModels[i])) : none},
+                      {"median_rel_err", v ? nlohmann::json(v->errors[i].median_rel_err) : none},
+                      {"p90_rel_err", v ? nlohmann::json(v->errors[i].p90_rel_err) : none},
+                      {"points", v ? nlohmann::json(v->errors[i].points) : none},
+                      {"onset_gap_err", onset ? nlohmann::json(v->onset_gap_err) : none},
+                      {"onset_series", v ? nlohmann::json(v->onsets.size()) : none}});
   }
-  std::cout << c.csv();
+  std::cout << csv_of({"transport", "model", "median_rel_err", "p90_rel_err", "points", "onset_gap_err", "onset_series"},
+                      rows);
+}
+
+// What probe and validate print after the fits: tables as they went (people),
+// or the summary of all transports (programs).
+void print_fits(const std::vector<ProbeFit>& fits, Format format) {
+  if (format == Format::json) std::cout << probe_summary_json(fits, command_line());
+  if (format == Format::csv) print_validation_csv(fits);
 }
 
 struct TransportOutcome {
@@ -164,13 +179,13 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   detail::write_file_replacing(csv_path, rec.csv);
 
   if (custom && plan.size() < 5) {
-    std::cout << fmt::format("{}: {} points measured (fewer than 5: no fit), {}\n", to_string(t), plan.size(),
-                             csv_path);
+    warn(fmt::format("{}: {} points measured (fewer than 5: no fit), {}", to_string(t), plan.size(), csv_path));
     return outcome;
   }
   const bool validate = !custom;
   outcome.fit = fit_and_save(rec.csv, csv_path, a.out_dir, validate, a.bootstrap,
-                             validate ? std::optional<uint64_t>(rec.bad_points) : std::nullopt);
+                             validate ? std::optional<uint64_t>(rec.bad_points) : std::nullopt,
+                             a.out.format() == Format::table);
   return outcome;
 }
 
@@ -206,6 +221,7 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
     if (outcomes.back().fit) fits.push_back(*outcomes.back().fit);
   }
   save_probe_summary(fits, a.out_dir, command_line());
+  if (a.print_fits) print_fits(fits, a.out.format());
   if (bad) throw Error(fmt::format("probe: the destination check failed on {} points (see the warnings)", bad));
   return outcomes;
 }
@@ -215,9 +231,11 @@ void run_gpu_report(int K, Format format) {
   ProbeArgs a;
   a.transports = "host";
   a.out_dir = "xstage-report";
-  std::cout << "GPU found: probing the host-mapped PCIe path (quick sweep), results in xstage-report/\n";
+  // --json / --csv: stdout holds the model report alone (the fit's tables are in xstage-report/).
+  a.print_fits = format == Format::table;
+  std::fprintf(stderr, "GPU found: probing the host-mapped PCIe path (quick sweep), results in xstage-report/\n");
   const auto outcomes = run_probe(a);
-  std::cout << "\n";
+  if (format == Format::table) std::cout << "\n";
   print_model_report(outcomes.front().fit.value().fit.profile, K, format);
 }
 
@@ -244,6 +262,7 @@ void add_probe_command(CLI::App& app) {
   sub->add_flag("--no-warmup", a->no_warmup, "Custom sweep: no warm-up pass before the measured bursts");
   sub->add_option("--settle", a->settle, "Custom sweep: pause before the measured bursts (default: drain the warm-up)");
   sub->add_option("--bursts-out", a->bursts_out, "Write every burst's spans (all points) to this CSV");
+  add_output_flags(sub, a->out);
   sub->callback([a] { run_probe(*a); });
 
   struct ValidateArgs {
@@ -267,12 +286,14 @@ void add_probe_command(CLI::App& app) {
     prepare_out_dir(v->out_dir, "-o");
     std::vector<ProbeFit> fits;
     const bool table = v->out.format() == Format::table;
-    for (const auto& path : v->csvs)
-      fits.push_back(fit_and_save(detail::read_whole_file(path), path, v->out_dir, /*validate=*/true, v->bootstrap,
-                                  std::nullopt, table));
+    for (const auto& path : v->csvs) {
+      ProbeFit f = fit_probe_samples(read_samples_csv(path), path, /*validate=*/true, v->bootstrap, command_line());
+      save_probe_fit(f, v->out_dir, command_line());
+      if (table) print_probe_fit(f);
+      fits.push_back(std::move(f));
+    }
     save_probe_summary(fits, v->out_dir, command_line());
-    if (v->out.format() == Format::json) std::cout << probe_summary_json(fits, command_line());
-    if (v->out.format() == Format::csv) print_validation_csv(fits);
+    print_fits(fits, v->out.format());
   });
 }
 

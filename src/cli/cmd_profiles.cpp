@@ -33,17 +33,39 @@ void run_profiles(const ProfilesArgs& a) {
     std::cout << j.dump(2) << "\n";
     return;
   }
-  Table t({"name", "transport", "status", "R", "Q", "T0 fixed", "T0 per-producer", "T0 aggregate", "latency"});
-  Table c({"name", "transport", "status", "R_Bps", "Q_bytes", "fixed_ns", "per_producer_Bps", "aggregate_Bps",
-           "latency_ns"});
-  for (const auto& p : all) {
-    t.add({p.name, p.transport, p.status, format_rate(p.R_Bps), format_bytes(p.Q_bytes), format_ns(p.t0.fixed_ns),
-           format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps), format_ns(p.latency_ns)});
-    c.add({p.name, p.transport, p.status, fmt::format("{}", p.R_Bps), fmt::format("{}", p.Q_bytes),
-           fmt::format("{}", p.t0.fixed_ns), fmt::format("{}", p.t0.per_producer_Bps),
-           fmt::format("{}", p.t0.aggregate_Bps), fmt::format("{}", p.latency_ns)});
+  if (a.out.format() == Format::csv) {
+    // Every field of a profile in base units; an extension a profile does not have is an empty cell.
+    const nlohmann::json none;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& p : all)
+      rows.push_back({{"name", p.name},
+                      {"transport", p.transport},
+                      {"status", p.status},
+                      {"R_Bps", p.R_Bps},
+                      {"Q_bytes", p.Q_bytes},
+                      {"Q_fill_bytes", p.fill_capacity()},
+                      {"Q_cold_bytes", p.has_cold_start() ? nlohmann::json(p.Q_cold_bytes) : none},
+                      {"Q_warm_per_byte", p.has_cold_start() ? nlohmann::json(p.Q_warm_per_byte) : none},
+                      {"fixed_ns", p.t0.fixed_ns},
+                      {"per_producer_Bps", p.t0.per_producer_Bps},
+                      {"aggregate_Bps", p.t0.aggregate_Bps},
+                      {"near_bytes", p.t0.has_near() ? nlohmann::json(p.t0.near_bytes) : none},
+                      {"near_per_producer_Bps", p.t0.has_near() ? nlohmann::json(p.t0.near_per_producer_Bps) : none},
+                      {"latency_ns", p.latency_ns}});
+    std::cout << csv_of({"name", "transport", "status", "R_Bps", "Q_bytes", "Q_fill_bytes", "Q_cold_bytes",
+                         "Q_warm_per_byte", "fixed_ns", "per_producer_Bps", "aggregate_Bps", "near_bytes",
+                         "near_per_producer_Bps", "latency_ns"},
+                        rows);
+    return;
   }
-  std::cout << (a.out.format() == Format::csv ? c.csv() : t.text());
+  Table t({"name", "transport", "status", "R", "Q", "T0 fixed", "T0 per-producer", "T0 aggregate", "T0 near queue",
+           "latency"});
+  for (const auto& p : all)
+    t.add({p.name, p.transport, p.status, format_rate(p.R_Bps), format_bytes(p.Q_bytes), format_ns(p.t0.fixed_ns),
+           format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps),
+           p.t0.has_near() ? format_bytes(p.t0.near_bytes) + " at " + format_rate(p.t0.near_per_producer_Bps) : "-",
+           format_ns(p.latency_ns)});
+  std::cout << t.text();
   if (a.out.format() == Format::table)
     std::cout << fmt::format("default: {}  (xstage profiles --show NAME prints one in full)\n", default_profile().name);
 }

@@ -20,11 +20,6 @@
 
 namespace xstage::cli {
 
-namespace {
-
-const std::vector<double> kReportVolumes = {256.0 * 1024, 1024.0 * 1024, 4.0 * 1024 * 1024, 16.0 * 1024 * 1024};
-const std::vector<double> kReportGapsUs = {0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0};
-
 // T0 as the tables compute it: with the near queue's term where the profile has one.
 std::string t0_formula(const Profile& p) {
   if (!p.t0.has_near())
@@ -35,6 +30,18 @@ std::string t0_formula(const Profile& p) {
                      format_rate(p.t0.per_producer_Bps), format_rate(p.t0.aggregate_Bps),
                      format_bytes(p.t0.near_bytes));
 }
+
+std::string sigma_text(const std::optional<Uncertainty>& sigma, double Uncertainty::*field,
+                       std::string (*format)(double)) {
+  if (!sigma) return "";
+  const double v = (*sigma).*field;
+  return std::isnan(v) ? std::string("(not identified)") : "+- " + format(v);
+}
+
+namespace {
+
+const std::vector<double> kReportVolumes = {256.0 * 1024, 1024.0 * 1024, 4.0 * 1024 * 1024, 16.0 * 1024 * 1024};
+const std::vector<double> kReportGapsUs = {0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0};
 
 // One simulated burst index: the slowest producer's issue span and stall, the earliest start.
 struct SimulatedBurst {
@@ -86,14 +93,20 @@ std::string transient_text(double bursts) {
   return std::isfinite(bursts) ? fmt::format("{}", bursts) : std::string("all");
 }
 
-nlohmann::json report_json(const Profile& p, int K, const SimulatedRun& run) {
-  using nlohmann::json;
-  json grid = json::array();
+// The issue-time grid, one row per (gap, V): --json's issue_vs_gap and --csv.
+nlohmann::json issue_vs_gap(const Profile& p, int K) {
+  nlohmann::json grid = nlohmann::json::array();
   for (double g_us : kReportGapsUs)
     for (double v : kReportVolumes) {
       const Prediction r = predict(p, K, v, g_us * 1e3);
       grid.push_back({{"gap_ns", g_us * 1e3}, {"V_bytes", v}, {"t_iss_ns", r.t_iss_ns}, {"regime", to_string(r.regime)}});
     }
+  return grid;
+}
+
+nlohmann::json report_json(const Profile& p, int K, const SimulatedRun& run) {
+  using nlohmann::json;
+  const json grid = issue_vs_gap(p, K);
   json bounds = json::array();
   for (double v : kReportVolumes) {
     const Prediction r = predict(p, K, v, 0);
@@ -123,14 +136,8 @@ nlohmann::json report_json(const Profile& p, int K, const SimulatedRun& run) {
 void print_model_report(const Profile& p, int K, Format format) {
   if (K < 1 || K > kMaxProducers)
     throw Error(fmt::format("--K: expected a whole number in [1, {}], got {}", kMaxProducers, K));
-  if (format == Format::csv) {  // the issue-time grid, one row per (gap, V)
-    Table c({"gap_ns", "V_bytes", "t_iss_ns", "regime"});
-    for (double g_us : kReportGapsUs)
-      for (double v : kReportVolumes) {
-        const Prediction r = predict(p, K, v, g_us * 1e3);
-        c.add({fmt::format("{}", g_us * 1e3), fmt::format("{}", v), fmt::format("{}", r.t_iss_ns), to_string(r.regime)});
-      }
-    std::cout << c.csv();
+  if (format == Format::csv) {
+    std::cout << csv_of({"gap_ns", "V_bytes", "t_iss_ns", "regime"}, issue_vs_gap(p, K));
     return;
   }
   const SimulatedRun run = simulate_for_report(p, K);

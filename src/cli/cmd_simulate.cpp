@@ -114,8 +114,8 @@ void run_simulate(const SimulateArgs& a) {
                      {"model_regime", periodic ? nlohmann::json(to_string(pr.regime)) : none}};
     nlohmann::json spans = nlohmann::json::array();
     for (const auto& b : first)
-      spans.push_back({{"producer", b.producer}, {"index", b.index}, {"start_ns", b.start_ns},
-                       {"end_ns", b.end_ns}, {"bytes", b.bytes}, {"stall_ns", b.stall_ns}});
+      spans.push_back({{"producer", b.producer}, {"index", b.index}, {"start_ns", b.start_ns}, {"end_ns", b.end_ns},
+                       {"issue_ns", b.issue_ns()}, {"bytes", b.bytes}, {"stall_ns", b.stall_ns}});
     j["first_bursts"] = spans;
     std::cout << j.dump(2) << "\n";
     return;

@@ -97,62 +97,74 @@ std::string timing_note(const UlyssesBenchReport& rep, const UlyssesBenchOptions
                      o.warmup);
 }
 
+// The report: the same keys on every run (docs/cli-output.md). A value a run
+// did not produce is null (a variant not run, a residual without its
+// attention-only run, a label that does not apply: "-" in the tables), a list
+// of rounds without rounds is empty.
 nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions& o) {
+  const nlohmann::json none;
+  auto opt = [&](const std::optional<double>& v) { return v ? nlohmann::json(*v) : none; };
+  auto label = [&](const std::string& v) { return v == "-" ? none : nlohmann::json(v); };
+  auto time = [&](double us) { return us > 0 ? nlohmann::json(us) : none; };
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : rep.rows) {
-    nlohmann::json j{{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P},
-                     {"B", r.B}, {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", r.store}, {"order", r.order}, {"flags", r.flags},
-                     {"a2a", r.a2a}, {"paced_rows", r.paced_rows}, {"chunks", r.chunks}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
-                     {"time_max_us", r.time_max_us}, {"enqueue_us", r.enqueue_us}, {"iters", r.iters}, {"check", r.check}};
-    j["predicted_time_us"] = r.predicted_time_us ? nlohmann::json(*r.predicted_time_us) : nlohmann::json(nullptr);
-    if (r.residual_paired) j["residual_paired"] = *r.residual_paired;
-    rows.push_back(j);
-  }
+  for (const auto& r : rep.rows)
+    rows.push_back({{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P}, {"B", r.B},
+                    {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", label(r.store)}, {"order", label(r.order)},
+                    {"flags", label(r.flags)}, {"a2a", label(r.a2a)}, {"paced_rows", r.paced_rows},
+                    {"chunks", r.chunks > 0 ? nlohmann::json(r.chunks) : none}, {"time_us", r.time_us},
+                    {"time_min_us", r.time_min_us}, {"time_max_us", r.time_max_us}, {"enqueue_us", r.enqueue_us},
+                    {"iters", r.iters}, {"check", label(r.check)}, {"predicted_time_us", opt(r.predicted_time_us)},
+                    {"residual_paired", opt(r.residual_paired)}});
   nlohmann::json summary = nlohmann::json::array();
   for (const auto& s : rep.summary) {
-    nlohmann::json j{{"S", s.S}, {"attention_only_us", s.attention_only_us}, {"sequential_us", s.sequential_us},
-                     {"pipelined_us", s.pipelined_us}, {"fused_us", s.fused_us}, {"coupled_us", s.coupled_us},
-                     {"fused_config", s.fused_config}, {"sequential_a2a", s.sequential_a2a},
-                     {"pipelined_a2a", s.pipelined_a2a}, {"pipelined_chunks", s.pipelined_chunks},
-                     {"sequential_configs", s.sequential_configs}, {"pipelined_configs", s.pipelined_configs},
-                     {"fused_configs", s.fused_configs}};
-    if (s.pipelined_configs > 0) {
-      j["pipelined_selection"] = fmt::format(
-          "best of {} configurations (all-to-all version x head chunks a rank), by least {}; every configuration's "
-          "time is in pipelined_all and rows",
-          s.pipelined_configs, s.residual_pipelined_rounds.empty() ? "median time" : "paired residual");
-      nlohmann::json all = nlohmann::json::array();
-      for (const auto& r : rep.rows)
-        if (r.S == s.S && r.variant == "pipelined") {
-          nlohmann::json c{{"a2a", r.a2a}, {"chunks", r.chunks}, {"time_us", r.time_us},
-                           {"time_min_us", r.time_min_us}, {"time_max_us", r.time_max_us},
-                           {"enqueue_us", r.enqueue_us}};
-          if (r.residual_paired) c["residual_paired"] = *r.residual_paired;
-          all.push_back(c);
-        }
-      j["pipelined_all"] = all;
-    }
-    if (s.fused_us > 0 && s.sequential_us > 0) j["speedup_fused_over_sequential"] = s.speedup();
-    if (s.fused_us > 0 && s.pipelined_us > 0) j["speedup_fused_over_pipelined"] = s.speedup_over_pipelined();
-    if (s.pipelined_us > 0 && s.attention_only_us > 0) j["residual_pipelined"] = s.pipelined_residual();
-    if (!s.residual_pipelined_rounds.empty()) j["residual_pipelined_rounds"] = s.residual_pipelined_rounds;
-    if (s.payload_bytes > 0) j["payload_bytes"] = s.payload_bytes;
-    if (s.floor_us > 0) {
-      j["floor_us"] = s.floor_us;
-      if (s.fused_us > 0) j["fused_over_floor"] = s.fused_over_floor();
-      if (s.fused_us > 0 && s.attention_only_us > 0) j["fused_over_floor_paired"] = s.fused_over_floor_paired();
-    }
-    if (s.fused_us > 0 && s.attention_only_us > 0) j["residual_fused"] = s.residual();
-    if (s.coupled_us > 0 && s.attention_only_us > 0) j["residual_coupled"] = s.coupled_residual();
-    if (!s.residual_fused_rounds.empty()) j["residual_fused_rounds"] = s.residual_fused_rounds;
-    if (!s.residual_coupled_rounds.empty()) j["residual_coupled_rounds"] = s.residual_coupled_rounds;
-    if (s.predicted_fused_us > 0) {
-      j["predicted_fused_us"] = s.predicted_fused_us;
-      j["predicted_residual"] = s.predicted_residual();
-      j["predicted_sequential_us"] = s.predicted_sequential_us;
-    }
-    if (s.rel_err >= 0) j["rel_err"] = s.rel_err;
-    summary.push_back(j);
+    const bool att = s.attention_only_us > 0, fused = s.fused_us > 0, coupled = s.coupled_us > 0;
+    const bool seq = s.sequential_us > 0, pipe = s.pipelined_us > 0, floor = s.floor_us > 0;
+    const bool predicted = s.predicted_fused_us > 0;
+    nlohmann::json all = nlohmann::json::array();  // every pipelined configuration of this S
+    for (const auto& r : rep.rows)
+      if (r.S == s.S && r.variant == "pipelined")
+        all.push_back({{"a2a", r.a2a}, {"chunks", r.chunks}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
+                       {"time_max_us", r.time_max_us}, {"enqueue_us", r.enqueue_us},
+                       {"residual_paired", opt(r.residual_paired)}});
+    const nlohmann::json selection =
+        s.pipelined_configs > 0
+            ? nlohmann::json(fmt::format("best of {} configurations (all-to-all version x head chunks a rank), by "
+                                         "least {}; every configuration's time is in pipelined_all and rows",
+                                         s.pipelined_configs,
+                                         s.residual_pipelined_rounds.empty() ? "median time" : "paired residual"))
+            : none;
+    summary.push_back(
+        {{"S", s.S},
+         {"attention_only_us", time(s.attention_only_us)},
+         {"sequential_us", time(s.sequential_us)},
+         {"pipelined_us", time(s.pipelined_us)},
+         {"fused_us", time(s.fused_us)},
+         {"coupled_us", time(s.coupled_us)},
+         {"fused_config", fused ? nlohmann::json(s.fused_config) : none},
+         {"sequential_a2a", seq ? nlohmann::json(s.sequential_a2a) : none},
+         {"pipelined_a2a", pipe ? nlohmann::json(s.pipelined_a2a) : none},
+         {"pipelined_chunks", pipe ? nlohmann::json(s.pipelined_chunks) : none},
+         {"sequential_configs", s.sequential_configs},
+         {"pipelined_configs", s.pipelined_configs},
+         {"fused_configs", s.fused_configs},
+         {"pipelined_selection", selection},
+         {"pipelined_all", all},
+         {"speedup_fused_over_sequential", fused && seq ? nlohmann::json(s.speedup()) : none},
+         {"speedup_fused_over_pipelined", fused && pipe ? nlohmann::json(s.speedup_over_pipelined()) : none},
+         {"residual_fused", fused && att ? nlohmann::json(s.residual()) : none},
+         {"residual_pipelined", pipe && att ? nlohmann::json(s.pipelined_residual()) : none},
+         {"residual_coupled", coupled && att ? nlohmann::json(s.coupled_residual()) : none},
+         {"residual_fused_rounds", s.residual_fused_rounds},
+         {"residual_pipelined_rounds", s.residual_pipelined_rounds},
+         {"residual_coupled_rounds", s.residual_coupled_rounds},
+         {"payload_bytes", s.payload_bytes > 0 ? nlohmann::json(s.payload_bytes) : none},
+         {"floor_us", floor ? nlohmann::json(s.floor_us) : none},
+         {"fused_over_floor", floor && fused ? nlohmann::json(s.fused_over_floor()) : none},
+         {"fused_over_floor_paired", floor && fused && att ? nlohmann::json(s.fused_over_floor_paired()) : none},
+         {"predicted_fused_us", predicted ? nlohmann::json(s.predicted_fused_us) : none},
+         {"predicted_residual", predicted && att ? nlohmann::json(s.predicted_residual()) : none},
+         {"predicted_sequential_us", predicted ? nlohmann::json(s.predicted_sequential_us) : none},
+         {"rel_err", s.rel_err >= 0 ? nlohmann::json(s.rel_err) : none}});
   }
   nlohmann::json floor = nullptr;
   if (rep.floor) {
@@ -160,14 +172,12 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
     floor = {{"R_Bps", f.R_Bps}, {"source", f.source}, {"profile", f.profile}, {"transport", f.transport},
              {"definition", "floor_us = max(attention_only_us, payload_bytes / R): payload_bytes is what one GPU "
                             "sends over the probed path"}};
-    if (f.source == "probe") {
-      floor["probe_samples"] = f.samples;
-      floor["probe_seconds"] = f.probe_seconds;
-      floor["probe"] = "xstage probe's quick sweep (training and completion points), run and fitted in this process "
-                       "before the sweep";
-    } else {
-      floor["probe"] = "none in this run: R is the prediction profile's";
-    }
+    const bool probed = f.source == "probe";
+    floor["probe_samples"] = probed ? nlohmann::json(f.samples) : nlohmann::json(nullptr);
+    floor["probe_seconds"] = probed ? nlohmann::json(f.probe_seconds) : nlohmann::json(nullptr);
+    floor["probe"] = probed ? "xstage probe's quick sweep (training and completion points), run and fitted in this "
+                              "process before the sweep"
+                            : "none in this run: R is the prediction profile's";
   }
   return {{"tool", "xstage ulysses"},
           {"device", rep.device.name},
@@ -226,16 +236,12 @@ void run_ulysses(const UlyssesArgs& a) {
   if (!a.summary_csv.empty()) detail::write_file_replacing(a.summary_csv, summary_csv(rep), "--summary-csv");
   switch (a.out.format()) {
     case Format::json: std::cout << j.dump(2) << "\n"; return;
-    case Format::csv: {
-      Table t({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
-               "chunks", "time_us", "predicted_time_us", "residual_paired", "check"});
-      for (const auto& r : rep.rows)
-        t.add({r.variant, r.placement, r.backend, std::to_string(r.P), std::to_string(r.B), std::to_string(r.S),
-               std::to_string(r.H), std::to_string(r.D), r.store, r.order, r.flags, r.a2a,
-               r.chunks > 0 ? std::to_string(r.chunks) : "-", fixed(r.time_us, 2),
-               r.predicted_time_us ? fixed(*r.predicted_time_us, 2) : "",
-               r.residual_paired ? fixed(*r.residual_paired, 5) : "", r.check});
-      std::cout << t.csv();
+    case Format::csv: {  // the rows, as --json has them
+      nlohmann::json rows = j["rows"];
+      std::cout << csv_of({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
+                           "paced_rows", "chunks", "time_us", "time_min_us", "time_max_us", "enqueue_us", "iters",
+                           "check", "predicted_time_us", "residual_paired"},
+                          rows);
       return;
     }
     case Format::table: break;

@@ -34,8 +34,10 @@ struct UlyssesPredictArgs {
   OutputFlags out;
 };
 
-// Numbers for programs: a plain number, or empty where there is none.
-std::string number_or_empty(const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); }
+// The fields of each --json row and the columns of --csv (docs/cli-output.md).
+const std::vector<std::string> kColumns = {
+    "profile",       "profile_source", "local_profile",      "placement",      "S", "attention_only_us", "fused_us",
+    "sequential_us", "predicted_fused_us", "predicted_sequential_us", "residual", "predicted_residual"};
 
 nlohmann::json number_or_null(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
@@ -194,8 +196,6 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
   nlohmann::json out = nlohmann::json::array();
   Table t({"profile", "placement", "S", "attn-only", "fused", "predicted", "residual", "pred. residual", "sequential",
            "pred. sequential"});
-  Table c({"profile", "placement", "S", "attention_only_us", "fused_us", "predicted_fused_us", "residual",
-           "predicted_residual", "sequential_us", "predicted_sequential_us"});
   for (const RecordedUlyssesSeries& series : recorded) {
     const std::vector<std::string> names = a.profiles.empty() ? std::vector<std::string>{series.profile} : a.profiles;
     // The attention-only run stored into the GPU's own memory, whichever path
@@ -228,9 +228,6 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
                residual ? fmt::format("{:.1f}%", 100 * *residual) : std::string("-"),
                fmt::format("{:.1f}%", 100 * pred_residual), time_or_dash(pt.sequential_us),
                format_ns(pr.sequential_us * 1e3)});
-        c.add({name, series.placement, std::to_string(shape.S), fmt::format("{}", att), number_or_empty(pt.fused_us),
-               fmt::format("{}", pr.fused_us), number_or_empty(residual), fmt::format("{}", pred_residual),
-               number_or_empty(pt.sequential_us), fmt::format("{}", pr.sequential_us)});
         out.push_back({{"profile", p.name},
                        {"profile_source", name},
                        {"local_profile", local.name},
@@ -248,7 +245,7 @@ void run_ulysses_predict(const UlyssesPredictArgs& a) {
   }
   switch (a.out.format()) {
     case Format::json: std::cout << nlohmann::json{{"report", a.report}, {"rows", out}}.dump(2) << "\n"; return;
-    case Format::csv: std::cout << c.csv(); return;
+    case Format::csv: std::cout << csv_of(kColumns, out); return;
     case Format::table: std::cout << t.text(); return;
   }
 }

@@ -1,6 +1,10 @@
 #include "table.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace xstage::cli {
 
@@ -40,6 +44,31 @@ std::string Table::csv() const {
   std::string out = line(header_);
   for (const auto& r : rows_) out += line(r);
   return out;
+}
+
+std::string csv_of(const std::vector<std::string>& columns, const nlohmann::json& rows) {
+  Table t(columns);
+  for (const nlohmann::json& r : rows) {
+    if (!r.is_object() || r.size() != columns.size())
+      throw std::logic_error(fmt::format("csv_of: a row with {} keys for {} columns", r.size(), columns.size()));
+    std::vector<std::string> cells;
+    for (const std::string& c : columns) {
+      const auto it = r.find(c);
+      if (it == r.end()) throw std::logic_error("csv_of: a row without the column " + c);
+      if (it->is_null())
+        cells.emplace_back();
+      else if (it->is_string())
+        cells.push_back(it->get<std::string>());
+      else if (it->is_number_float())
+        cells.push_back(fmt::format("{}", it->get<double>()));
+      else if (it->is_number() || it->is_boolean())
+        cells.push_back(it->dump());
+      else
+        throw std::logic_error("csv_of: column " + c + " is not a plain value");
+    }
+    t.add(std::move(cells));
+  }
+  return t.csv();
 }
 
 }  // namespace xstage::cli

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace xstage::cli {
 
 class Table {
@@ -19,5 +21,12 @@ class Table {
 };
 
 enum class Format { table, json, csv };
+
+// A list of results as CSV from the same JSON objects `--json` prints, so that
+// both carry the same fields on every run: one column per name in `columns`,
+// in that order; null is an empty cell, numbers in full precision, booleans
+// true/false. A row whose keys are not exactly `columns` is a programming
+// error (std::logic_error): every result row has every key, null where absent.
+std::string csv_of(const std::vector<std::string>& columns, const nlohmann::json& rows);
 
 }  // namespace xstage::cli

@@ -19,41 +19,54 @@ json errors_json(const ErrorSummary& e) {
   return {{"median_rel_err", e.median_rel_err}, {"p90_rel_err", e.p90_rel_err}, {"points", e.points}};
 }
 
-json validation_json(const ProbeFit& f, const std::string& command) {
-  const Validation& val = *f.validation;
+// One transport's fit and, where it was validated, its validation; the same
+// keys either way (null where there was no validation). `points`: with the
+// held-out points and onsets (validation-<t>.json), else without (the summary).
+json transport_json(const ProbeFit& f, const std::string& command, bool points) {
+  const Validation* val = f.validation ? &*f.validation : nullptr;
   const Profile& p = f.fit.profile;
   const double ce = f.copy_engine_Bps;
-  json pts = json::array();
-  for (const auto& h : val.points) {
-    json row{{"K", h.K}, {"V_bytes", h.V_bytes}, {"gap_ns", h.gap_ns}, {"measured_ns", h.measured_ns},
-             {"regime", to_string(h.regime)}};
-    for (size_t i = 0; i < kAllModels.size(); ++i) {
-      row[std::string(to_string(kAllModels[i])) + "_ns"] = h.predicted_ns[i];
-      row[std::string(to_string(kAllModels[i])) + "_rel_err"] = h.rel_err[i];
+  const json none;
+  json pts = json::array(), onsets = json::array(), models = none;
+  if (val) {
+    for (const auto& h : val->points) {
+      json row{{"K", h.K}, {"V_bytes", h.V_bytes}, {"gap_ns", h.gap_ns}, {"measured_ns", h.measured_ns},
+               {"regime", to_string(h.regime)}};
+      for (size_t i = 0; i < kAllModels.size(); ++i) {
+        row[std::string(to_string(kAllModels[i])) + "_ns"] = h.predicted_ns[i];
+        row[std::string(to_string(kAllModels[i])) + "_rel_err"] = h.rel_err[i];
+      }
+      pts.push_back(row);
     }
-    pts.push_back(row);
+    for (const auto& o : val->onsets)
+      onsets.push_back({{"K", o.K}, {"V_bytes", o.V_bytes}, {"measured_ns", o.measured_ns},
+                        {"predicted_ns", o.predicted_ns}, {"rel_err", o.rel_err}, {"steady_ns", o.steady_ns}});
+    models = json::object();
+    for (size_t i = 0; i < kAllModels.size(); ++i) models[to_string(kAllModels[i])] = errors_json(val->errors[i]);
   }
-  json onsets = json::array();
-  for (const auto& o : val.onsets)
-    onsets.push_back({{"K", o.K}, {"V_bytes", o.V_bytes}, {"measured_ns", o.measured_ns},
-                      {"predicted_ns", o.predicted_ns}, {"rel_err", o.rel_err}, {"steady_ns", o.steady_ns}});
-  json models;
-  for (size_t i = 0; i < kAllModels.size(); ++i) models[to_string(kAllModels[i])] = errors_json(val.errors[i]);
+  // null: not validated, or no series showed an onset inside its gaps (nothing was compared)
+  const bool onset = val && !val->onsets.empty();
   const auto& meta = f.measured;
+  auto near = [&](double v) { return p.t0.has_near() ? json(v) : none; };
+  auto cold = [&](double v) { return p.has_cold_start() ? json(v) : none; };
   json j = {{"transport", f.transport},
+            {"validated", val != nullptr},
             {"R_Bps", p.R_Bps},
             {"Q_bytes", p.Q_bytes},
             {"Q_fill_bytes", p.fill_capacity()},
+            {"Q_cold_bytes", cold(p.Q_cold_bytes)},
+            {"Q_warm_per_byte", cold(p.Q_warm_per_byte)},
             {"T0", {{"fixed_ns", p.t0.fixed_ns},
                     {"per_producer_Bps", p.t0.per_producer_Bps},
-                    {"aggregate_Bps", p.t0.aggregate_Bps}}},
+                    {"aggregate_Bps", p.t0.aggregate_Bps},
+                    {"near_bytes", near(p.t0.near_bytes)},
+                    {"near_per_producer_Bps", near(p.t0.near_per_producer_Bps)}}},
             {"latency_ns", p.latency_ns},
             {"copy_engine_Bps", ce},
             {"R_over_copy_engine", p.R_Bps / ce},
-            // null: no series showed an onset inside its gaps (nothing was compared)
-            {"onset_gap_err", val.onsets.empty() ? json() : json(val.onset_gap_err)},
-            {"onset_gap_err_steady", val.onsets.empty() ? json() : json(val.onset_gap_err_steady)},
-            {"onset_series", val.onsets.size()},
+            {"onset_gap_err", onset ? json(val->onset_gap_err) : none},
+            {"onset_gap_err_steady", onset ? json(val->onset_gap_err_steady) : none},
+            {"onset_series", val ? json(val->onsets.size()) : none},
             {"models", models},
             {"fit_median_abs_rel_err", f.fit.median_abs_rel_err},
             {"fit_notes", f.fit.notes},
@@ -61,9 +74,12 @@ json validation_json(const ProbeFit& f, const std::string& command) {
             {"measured", {{"device", meta.at("device")}, {"date", meta.at("date")}, {"commit", meta.at("commit")},
                           {"command", meta.at("command")}}},
             {"fitted", {{"commit", build_commit()}, {"command", command}}},
-            {"heldout", pts},
-            {"onsets", onsets}};
-  if (f.destination_check_failures) j["destination_check_failures"] = *f.destination_check_failures;
+            {"destination_check_failures",
+             f.destination_check_failures ? json(*f.destination_check_failures) : none}};
+  if (points) {
+    j["heldout"] = pts;
+    j["onsets"] = onsets;
+  }
   return j;
 }
 
@@ -71,8 +87,12 @@ json validation_json(const ProbeFit& f, const std::string& command) {
 
 ProbeFit fit_probe_csv(const std::string& csv, const std::string& csv_path, bool validate, int bootstrap,
                        const std::string& command) {
+  return fit_probe_samples(parse_samples_csv(csv, csv_path), csv_path, validate, bootstrap, command);
+}
+
+ProbeFit fit_probe_samples(SampleSet set, const std::string& csv_path, bool validate, int bootstrap,
+                           const std::string& command) {
   ProbeFit f;
-  SampleSet set = parse_samples_csv(csv, csv_path);
   auto meta = [&](const char* key) {
     auto it = set.metadata.find(key);
     if (it == set.metadata.end()) throw Error(fmt::format("{}: no '# {}:' line", csv_path, key));
@@ -89,10 +109,10 @@ ProbeFit fit_probe_csv(const std::string& csv, const std::string& csv_path, bool
   FitOptions opt;
   opt.bootstrap = bootstrap;
   if (validate) {
-    f.validation = validate_holdout(set.samples, opt);
+    f.validation = validate_holdout(set.points, opt);
     f.fit = f.validation->fit;
   } else {
-    f.fit = fit_profile(set.samples, opt);
+    f.fit = fit_profile(set.points, opt);
   }
   Profile& p = f.fit.profile;
   const std::string& transport = f.transport;
@@ -114,18 +134,13 @@ ProbeFit fit_probe_csv(const std::string& csv, const std::string& csv_path, bool
 void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::string& command) {
   save_profile(f.fit.profile, fmt::format("{}/profile-{}.json", out_dir, f.transport));
   if (f.validation)
-    detail::write_file_replacing(fmt::format("{}/validation-{}.json", out_dir, f.transport), validation_json(f, command).dump(2) + "\n");
+    detail::write_file_replacing(fmt::format("{}/validation-{}.json", out_dir, f.transport),
+                                 transport_json(f, command, /*points=*/true).dump(2) + "\n");
 }
 
 std::string probe_summary_json(const std::vector<ProbeFit>& fits, const std::string& command) {
   json all = {{"fitted_by_commit", build_commit()}, {"command", command}, {"transports", json::array()}};
-  for (const auto& f : fits) {
-    if (!f.validation) continue;
-    json slim = validation_json(f, command);
-    slim.erase("heldout");
-    slim.erase("onsets");
-    all["transports"].push_back(slim);
-  }
+  for (const auto& f : fits) all["transports"].push_back(transport_json(f, command, /*points=*/false));
   return all.dump(2) + "\n";
 }
 

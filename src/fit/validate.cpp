@@ -39,26 +39,29 @@ double measured_onset_ns(std::vector<std::pair<double, double>> pts) {
 }
 
 Validation validate_holdout(const std::vector<Sample>& samples, const FitOptions& opt) {
-  std::vector<Sample> holdout;
-  for (const Sample& s : samples)
-    if (s.set == "holdout") holdout.push_back(s);
-  if (holdout.empty()) throw Error("validate: no row has set = holdout");
+  return validate_holdout(group_samples(samples), opt);
+}
+
+Validation validate_holdout(const std::vector<SamplePoint>& points, const FitOptions& opt) {
+  // Group held-out points by (K, V, G); compare the median.
+  std::map<std::tuple<double, double, double>, std::vector<const SamplePoint*>> groups;
+  for (const SamplePoint& s : points)
+    if (s.set == "holdout" && !s.issue_ns.empty()) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(&s);
+  if (groups.empty()) throw Error("validate: no row has set = holdout");
   Validation v;
-  v.fit = fit_profile(samples, opt);
+  v.fit = fit_profile(points, opt);
   const Profile& p = v.fit.profile;
 
-  // Group held-out samples by (K, V, G); compare the median.
-  std::map<std::tuple<double, double, double>, std::vector<const Sample*>> groups;
-  for (const Sample& s : holdout) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(&s);
   std::array<std::vector<double>, 3> errs;
   // Per (K, V): the held-out medians, and Burst-Gap's prediction of the same statistic at the same gaps.
   std::map<std::pair<double, double>, std::vector<std::pair<double, double>>> series, predicted_series;
   for (auto& [key, members] : groups) {
     HeldOutPoint h;
     std::tie(h.K, h.V_bytes, h.gap_ns) = key;
-    std::vector<double> t;
-    for (const Sample* s : members) t.push_back(s->issue_ns);
-    h.measured_ns = quantile(t, 0.5);
+    std::vector<detail::Weighted> t;
+    for (const SamplePoint* s : members)
+      for (const Tally::Entry& e : s->issue_ns.entries()) t.push_back({e.value, e.count});
+    h.measured_ns = detail::weighted_quantile(t, 0.5);
     for (size_t m = 0; m < kAllModels.size(); ++m) {
       h.predicted_ns[m] = kAllModels[m] == ModelKind::burst_gap
                               ? predicted_issue_ns(p, *members.front())

@@ -91,6 +91,12 @@ double number_at(const json& j, const char* key, const std::string& where) {
   return j[key].get<double>();
 }
 
+// An optional number: absent or null is `fallback` (an extension the profile does not have).
+double optional_number_at(const json& j, const char* key, const std::string& where, double fallback = 0.0) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  return number_at(j, key, where);
+}
+
 std::string string_at(const json& j, const char* key, const std::string& fallback = "") {
   if (!j.contains(key) || !j[key].is_string()) return fallback;
   return j[key].get<std::string>();
@@ -99,55 +105,51 @@ std::string string_at(const json& j, const char* key, const std::string& fallbac
 }  // namespace
 
 json to_json(const Profile& p) {
-  // The extensions (near queue, cold start) are written only where present, so
-  // a profile without them is written exactly as before.
+  // The same keys for every profile (docs/cli-output.md): an extension the
+  // profile does not have (near queue, cold start) is null, and so is an
+  // uncertainty the fit could not give (kNotIdentified is NaN, written null).
+  const json none;
+  auto near = [&](double v) { return p.t0.has_near() ? json(v) : none; };
+  auto cold = [&](double v) { return p.has_cold_start() ? json(v) : none; };
   json t0{{"form", p.t0.has_near() ? "fixed_ns + V_near / min(K * near_per_producer_Bps, aggregate_Bps) + (V - V_near) "
                                      "/ min(K * per_producer_Bps, aggregate_Bps), V_near = min(V, K * near_bytes)"
                                    : "fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps)"},
           {"fixed_ns", p.t0.fixed_ns},
           {"per_producer_Bps", p.t0.per_producer_Bps},
-          {"aggregate_Bps", p.t0.aggregate_Bps}};
-  if (p.t0.has_near()) {
-    t0["near_bytes"] = p.t0.near_bytes;
-    t0["near_per_producer_Bps"] = p.t0.near_per_producer_Bps;
-  }
-  json j{{"name", p.name},
-         {"transport", p.transport},
-         {"status", p.status},
-         {"t0", t0},
-         {"R_Bps", p.R_Bps},
-         {"Q_bytes", p.Q_bytes},
-         {"Q_fill_bytes", p.fill_capacity()},
-         {"latency_ns", p.latency_ns},
-         {"K_range", range_json(p.K_range)},
-         {"V_range", range_json(p.V_range)},
-         {"provenance", {{"device", p.provenance.device},
-                         {"driver", p.provenance.driver},
-                         {"date", p.provenance.date},
-                         {"commit", p.provenance.commit},
-                         {"command", p.provenance.command},
-                         {"notes", p.provenance.notes}}}};
-  if (p.has_cold_start()) {
-    j["Q_cold_bytes"] = p.Q_cold_bytes;
-    j["Q_warm_per_byte"] = p.Q_warm_per_byte;
-  }
-  if (p.sigma) {
-    j["sigma"] = {{"fixed_ns", p.sigma->fixed_ns},
-                  {"per_producer_Bps", p.sigma->per_producer_Bps},
-                  {"aggregate_Bps", p.sigma->aggregate_Bps},
-                  {"R_Bps", p.sigma->R_Bps},
-                  {"Q_bytes", p.sigma->Q_bytes},
-                  {"Q_fill_bytes", p.sigma->Q_fill_bytes}};
-    if (p.t0.has_near()) {
-      j["sigma"]["near_bytes"] = p.sigma->near_bytes;
-      j["sigma"]["near_per_producer_Bps"] = p.sigma->near_per_producer_Bps;
-    }
-    if (p.has_cold_start()) {
-      j["sigma"]["Q_cold_bytes"] = p.sigma->Q_cold_bytes;
-      j["sigma"]["Q_warm_per_byte"] = p.sigma->Q_warm_per_byte;
-    }
-  }
-  return j;
+          {"aggregate_Bps", p.t0.aggregate_Bps},
+          {"near_bytes", near(p.t0.near_bytes)},
+          {"near_per_producer_Bps", near(p.t0.near_per_producer_Bps)}};
+  json sigma = none;
+  if (p.sigma)
+    sigma = {{"fixed_ns", p.sigma->fixed_ns},
+             {"per_producer_Bps", p.sigma->per_producer_Bps},
+             {"aggregate_Bps", p.sigma->aggregate_Bps},
+             {"R_Bps", p.sigma->R_Bps},
+             {"Q_bytes", p.sigma->Q_bytes},
+             {"Q_fill_bytes", p.sigma->Q_fill_bytes},
+             {"near_bytes", near(p.sigma->near_bytes)},
+             {"near_per_producer_Bps", near(p.sigma->near_per_producer_Bps)},
+             {"Q_cold_bytes", cold(p.sigma->Q_cold_bytes)},
+             {"Q_warm_per_byte", cold(p.sigma->Q_warm_per_byte)}};
+  return {{"name", p.name},
+          {"transport", p.transport},
+          {"status", p.status},
+          {"t0", t0},
+          {"R_Bps", p.R_Bps},
+          {"Q_bytes", p.Q_bytes},
+          {"Q_fill_bytes", p.fill_capacity()},
+          {"Q_cold_bytes", cold(p.Q_cold_bytes)},
+          {"Q_warm_per_byte", cold(p.Q_warm_per_byte)},
+          {"latency_ns", p.latency_ns},
+          {"K_range", range_json(p.K_range)},
+          {"V_range", range_json(p.V_range)},
+          {"sigma", sigma},
+          {"provenance", {{"device", p.provenance.device},
+                          {"driver", p.provenance.driver},
+                          {"date", p.provenance.date},
+                          {"commit", p.provenance.commit},
+                          {"command", p.provenance.command},
+                          {"notes", p.provenance.notes}}}};
 }
 
 Profile profile_from_json(const json& j, const std::string& where) {
@@ -162,25 +164,27 @@ Profile profile_from_json(const json& j, const std::string& where) {
   p.t0.fixed_ns = number_at(t0, "fixed_ns", where + ": t0");
   p.t0.per_producer_Bps = number_at(t0, "per_producer_Bps", where + ": t0");
   p.t0.aggregate_Bps = number_at(t0, "aggregate_Bps", where + ": t0");
-  // Optional (absent: the one-rate form, as profiles written before the near queue).
-  p.t0.near_bytes = t0.contains("near_bytes") ? number_at(t0, "near_bytes", where + ": t0") : 0.0;
-  p.t0.near_per_producer_Bps =
-      t0.contains("near_per_producer_Bps") ? number_at(t0, "near_per_producer_Bps", where + ": t0") : 0.0;
+  // Optional (absent or null: the one-rate form, as profiles written before the near queue).
+  p.t0.near_bytes = optional_number_at(t0, "near_bytes", where + ": t0");
+  p.t0.near_per_producer_Bps = optional_number_at(t0, "near_per_producer_Bps", where + ": t0");
   p.R_Bps = number_at(j, "R_Bps", where);
   p.Q_bytes = number_at(j, "Q_bytes", where);
-  p.Q_fill_bytes = j.contains("Q_fill_bytes") ? number_at(j, "Q_fill_bytes", where) : 0.0;
-  p.latency_ns = j.contains("latency_ns") ? number_at(j, "latency_ns", where) : 0.0;
-  // Optional (absent: no cold start).
-  p.Q_cold_bytes = j.contains("Q_cold_bytes") ? number_at(j, "Q_cold_bytes", where) : 0.0;
-  p.Q_warm_per_byte = j.contains("Q_warm_per_byte") ? number_at(j, "Q_warm_per_byte", where) : 0.0;
+  p.Q_fill_bytes = optional_number_at(j, "Q_fill_bytes", where);
+  p.latency_ns = optional_number_at(j, "latency_ns", where);
+  // Optional (absent or null: no cold start).
+  p.Q_cold_bytes = optional_number_at(j, "Q_cold_bytes", where);
+  p.Q_warm_per_byte = optional_number_at(j, "Q_warm_per_byte", where);
   p.K_range = range_from(j, "K_range", where);
   p.V_range = range_from(j, "V_range", where);
+  if (j.contains("sigma") && !j["sigma"].is_null() && !j["sigma"].is_object())
+    throw Error(fmt::format("{}: 'sigma' must be an object of uncertainties or null", where));
   if (j.contains("sigma") && j["sigma"].is_object()) {
     const json& s = j["sigma"];
     const std::string w = where + ": sigma";
-    // null: the fit could not identify the parameter (kNotIdentified).
-    auto opt = [&](const char* key) {
-      if (!s.contains(key)) return 0.0;
+    // null: the fit could not identify the parameter (kNotIdentified), or
+    // (`applies` false) the profile does not have the extension.
+    auto opt = [&](const char* key, bool applies = true) {
+      if (!s.contains(key) || !applies) return 0.0;
       return s[key].is_null() ? kNotIdentified : number_at(s, key, w);
     };
     Uncertainty u;
@@ -190,10 +194,10 @@ Profile profile_from_json(const json& j, const std::string& where) {
     u.R_Bps = opt("R_Bps");
     u.Q_bytes = opt("Q_bytes");
     u.Q_fill_bytes = opt("Q_fill_bytes");
-    u.near_bytes = opt("near_bytes");
-    u.near_per_producer_Bps = opt("near_per_producer_Bps");
-    u.Q_cold_bytes = opt("Q_cold_bytes");
-    u.Q_warm_per_byte = opt("Q_warm_per_byte");
+    u.near_bytes = opt("near_bytes", p.t0.has_near());
+    u.near_per_producer_Bps = opt("near_per_producer_Bps", p.t0.has_near());
+    u.Q_cold_bytes = opt("Q_cold_bytes", p.has_cold_start());
+    u.Q_warm_per_byte = opt("Q_warm_per_byte", p.has_cold_start());
     p.sigma = u;
   }
   if (j.contains("provenance") && j["provenance"].is_object()) {

@@ -1,5 +1,9 @@
 #include "csv.hpp"
 
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "xstage/error.hpp"
@@ -88,6 +92,67 @@ NextLine lines_of(std::string_view text) {
     drop_bom(line, first);
     return true;
   };
+}
+
+namespace {
+constexpr size_t kBlock = size_t(1) << 20;
+}  // namespace
+
+LineReader::LineReader(std::istream& in) : in_(&in) {}
+
+LineReader::LineReader(std::string_view text) : text_(text) {}
+
+// Moves what is left of the buffer to its front and reads another block
+// behind it; false at the end of the stream.
+bool LineReader::refill() {
+  if (!in_ || !*in_) return false;
+  const size_t left = text_.size();
+  if (left) std::memmove(buf_.data(), text_.data(), left);
+  buf_.resize(std::max(buf_.size(), left + kBlock));
+  in_->read(buf_.data() + left, static_cast<std::streamsize>(buf_.size() - left));
+  const size_t got = static_cast<size_t>(in_->gcount());
+  text_ = std::string_view(buf_.data(), left + got);
+  return got > 0;
+}
+
+bool LineReader::next(std::string_view& line) {
+  size_t end;
+  while ((end = text_.find('\n')) == std::string_view::npos)
+    if (!refill()) break;
+  if (text_.empty()) return false;
+  if (end == std::string_view::npos) end = text_.size();  // the last line, without '\n'
+  line = text_.substr(0, end);
+  const size_t used = std::min(text_.size(), end + 1);
+  text_.remove_prefix(used);
+  consumed_ += used;
+  if (first_ && line.substr(0, kUtf8Bom.size()) == kUtf8Bom) line.remove_prefix(kUtf8Bom.size());
+  first_ = false;
+  return true;
+}
+
+void split_csv_views(std::string_view line, const std::function<std::string()>& where,
+                     std::vector<std::string_view>& out, std::vector<std::string>& storage) {
+  out.clear();
+  if (line.find('"') != std::string_view::npos) {  // quoted fields: the general splitter
+    split_csv_line_into(std::string(line), where(), storage);
+    for (const std::string& f : storage) out.emplace_back(f);
+    return;
+  }
+  auto trimmed = [](std::string_view f) {
+    const size_t a = f.find_first_not_of(" \t\r");
+    if (a == std::string_view::npos) return std::string_view();
+    return f.substr(a, f.find_last_not_of(" \t\r") - a + 1);
+  };
+  size_t a = 0;
+  for (size_t b; (b = line.find(',', a)) != std::string_view::npos; a = b + 1) out.push_back(trimmed(line.substr(a, b - a)));
+  out.push_back(trimmed(line.substr(a)));
+}
+
+bool parse_finite(std::string_view cell, double& value) {
+  if (!cell.empty() && cell[0] == '+' && (cell.size() == 1 || cell[1] != '-')) cell.remove_prefix(1);
+  const char* end = cell.data() + cell.size();
+  const auto r = std::from_chars(cell.data(), end, value);
+  return !cell.empty() && r.ec == std::errc() && r.ptr == end && std::isfinite(value);
 }
 
 }  // namespace xstage::detail

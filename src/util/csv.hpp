@@ -1,5 +1,6 @@
 #pragma once
 // Minimal CSV helpers shared by the readers (samples, schedules).
+#include <cstdint>
 #include <functional>
 #include <istream>
 #include <string>
@@ -23,5 +24,35 @@ void split_csv_line_into(const std::string& line, const std::string& where, std:
 using NextLine = std::function<bool(std::string& line)>;
 NextLine lines_of(std::istream& in);
 NextLine lines_of(std::string_view text);  // `text` must outlive the reader
+
+// The lines of a stream read in large blocks, or of a text, as views (valid
+// until the next call) without a copy per line: the reader of a probe CSV of
+// millions of rows. The line has no '\n'; a UTF-8 byte-order mark before the
+// first line is dropped, as lines_of does.
+class LineReader {
+ public:
+  explicit LineReader(std::istream& in);
+  explicit LineReader(std::string_view text);  // `text` must outlive the reader
+  bool next(std::string_view& line);
+  uint64_t bytes_read() const { return consumed_; }
+
+ private:
+  bool refill();
+  std::istream* in_ = nullptr;
+  std::string buf_;
+  std::string_view text_;  // what is left: of the text, or of the buffer
+  uint64_t consumed_ = 0;
+  bool first_ = true;
+};
+
+// Splits one line into views: into the line itself, or (a line with a
+// quoted field) into `storage`, as split_csv_line_into does. `where` names the
+// line in the error for an unterminated quote.
+void split_csv_views(std::string_view line, const std::function<std::string()>& where,
+                     std::vector<std::string_view>& out, std::vector<std::string>& storage);
+
+// A whole cell as a finite number ("12", "-3.5e6", "+7"): false for anything
+// else (an empty cell, trailing text, a NUL byte, inf, nan, out of range).
+bool parse_finite(std::string_view cell, double& value);
 
 }  // namespace xstage::detail

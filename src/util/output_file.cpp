@@ -1,5 +1,6 @@
 #include "output_file.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -24,14 +26,26 @@ enum class Kind { missing, regular, folder, stream_like };
 struct Destination {
   fs::path target;  // after following symlinks
   Kind kind = Kind::missing;
+  bool fifo = false;
 };
 
+// /dev/stdout, /dev/fd/N and /proc/self/fd/N name an open descriptor:
+// whatever it points at (a terminal, a pipe, or a file the shell redirected
+// into), the bytes go through it, appended, never by replacing a file. Other
+// names under /dev and /proc are what stat() says they are (/dev/null a
+// device, /dev/shm/x a file, /proc/version a file no one may write).
+bool names_a_descriptor(const fs::path& p) {
+  static const std::regex descriptor(R"(/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|thread-self|[0-9]+)/fd/[0-9]+)");
+  return std::regex_match(p.string(), descriptor);
+}
+
 // Follows symlinks by hand (a dangling link names the file to create), so
-// that the file replaced is the link's target and the link survives.
+// that the file replaced is the link's target and the link survives; a
+// descriptor's name is where it stops (its link is no path).
 Destination resolve(const std::string& path, const std::string& what) {
   fs::path p(path);
   std::error_code ec;
-  for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+  for (int hops = 0; !names_a_descriptor(p) && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
     if (hops == 40) throw Error(fmt::format("{} {}: too many levels of symbolic links", what, path));
     const fs::path to = fs::read_symlink(p, ec);
     if (ec) throw Error(fmt::format("{} {}: cannot read the symbolic link: {}", what, path, ec.message()));
@@ -41,14 +55,20 @@ Destination resolve(const std::string& path, const std::string& what) {
   struct stat st {};
   if (::stat(p.c_str(), &st) != 0) return d;
   d.kind = S_ISREG(st.st_mode) ? Kind::regular : S_ISDIR(st.st_mode) ? Kind::folder : Kind::stream_like;
+  d.fifo = S_ISFIFO(st.st_mode);
   return d;
 }
 
-// /dev/stdout and /proc/self/fd/N name an open descriptor: whatever it points
-// at (a terminal, a pipe, or a file the shell redirected into), the bytes go
-// through it, appended, never by replacing a file.
-bool names_a_descriptor(const std::string& path) {
-  return path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0;
+bool written_directly(const Destination& d) { return d.kind == Kind::stream_like || names_a_descriptor(d.target); }
+
+// Opens `path` to write without changing it (no O_CREAT, no O_TRUNC) and
+// closes it: what permission bits do not show (a read-only file system,
+// /proc, an immutable file, root's writes) shows here. Not for a FIFO, whose
+// open would wait for a reader.
+void try_opening(const fs::path& target, const std::string& path, const std::string& what) {
+  const int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("{} {}: not writable: {}", what, path, std::strerror(errno)));
+  ::close(fd);
 }
 
 fs::path folder_of(const fs::path& target) {
@@ -62,9 +82,9 @@ void check_output_path(const std::string& path, const std::string& what, const s
   const Destination d = resolve(path, what);
   if (d.kind == Kind::folder)
     throw Error(fmt::format("{} {}: is a folder; expected a file name", what, path));
-  if (d.kind == Kind::stream_like || names_a_descriptor(path)) {
-    if (::access(d.target.c_str(), W_OK) != 0 && d.kind != Kind::missing)
-      throw Error(fmt::format("{} {}: not writable: {}", what, path, std::strerror(errno)));
+  if (written_directly(d)) {
+    if (d.kind == Kind::missing) throw Error(fmt::format("{} {}: no such file or device", what, path));
+    if (!d.fifo) try_opening(d.target, path, what);
     return;
   }
   std::error_code ec;
@@ -72,12 +92,24 @@ void check_output_path(const std::string& path, const std::string& what, const s
     if (d.kind == Kind::regular && fs::equivalent(d.target, in, ec))
       throw Error(fmt::format("{} {}: is also the input {}; refusing to overwrite an input", what, path, in));
   const fs::path folder = folder_of(d.target);
-  if (!fs::is_directory(folder, ec))
+  if (!fs::exists(folder, ec))
     throw Error(fmt::format("{} {}: the folder {} does not exist", what, path, folder.string()));
+  if (!fs::is_directory(folder, ec))
+    throw Error(fmt::format("{} {}: {} is not a folder", what, path, folder.string()));
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
     throw Error(fmt::format("{} {}: cannot create files in {}: {}", what, path, folder.string(), std::strerror(errno)));
   if (d.kind == Kind::regular && ::access(d.target.c_str(), W_OK) != 0)
     throw Error(fmt::format("{} {}: not writable: {}", what, path, std::strerror(errno)));
+  if (d.kind == Kind::regular) try_opening(d.target, path, what);
+  // The file is written beside the target and renamed into place: make (and
+  // remove) such a file now, so that a folder no one may write (a read-only
+  // file system, /sys) fails here, before the work, also for root.
+  std::string aside = (folder / ("." + d.target.filename().string() + ".xstage-XXXXXX")).string();
+  const int fd = ::mkstemp(aside.data());
+  if (fd < 0)
+    throw Error(fmt::format("{} {}: cannot create files in {}: {}", what, path, folder.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(aside.c_str());
 }
 
 OutputFile::OutputFile(const std::string& path, const std::string& what, const std::vector<std::string>& inputs)
@@ -85,7 +117,7 @@ OutputFile::OutputFile(const std::string& path, const std::string& what, const s
   check_output_path(path, what, inputs);
   const Destination d = resolve(path, what);
   target_ = d.target.string();
-  if (d.kind == Kind::stream_like || names_a_descriptor(path)) {
+  if (written_directly(d)) {
     out_.open(path, std::ios::out | std::ios::app | std::ios::binary);
     if (!out_) throw Error(fmt::format("{} {}: cannot open for writing", what, path));
     return;

@@ -4,11 +4,13 @@
 // - a regular file (or a new name) is written aside in the same folder and
 //   renamed into place; through a symlink, the link's target is replaced and
 //   the link kept;
-// - a device, pipe or socket (/dev/stdout, /dev/null, a FIFO) is written to
-//   directly, never replaced by a regular file;
-// - a folder, an empty name, a missing or read-only folder, or a file that is
-//   also one of the command's inputs is refused with an xstage::Error before
-//   anything is written, so the check can run before long work.
+// - a device or pipe (/dev/null, a FIFO) and an open descriptor's name
+//   (/dev/stdout, /proc/self/fd/N) are written to directly, never replaced by
+//   a regular file;
+// - a folder, an empty name, a missing name under /dev or /proc, a missing,
+//   read-only or not-a-folder folder, a file no one may write, or a file that
+//   is also one of the command's inputs is refused with an xstage::Error
+//   before anything is written, so the check can run before long work.
 #include <fstream>
 #include <optional>
 #include <string>
@@ -17,7 +19,10 @@
 namespace xstage::detail {
 
 // Throws xstage::Error naming `what` (the option, e.g. "-o") and `path` when
-// `path` cannot be written as described above or names one of `inputs`.
+// `path` cannot be written as described above or names one of `inputs`. It
+// tries rather than reads permission bits (root writes past them; a read-only
+// file system or /proc does not let anyone): it opens an existing file to
+// write without changing it, and makes and removes a file beside it.
 void check_output_path(const std::string& path, const std::string& what, const std::vector<std::string>& inputs = {});
 
 class OutputFile {

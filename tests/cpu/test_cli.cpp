@@ -27,7 +27,7 @@ TEST(Cli, PredictTableAndCsv) {
   EXPECT_NE(t.out.find("T_iss"), std::string::npos);
   const CliRun c = run_cli("predict --K 8 --V 4e6 --G 0 --csv");
   ASSERT_EQ(c.rc, 0) << c.out;
-  EXPECT_NE(c.out.find("K,V_bytes,gap_ns,t0_ns,t_iss_ns,regime"), std::string::npos);
+  EXPECT_NE(c.out.find("\nprofile,K,V_bytes,gap_ns,t0_ns,drain_ns,t_iss_ns,regime,"), std::string::npos) << c.out;
 }
 
 TEST(Cli, BadInputGivesOneClearLineAndNonZeroExit) {
@@ -37,7 +37,7 @@ TEST(Cli, BadInputGivesOneClearLineAndNonZeroExit) {
   } cases[] = {
       {"predict --K 8 --V -2MiB --G 1us", "--V: '-2MiB' is negative"},
       {"predict --K 8 --V 0 --G 1us", "--V: '0' is zero"},
-      {"predict --K 0 --V 1MiB --G 1us", "--K: expected a whole number >= 1"},
+      {"predict --K 0 --V 1MiB --G 1us", "--K: expected a whole number in [1, 65536]"},
       {"predict --K 8 --V 1MiB --G 3parsecs", "unknown unit"},
       {"predict --K 8 --V 1MiB", "--G is required"},
       {"predict --K 8 --V 1MiB --G 1us --frobnicate", "frobnicate"},

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <random>
+#include <stdexcept>
 
+#include "fit/stats.hpp"
 #include "xstage/error.hpp"
 #include "xstage/fit.hpp"
 
@@ -93,10 +95,11 @@ TEST(SamplesCsv, AnyColumnOrderAndMetadata) {
       "# device: NVIDIA H200\n# transport: host\nissue_ns,extra,K,gap_ns,V_bytes,stat\n"
       "1000,x,4,0,65536,run\n900,y,4,0,65536,max\n2000,z,8,100,131072,run\n",
       "in.csv");
-  ASSERT_EQ(set.samples.size(), 2u);  // the "max" row is one producer, not the run
-  EXPECT_EQ(set.samples[0].K, 4);
-  EXPECT_EQ(set.samples[1].V_bytes, 131072);
-  EXPECT_EQ(set.samples[1].line, 6);
+  ASSERT_EQ(set.points.size(), 2u);  // the "max" row is one producer, not the run
+  EXPECT_EQ(set.rows, 2);
+  EXPECT_EQ(set.points[0].K, 4);
+  EXPECT_EQ(set.points[1].V_bytes, 131072);
+  EXPECT_EQ(set.points[1].line, 6);
   EXPECT_EQ(set.metadata.at("device"), "NVIDIA H200");
   EXPECT_EQ(set.metadata.at("transport"), "host");
 }
@@ -127,4 +130,123 @@ TEST(SamplesCsv, MalformedInputNamesLineAndReason) {
   EXPECT_THROW(read_samples_csv("/nonexistent/samples.csv"), Error);
 }
 
-TEST(Fit, TooFewSamples) { EXPECT_THROW(fit_profile({{1, 1, 1, 1, -1, 0}}), Error); }
+TEST(Fit, TooFewSamples) { EXPECT_THROW(fit_profile(std::vector<Sample>{{1, 1, 1, 1, -1, 0}}), Error); }
+
+TEST(Tally, CountsEachDistinctValueOnceInOrder) {
+  Tally t;
+  // Enough values to merge several times on the way (every 4096 added values at first).
+  for (int rep = 0; rep < 50; ++rep)
+    for (int v = 999; v >= 0; --v) t.add(v * 0.5);
+  t.add(7.25, 3);
+  t.finish();
+  ASSERT_EQ(t.entries().size(), 1001u);
+  EXPECT_EQ(t.count(), 50003);
+  for (size_t i = 1; i < t.entries().size(); ++i) EXPECT_LT(t.entries()[i - 1].value, t.entries()[i].value);
+  EXPECT_EQ(t.entries()[0].value, 0);
+  EXPECT_EQ(t.entries()[0].count, 50);
+  for (const auto& e : t.entries())
+    if (e.value == 7.25) EXPECT_EQ(e.count, 3);
+  Tally u;
+  u.add(0.0);
+  u.finish();
+  u.add(t);
+  EXPECT_EQ(u.entries()[0].count, 51);
+  EXPECT_EQ(u.count(), 50004);
+  Tally pending;  // values added and not finished: not yet to be read or merged
+  pending.add(1.0);
+  EXPECT_THROW(pending.entries(), std::logic_error);
+  EXPECT_THROW(u.add(pending), std::logic_error);
+}
+
+TEST(Tally, WeightedQuantileIsTheQuantileOfTheRowsWrittenOut) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> rows;
+    std::vector<detail::Weighted> weighted;
+    const int distinct = 1 + int(rng() % 12);
+    for (int i = 0; i < distinct; ++i) {
+      const double v = double(rng() % 1000) / 7, count = double(1 + rng() % 5);
+      weighted.push_back({v, count});
+      for (int k = 0; k < count; ++k) rows.push_back(v);
+    }
+    for (double q : {0.0, 0.16, 0.5, 0.84, 0.9, 0.95, 1.0})
+      EXPECT_DOUBLE_EQ(detail::weighted_quantile(weighted, q), detail::quantile(rows, q)) << trial << " q " << q;
+  }
+}
+
+TEST(SamplesCsv, RepeatedRowsBecomeCountsNotRows) {
+  std::string text = "# transport: host\nK,V_bytes,gap_ns,issue_ns,set\n";
+  for (int rep = 0; rep < 1000; ++rep)
+    text += "8,1048576,0,20000,train\n8,1048576,0,21000,train\n8,1048576,5000,15000,train\n8,1048576,0,20000,holdout\n";
+  const SampleSet set = parse_samples_csv(text, "big.csv");
+  EXPECT_EQ(set.rows, 4000);
+  ASSERT_EQ(set.points.size(), 3u);  // (G = 0, train), (G = 5000, train), (G = 0, holdout)
+  EXPECT_EQ(set.points[0].line, 3);
+  ASSERT_EQ(set.points[0].issue_ns.entries().size(), 2u);
+  EXPECT_EQ(set.points[0].issue_ns.entries()[0].value, 20000);
+  EXPECT_EQ(set.points[0].issue_ns.entries()[0].count, 1000);
+  EXPECT_EQ(set.points[2].set, "holdout");
+  EXPECT_EQ(set.points[2].issue_ns.count(), 1000);
+}
+
+TEST(SamplesCsv, NumbersAreWholeCellsAndFinite) {
+  auto msg = [](const std::string& cell) {
+    try {
+      parse_samples_csv("K,V_bytes,gap_ns,issue_ns\n4," + cell + ",0,100\n", "n.csv");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(msg("65536"), "accepted");
+  EXPECT_EQ(msg("+6.5e4"), "accepted");
+  EXPECT_EQ(msg(" 65536 "), "accepted");
+  EXPECT_EQ(msg("\"65536\""), "accepted");
+  for (const std::string bad : {std::string("65536x"), std::string("1MiB"), std::string("inf"), std::string("nan"),
+                                std::string("1e999"), std::string("0x10"), std::string("+-5"), std::string(""),
+                                std::string("1\0garbage", 9)})
+    EXPECT_NE(msg(bad).find("column 'V_bytes'"), std::string::npos) << bad << ": " << msg(bad);
+}
+
+TEST(Fit, RepeatedRowsCostNothingAndWeighAsTheirCount) {
+  // The same points 1000 times: one distinct value each, 1000 samples each.
+  const Profile t = truth();
+  std::vector<Sample> once = synthetic(t, 11, 0.0), many;
+  for (int rep = 0; rep < 1000; ++rep) many.insert(many.end(), once.begin(), once.end());
+  const std::vector<SamplePoint> points = group_samples(many);
+  ASSERT_EQ(points.size(), group_samples(once).size());
+  FitOptions opt;
+  opt.bootstrap = 0;
+  const FitResult r = fit_profile(points, opt);
+  EXPECT_EQ(r.samples, long(many.size()));
+  for (const FitPoint& f : r.points) EXPECT_EQ(f.n, 3000) << f.K << " " << f.V_bytes << " " << f.gap_ns;
+  EXPECT_NEAR(r.profile.R_Bps, t.R_Bps, 0.05 * t.R_Bps);
+}
+
+TEST(Fit, FreeRegimeOnlyLeavesRNotIdentifiedWhateverTheGaps) {
+  // No sample drains: the issue time does not depend on the gap. A drain that
+  // starts at once (Q near 0) would mimic the saturating issue rate; the fit
+  // must say R is not identified rather than report that rate as R.
+  for (const std::vector<double> gaps : {std::vector<double>{0, 5e3, 20e3, 100e3},
+                                         std::vector<double>{0, 5e3, 20e3, 50e3, 100e3, 200e3}}) {
+    std::vector<Sample> s;
+    int n = 0;
+    for (double K : {8.0, 32.0, 132.0})
+      for (double V : {262144.0, 1048576.0, 4194304.0})
+        for (double G : gaps) {
+          Sample m;
+          m.K = K, m.V_bytes = V, m.gap_ns = G;
+          m.issue_ns = (2000 + V / std::min(K * 7e9, 50e9) * 1e9) * (1 + 0.02 * ((n++ * 7919) % 11 - 5) / 5.0);
+          s.push_back(m);
+        }
+    FitOptions opt;
+    opt.bootstrap = 8;
+    const FitResult r = fit_profile(s, opt);
+    EXPECT_FALSE(r.R_identified) << gaps.size() << " gaps";
+    ASSERT_TRUE(r.profile.sigma.has_value());
+    EXPECT_TRUE(std::isnan(r.profile.sigma->R_Bps));
+    // R is the least drain rate that leaves every sample free.
+    for (const Sample& m : s) EXPECT_EQ(predict(r.profile, m.K, m.V_bytes, m.gap_ns).regime, Regime::free);
+    EXPECT_NEAR(r.profile.t0.aggregate_Bps, 50e9, 0.05 * 50e9);
+  }
+}

@@ -2,10 +2,16 @@
 // in one clear error line and a non-zero exit, or in a correct result within
 // a bounded memory; none leaves a damaged or stray file behind.
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -68,7 +74,100 @@ bool has_stray_files(const fs::path& dir) {
   return false;
 }
 
+// Root writes past permission bits: as root, the command runs as the
+// unprivileged user 65534 (nobody), for whom a read-only file or folder is
+// read-only. rc 125..127: it could not be started as that user.
+CliRun run_cli_unprivileged(const std::string& args) {
+  if (::geteuid() != 0) return run_cli(args);
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(125);
+    const std::string cmd = xstage_cli_path() + " " + args;
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  CliRun r;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.out.append(buf, size_t(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
 }  // namespace
+
+TEST(OutputFiles, ReadOnlyFileAndFolderAreRefusedBeforeWork) {
+  const fs::path d = scratch("readonly");
+  fs::permissions(d, fs::perms::all);  // anyone may make files here: only the read-only ones below are in the way
+  write(d / "s.csv", samples_csv(1));
+  write(d / "ro.json", "old");
+  fs::permissions(d / "ro.json", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::create_directory(d / "ro");
+  fs::permissions(d / "ro", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                                fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  const struct {
+    std::string args, fragment;
+  } cases[] = {
+      {"fit " + (d / "s.csv").string() + " -o " + (d / "ro.json").string(), "not writable"},
+      {"fit " + (d / "s.csv").string() + " -o " + (d / "ro/p.json").string(), "cannot create files in"},
+      // Checked before the samples are read: the missing input is not reached.
+      {"fit /nonexistent.csv -o " + (d / "ro.json").string(), "-o " + (d / "ro.json").string()},
+      {"simulate --K 4 --V 1MiB --G 1us --timeline " + (d / "ro/t.csv").string(), "cannot create files in"},
+      {"validate " + (d / "s.csv").string() + " -o " + (d / "ro").string(), "cannot create files in"},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run_cli_unprivileged(c.args);
+    if (r.rc >= 125 && r.rc <= 127)
+      GTEST_SKIP() << "running as root, and the command cannot be started as the unprivileged user 65534 (is the "
+                      "build readable by others?): "
+                   << r.out;
+    EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.fragment), std::string::npos) << c.args << "\n" << r.out;
+  }
+  EXPECT_EQ(read(d / "ro.json"), "old");
+  EXPECT_FALSE(has_stray_files(d));
+  EXPECT_FALSE(has_stray_files(d / "ro"));
+}
+
+TEST(OutputFiles, UnwritableForRootTooIsRefusedBeforeWork) {
+  // What no permission bit decides, so that it fails for root as for anyone:
+  // /proc refuses new files, a "folder" that is a file holds none, a
+  // descriptor that is not open cannot be written.
+  const fs::path d = scratch("unwritable");
+  write(d / "s.csv", samples_csv(1));
+  write(d / "file", "x");
+  expect_clear_error("fit /nonexistent.csv -o /proc/version", "-o /proc/version");
+  expect_clear_error("fit /nonexistent.csv -o /proc/xstage.json", "cannot create files in /proc");
+  expect_clear_error("fit /nonexistent.csv -o " + (d / "file/p.json").string(), "is not a folder");
+  expect_clear_error("fit /nonexistent.csv -o /proc/self/fd/987", "no such file or device");
+  expect_clear_error("simulate --K 4 --V 1MiB --G 1us --bursts-out /proc/self/status", "/proc/self/status");
+  expect_clear_error("validate " + (d / "s.csv").string() + " -o " + (d / "file").string(), "cannot make this folder");
+  EXPECT_EQ(read(d / "file"), "x");
+  EXPECT_FALSE(has_stray_files(d));
+}
+
+TEST(OutputFiles, DevShmFileIsReplacedNotAppended) {
+  // Only the names of open descriptors (/dev/stdout, /proc/self/fd/N) are
+  // written through; a file under /dev (tmpfs) is a file like any other.
+  if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
+  const fs::path out = fs::path("/dev/shm") / ("xstage-test-" + std::to_string(::getpid()) + ".csv");
+  for (int i = 0; i < 2; ++i) {
+    const CliRun r = run_cli("simulate --K 2 --V 1MiB --G 1us --bursts 3 --bursts-out " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.out;
+  }
+  const std::string text = read(out);
+  fs::remove(out);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1 + 2 * 3) << text;
+}
 
 TEST(OutputFiles, SymlinkKeptTargetReplaced) {
   const fs::path d = scratch("symlink");
@@ -114,6 +213,12 @@ TEST(RunawaySizes, EndInAClearError) {
   expect_clear_error("simulate --K 2147483647 --V 1MiB --G 5us", "--K");
   expect_clear_error("report --cpu --K 10000000", "--K");
   expect_clear_error("simulate --K 4 --V 1e300 --G 1us", "--V");
+  // predict keeps the same bounds (its arithmetic would print 2e298 ns); a
+  // count CLI11 saturates (1e20 bursts read as 2^63 - 1) is out of range too.
+  expect_clear_error("predict --K 8 --V 1e300 --G 1us", "--V");
+  expect_clear_error("predict --K 8 --V 1MiB --G 1e300", "--G");
+  expect_clear_error("predict --K 2147483647 --V 1MiB --G 1us", "--K");
+  expect_clear_error("predict --K 8 --V 1MiB --G 1us --bursts 100000000000000000000", "--bursts");
 }
 
 TEST(RunawaySizes, SimulatorMemoryDoesNotGrowWithBursts) {
@@ -125,6 +230,76 @@ TEST(RunawaySizes, SimulatorMemoryDoesNotGrowWithBursts) {
   rusage u{};
   getrusage(RUSAGE_CHILDREN, &u);  // the largest child so far, in KiB
   EXPECT_LT(u.ru_maxrss, 64 * 1024) << "peak RSS of the largest command run so far";
+}
+
+TEST(RunawaySizes, FitMemoryAndTimeDoNotGrowWithRepeatedRows) {
+  // 400,000 rows (36 points, each with 11 distinct times): kept row by row
+  // they took about 200 bytes each (80 MB); read into counted points the
+  // command stays under 32 MB, and the fit costs what the 36 points cost.
+  const fs::path d = scratch("bigfit");
+  {
+    std::ofstream f(d / "big.csv");
+    const std::string once = samples_csv(1);
+    f << once;
+    const std::string rows = once.substr(once.find('\n') + 1);
+    for (int c = 1; c < 400000 / 36; ++c) f << rows;
+  }
+  const CliRun r = run_cli("fit " + (d / "big.csv").string() + " -o " + (d / "p.json").string() +
+                           " --bootstrap 0 --json");
+  ASSERT_EQ(r.rc, 0) << r.out.substr(0, 2000);
+  const json j = json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["samples"].get<long>(), 36L * (400000 / 36));
+  EXPECT_EQ(j["points"].size(), 36u);
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);  // the largest child so far, in KiB
+  EXPECT_LT(u.ru_maxrss, 32 * 1024) << "peak RSS of the largest command run so far";
+}
+
+TEST(SilentNonsense, SamplesCsvWithAByteOrderMarkAndANulByte) {
+  const fs::path d = scratch("samplesbom");
+  write(d / "bom.csv", "\xEF\xBB\xBF" + samples_csv(1));
+  const CliRun r = run_cli("fit " + (d / "bom.csv").string() + " -o " + (d / "p.json").string() + " --bootstrap 0");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  write(d / "nul.csv", std::string("K,V_bytes,gap_ns,issue_ns\n8,1048576\0garbage,0,20000\n", 49));
+  expect_clear_error("fit " + (d / "nul.csv").string() + " -o " + (d / "p.json").string(),
+                     "nul.csv:2: column 'V_bytes'");
+}
+
+TEST(SilentNonsense, ReportFormulaIsTheOneItsTablesUse) {
+  // The printed T0 formula, read back with its rounded numbers, gives the
+  // T0 of the regime-boundary table within the rounding (1%): with the near
+  // queue's term where the profile has one, without it where it has none.
+  const std::regex token(R"(([0-9]+(?:\.[0-9]+)?) (ns|us|ms|B|KiB|MiB|GiB|kB/s|MB/s|GB/s|TB/s)\b)");
+  const std::map<std::string, double> unit = {{"ns", 1},      {"us", 1e3},    {"ms", 1e6},     {"B", 1},
+                                              {"KiB", 1024},  {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"kB/s", 1e3},
+                                              {"MB/s", 1e6},  {"GB/s", 1e9},  {"TB/s", 1e12}};
+  for (const std::string profile : {"h200-host-pcie", "h200-nvlink4-nominal"}) {
+    const CliRun r = run_cli("report --cpu --K 16 --json --profile " + profile, /*with_stderr=*/false);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const json j = json::parse(r.out);
+    const std::string formula = j["t0_formula"];
+    std::vector<double> v;
+    for (std::sregex_iterator it(formula.begin(), formula.end(), token), end; it != end; ++it)
+      v.push_back(std::stod((*it)[1]) * unit.at((*it)[2]));
+    const bool near = formula.find("V_near") != std::string::npos;
+    EXPECT_EQ(near, !j["profile"]["t0"]["near_bytes"].is_null()) << formula;
+    ASSERT_EQ(v.size(), near ? 6u : 3u) << formula;
+    const double K = 16;
+    for (const json& b : j["regime_boundaries"]) {
+      const double V = b["V_bytes"];
+      double t0 = v[0];
+      if (near) {
+        const double vn = std::min(V, K * v[5]);
+        t0 += (vn / std::min(K * v[1], v[2]) + (V - vn) / std::min(K * v[3], v[4])) * 1e9;
+      } else {
+        t0 += V / std::min(K * v[1], v[2]) * 1e9;
+      }
+      EXPECT_NEAR(t0 / b["t0_ns"].get<double>(), 1.0, 0.01) << profile << " V = " << V << ": " << formula;
+    }
+    // The people's report prints the same formula.
+    const CliRun t = run_cli("report --cpu --K 16 --profile " + profile);
+    EXPECT_NE(t.out.find(formula), std::string::npos) << t.out;
+  }
 }
 
 TEST(SilentNonsense, HugeComputeStepIsRejectedNotSwallowingAStore) {

@@ -337,7 +337,7 @@ TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairs
   std::string least_config;
   for (const auto& row : j["rows"]) {
     if (row["variant"] == "attention-only") {
-      EXPECT_FALSE(row.contains("residual_paired")) << row;
+      EXPECT_TRUE(row["residual_paired"].is_null()) << row;  // the same keys on every row
       continue;
     }
     ASSERT_TRUE(row.contains("residual_paired")) << row;
