@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <unistd.h>
@@ -281,28 +282,55 @@ TEST(UlyssesEmulatedKernels, WgmmaRefusesTheMmaOnlyStorePathsAndOtherKernels) {
   }
 }
 
+// The command's --csv rows as column -> value maps (the header is the first
+// line that starts with "variant,"; the columns are the JSON rows' keys).
+std::vector<std::map<std::string, std::string>> csv_rows(const std::string& out) {
+  auto split = [](const std::string& line) {
+    std::vector<std::string> f;
+    std::string cell;
+    std::istringstream in(line);
+    while (std::getline(in, cell, ',')) f.push_back(cell);
+    if (!line.empty() && line.back() == ',') f.push_back("");
+    return f;
+  };
+  std::vector<std::map<std::string, std::string>> rows;
+  std::vector<std::string> header;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (header.empty()) {
+      if (line.rfind("variant,", 0) == 0) header = split(line);
+      continue;
+    }
+    const auto f = split(line);
+    if (f.size() != header.size()) continue;
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < f.size(); ++i) row[header[i]] = f[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
   XSTAGE_NEED_GPUS(1);
   const CliRun r = run_cli("ulysses --ranks 4 --heads 8 --head-dim 64 --seq 300,1000 --check -n 2 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,chunks,time_us,predicted_time_us,"
-                       "residual_paired,check"),
+  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,paced_rows,chunks,time_us,"
+                       "time_min_us,time_max_us,enqueue_us,iters,check,predicted_time_us,residual_paired"),
             std::string::npos)
       << r.out;
   for (const char* v : {"attention-only,host", "sequential,host", "pipelined,host", "fused,host", "coupled,host"})
     EXPECT_NE(r.out.find(v), std::string::npos) << v << "\n" << r.out;
   int fused_ok = 0, pipelined_ok = 0;
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("fused,", 0) == 0) {
-      EXPECT_EQ(line.substr(line.size() - 3), ",ok") << line;
-      EXPECT_EQ(line.find(",,ok"), std::string::npos) << "no prediction: " << line;
+  for (auto& row : csv_rows(r.out)) {
+    if (row["variant"] == "fused") {
+      EXPECT_EQ(row["check"], "ok") << r.out;
+      EXPECT_NE(row["predicted_time_us"], "") << "no prediction\n" << r.out;
       ++fused_ok;
     }
-    if (line.rfind("pipelined,", 0) == 0) {
-      EXPECT_EQ(line.substr(line.size() - 3), ",ok") << line;
-      EXPECT_TRUE(line.find(",copy-engine,2,") != std::string::npos || line.find(",store-kernel,2,") != std::string::npos)
-          << "2 heads a rank: the sweep's one chunk count, 2: " << line;
+    if (row["variant"] == "pipelined") {
+      EXPECT_EQ(row["check"], "ok") << r.out;
+      EXPECT_TRUE(row["a2a"] == "copy-engine" || row["a2a"] == "store-kernel") << row["a2a"];
+      EXPECT_EQ(row["chunks"], "2") << "2 heads a rank: the sweep's one chunk count, 2\n" << r.out;
       ++pipelined_ok;
     }
   }
@@ -449,14 +477,14 @@ TEST(UlyssesCommand, DumpedOutputMatchesAnFp64ReferenceOfTheDumpedInputs) {
 namespace {
 int gpus_for_test() { return std::min(cuda_device_count(), 8); }
 
-int count_checked_rows(const std::string& out, const std::string& prefix, int* total) {
-  std::istringstream lines(out);
+// Rows of `variant` in the command's --csv output, and how many of them checked ok.
+int count_checked_rows(const std::string& out, const std::string& variant, int* total) {
   int ok = 0;
   *total = 0;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(prefix, 0) != 0) continue;
+  for (auto& row : csv_rows(out)) {
+    if (row["variant"] != variant) continue;
     ++*total;
-    ok += line.size() >= 3 && line.substr(line.size() - 3) == ",ok";
+    ok += row["check"] == "ok";
   }
   return ok;
 }
@@ -491,9 +519,9 @@ TEST(UlyssesPeer, TheCommandTimesEveryVariantInPairsAcrossGpus) {
                              "--timeout 20 --pairing " + pairing + " --csv");
     ASSERT_EQ(r.rc, 0) << pairing << "\n" << r.out;
     int fused = 0, pipelined = 0;
-    EXPECT_EQ(count_checked_rows(r.out, "fused,", &fused), fused) << r.out;
+    EXPECT_EQ(count_checked_rows(r.out, "fused", &fused), fused) << r.out;
     EXPECT_EQ(fused, 3 * 2) << r.out;  // 3 stores x 2 orders
-    EXPECT_EQ(count_checked_rows(r.out, "pipelined,", &pipelined), pipelined) << r.out;
+    EXPECT_EQ(count_checked_rows(r.out, "pipelined", &pipelined), pipelined) << r.out;
     EXPECT_EQ(pipelined, 2) << r.out;  // (copy-engine, store-kernel) x chunks {2}: 2 heads a rank
   }
 }
@@ -509,10 +537,10 @@ TEST(UlyssesNccl, LaunchedProcessesCheckEveryVariant) {
                            " --head-dim 64 --seq 333,1000 --check --check-rows 2 -n 2 --timeout 20 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
   int fused = 0, sequential = 0, pipelined = 0;
-  EXPECT_EQ(count_checked_rows(r.out, "fused,", &fused), fused) << r.out;
+  EXPECT_EQ(count_checked_rows(r.out, "fused", &fused), fused) << r.out;
   EXPECT_EQ(fused, 2 * 3 * 2) << r.out;  // 2 lengths x 3 stores x 2 orders, printed by rank 0 only
-  EXPECT_EQ(count_checked_rows(r.out, "sequential,", &sequential), sequential) << r.out;
+  EXPECT_EQ(count_checked_rows(r.out, "sequential", &sequential), sequential) << r.out;
   EXPECT_EQ(sequential, 2 * 3) << r.out;  // 2 lengths x (copy-engine, store-kernel, nccl)
-  EXPECT_EQ(count_checked_rows(r.out, "pipelined,", &pipelined), pipelined) << r.out;
+  EXPECT_EQ(count_checked_rows(r.out, "pipelined", &pipelined), pipelined) << r.out;
   EXPECT_EQ(pipelined, 2 * 3) << r.out;  // 2 lengths x 3 versions x chunks {2}: 2 heads a rank
 }
