@@ -167,7 +167,7 @@ void run_moe_gemm(MoeArgs& a) {
     };
     if (l1) add("l1", r.l1, a.hidden, 2 * a.inter);
     if (l2) add("l2", r.l2, a.inter, a.hidden);
-    std::cout << csv_of({"gemm", "tile", "M", "K", "N", "flop", "first_run_ms", "median_ms", "min_ms", "tflops",
+    std::cout << csv_of({"gemm", "tile", "out_store", "M", "K", "N", "flop", "first_run_ms", "median_ms", "min_ms", "tflops",
                          "rel_err", "max_abs_err", "rows_checked", "elements_scanned", "unwritten", "check_pass"},
                         rows);
   } else {
