@@ -37,8 +37,9 @@ enum class MoeOutStore : int { automatic = -1, warp_staged = 0, tile_bulk = 1 };
 // "auto", "staged", "bulk"; throws xstage::Error otherwise.
 MoeOutStore parse_moe_out_store(const std::string& name);
 std::string to_string(MoeOutStore s);
-// The automatic choice (docs/design/moe.md).
-MoeOutStore moe_pick_out_store(MoeGemmKind kind, MoeTile tile);
+// The automatic choice: staged for every GEMM and tile, the faster in every
+// cell measured (docs/design/moe.md, perf-log MoE 5).
+MoeOutStore moe_pick_out_store();
 
 struct MoeGemmArgs {
   MoeGemmKind kind = MoeGemmKind::l2;

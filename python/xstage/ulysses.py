@@ -154,12 +154,17 @@ class _FusedState:
 
     def check_timeouts(self, synchronize=True):
         """Raises RuntimeError if a receiver wait of any call so far timed out
-        (its output is then incomplete). synchronize: wait for the device first."""
+        (its output is then incomplete). synchronize: wait for the device first;
+        then a timeout is reported once (the record is cleared, as the C++
+        runtime does), so later calls are not blamed for it."""
         for bufs in self.buffers.values():
             if synchronize:
                 torch.cuda.synchronize(bufs.record.device)
                 bufs.record_host.copy_(bufs.record)
                 msg = _describe_timeout(bufs.record_host)
+                if msg:
+                    bufs.record.zero_()
+                    bufs.record_host.zero_()
             else:
                 msg = bufs.timeout_message()
             if msg:

@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
+#include "xstage/error.hpp"
 #include "xstage/moe.hpp"
 
 namespace {
@@ -24,6 +26,7 @@ int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32
                     int rows_total, int K, int N, int E, int tile, int splits, int out_store, void* stream, char* err,
                     int err_len) {
   try {
+    if (kind != 0 && kind != 1) throw xstage::Error("moe gemm: kind: expected 0 (L1) or 1 (L2), got " + std::to_string(kind));
     xstage::MoeGemmArgs args{kind == 0 ? xstage::MoeGemmKind::l1_swiglu : xstage::MoeGemmKind::l2,
                              a, b, c, offs, row_weight, rows_total, K, N, E, xstage::MoeTile(tile), splits};
     args.out_store = xstage::MoeOutStore(out_store);

@@ -6,6 +6,7 @@
 // (nothing throws across this boundary).
 #include <cstdint>
 #include <cstdio>
+#include <climits>
 #include <exception>
 #include <string>
 
@@ -33,11 +34,27 @@ int guarded(char* err, int err_len, F&& f) {
   return 1;
 }
 
+// A value from the caller that must lie in [lo, hi]: an enum's or an int's
+// range, checked before it is cast (a cast of anything else is not a value).
+int64_t in_range(int64_t v, int64_t lo, int64_t hi, const char* what) {
+  if (v < lo || v > hi)
+    throw xstage::Error(std::string(what) + ": expected " + std::to_string(lo) + " .. " + std::to_string(hi) +
+                        ", got " + std::to_string(v));
+  return v;
+}
+constexpr int kLastKernel = int(xstage::AttentionKernel::wgmma_m192_overlap);
+constexpr int kLastStorePath = int(xstage::StorePath::paced_warp);
+constexpr int kLastCompletion = int(xstage::Completion::coupled);
+
 // shape: int64[7] = P, rank, B, S, H, D, kernel (an xstage::AttentionKernel value).
 xstage::UlyssesFusedShape fused_shape(const int64_t* shape) {
-  return {int(shape[0]), int(shape[1]), shape[2], shape[3], shape[4], shape[5]};
+  const int P = int(in_range(shape[0], 1, INT32_MAX, "ulysses: P"));
+  const int rank = int(in_range(shape[1], 0, P - 1, "ulysses: rank"));
+  return {P, rank, shape[2], shape[3], shape[4], shape[5]};
 }
-xstage::AttentionKernel fused_kernel(const int64_t* shape) { return xstage::AttentionKernel(int(shape[6])); }
+xstage::AttentionKernel fused_kernel(const int64_t* shape) {
+  return xstage::AttentionKernel(in_range(shape[6], 0, kLastKernel, "ulysses: kernel"));
+}
 
 }  // namespace
 
@@ -60,7 +77,7 @@ int xstage_attention_forward(const void* q, const void* k, const void* v, void* 
     a.k_stride = {strides[3], strides[4], strides[5]};
     a.v_stride = {strides[6], strides[7], strides[8]};
     a.o_stride = {strides[9], strides[10], strides[11]};
-    a.kernel = xstage::AttentionKernel(kernel);
+    a.kernel = xstage::AttentionKernel(in_range(kernel, 0, kLastKernel, "attention: kernel"));
     xstage::attention_forward(a, static_cast<cudaStream_t>(stream));
   });
 }
@@ -77,9 +94,10 @@ int xstage_ulysses_plan(const int64_t* shape, int64_t* plan, char* err, int err_
 // order: 0 linear, 1 rotated; table: n = P * m_blocks ints.
 int xstage_ulysses_tile_order(const int64_t* shape, int order, int* table, int64_t n, char* err, int err_len) {
   return guarded(err, err_len, [&] {
-    const auto t = xstage::ulysses_fused_tile_order(fused_shape(shape),
-                                                    order == 0 ? xstage::TileOrder::linear : xstage::TileOrder::rotated,
-                                                    fused_kernel(shape));
+    const auto t = xstage::ulysses_fused_tile_order(
+        fused_shape(shape), in_range(order, 0, 1, "ulysses: tile order") == 0 ? xstage::TileOrder::linear
+                                                                               : xstage::TileOrder::rotated,
+        fused_kernel(shape));
     if (int64_t(t.size()) != n)
       throw xstage::Error("ulysses: tile order: the caller's table holds " + std::to_string(n) + " ints, expected " +
                           std::to_string(t.size()));
@@ -105,8 +123,8 @@ int xstage_ulysses_fused(const int64_t* shape, const void* q, const void* k, con
     a.out_table = out_table, a.flag_table = flag_table, a.tile_order = tile_order;
     a.timeout_record = timeout_record;
     a.epoch = epoch, a.scale = scale;
-    if (store >= 0) a.store = xstage::StorePath(store);
-    a.flags = xstage::Completion(flags);
+    if (store >= 0) a.store = xstage::StorePath(in_range(store, 0, kLastStorePath, "ulysses: store path"));
+    a.flags = xstage::Completion(in_range(flags, 0, kLastCompletion, "ulysses: flags"));
     a.paced_rows = paced_rows, a.timeout_s = timeout_s;
     xstage::ulysses_fused_forward(a, static_cast<cudaStream_t>(stream));
   });

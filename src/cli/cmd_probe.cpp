@@ -90,12 +90,7 @@ ProbeFit fit_and_save(const std::string& csv, const std::string& csv_path, const
 // The folder of a command's output files: made if missing, and checked
 // writable before any measuring or fitting starts.
 void prepare_out_dir(const std::string& dir, const char* what) {
-  if (dir.empty()) throw Error(fmt::format("{}: empty folder name", what));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (!std::filesystem::is_directory(dir))
-    throw Error(fmt::format("{} {}: cannot make this folder{}", what, dir, ec ? ": " + ec.message() : ""));
-  detail::check_output_path(dir + "/probe-validation.json", what);
+  detail::prepare_output_dir(dir, what, "probe-validation.json");
 }
 
 // `xstage validate --csv` and `xstage probe --csv`: one row per transport and

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "util/output_file.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/device.hpp"
@@ -214,12 +215,7 @@ std::string point_stem(const VisiblePoint& p, double V) {
 
 void run_visible(const VisibleArgs& a) {
   const std::vector<Planned> points = plan(a);
-  if (!a.out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(a.out_dir, ec);
-    if (!std::filesystem::is_directory(a.out_dir))
-      throw Error(fmt::format("-o {}: cannot make this folder{}", a.out_dir, ec ? ": " + ec.message() : ""));
-  }
+  if (!a.out_dir.empty()) detail::prepare_output_dir(a.out_dir, "-o", "visible.json");
   if (cuda_device_count() == 0) throw Error("visible: no CUDA GPU is visible to this process");
   const DeviceInfo dev = device_info(a.device);
   nlohmann::json all = nlohmann::json::array();

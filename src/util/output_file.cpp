@@ -162,4 +162,13 @@ OutputFile::~OutputFile() {
   std::remove(aside_.c_str());
 }
 
+void prepare_output_dir(const std::string& dir, const std::string& what, const std::string& first_file) {
+  if (dir.empty()) throw Error(fmt::format("{}: empty folder name", what));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!std::filesystem::is_directory(dir))
+    throw Error(fmt::format("{} {}: cannot make this folder{}", what, dir, ec ? ": " + ec.message() : ""));
+  check_output_path(dir + "/" + first_file, what);
+}
+
 }  // namespace xstage::detail

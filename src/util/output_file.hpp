@@ -25,6 +25,11 @@ namespace xstage::detail {
 // write without changing it, and makes and removes a file beside it.
 void check_output_path(const std::string& path, const std::string& what, const std::vector<std::string>& inputs = {});
 
+// A folder named by `what` (e.g. "-o") that the command will write files
+// into: made if missing, refused unless it is a folder in which `first_file`
+// can be written (check_output_path), before any long work.
+void prepare_output_dir(const std::string& dir, const std::string& what, const std::string& first_file);
+
 class OutputFile {
  public:
   // Checks the destination (check_output_path) and opens the file to write.

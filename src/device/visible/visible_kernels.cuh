@@ -3,8 +3,11 @@
 // per-(burst, CTA) release marker, a GPU poller that timestamps the markers'
 // arrival in its own memory, a ping-pong responder that lends its
 // %globaltimer to a CPU clock calibration, and the timer-resolution reading.
-// Every wait is bounded: on a timeout the kernel records who waited for what
-// in a status block and returns, so the host can say so and nothing hangs.
+// Every wait is bounded. The poller and the ping-pong responder record who
+// waited for what in a status block and return, so the host can say so; the
+// producers' start barrier is the probe's wait, which prints rank, flag and
+// values and traps (the host then sees a launch error, the poller its own
+// timeout).
 #include <cstdint>
 
 #include "device/ptx/fence.cuh"

@@ -147,21 +147,27 @@ MoeTile moe_resolved_tile(const MoeGemmArgs& a) {
   return moe_pick_tile(a.rows_total, a.E, a.N, sms);
 }
 
-int moe_resolved_splits(const MoeGemmArgs& a) {
+namespace {
+// The splits for the arguments' resolved tile t (resolved once by the caller).
+int splits_for(const MoeGemmArgs& a, MoeTile t) {
   if (a.splits > 0) return a.splits;
   static const int sms = device_sms();
-  return moe_pick_splits(a.rows_total, a.E, a.N, a.K, moe_resolved_tile(a), sms);
+  return moe_pick_splits(a.rows_total, a.E, a.N, a.K, t, sms);
 }
+}  // namespace
+
+int moe_resolved_splits(const MoeGemmArgs& a) { return splits_for(a, moe_resolved_tile(a)); }
 
 MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a) {
-  return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store(a.kind, moe_resolved_tile(a));
+  return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store();
 }
 
 size_t moe_workspace_bytes(const MoeGemmArgs& a) {
   validate_moe_gemm_args(a);
-  const int splits = moe_resolved_splits(a);
+  const MoeTile t = moe_resolved_tile(a);
+  const int splits = splits_for(a, t);
   if (splits <= 1 || a.rows_total == 0) return 0;
-  return size_t(split_sizes(a, moe_resolved_tile(a), splits).total());
+  return size_t(split_sizes(a, t, splits).total());
 }
 
 void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
@@ -171,7 +177,7 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
   p.rows_total = a.rows_total, p.K = a.K, p.N = a.N, p.E = a.E;
   const MoeTile t = moe_resolved_tile(a);
   const int tile = int(t);
-  p.splits = moe_resolved_splits(a);
+  p.splits = splits_for(a, t);
   if (p.splits > 1 && a.rows_total > 0) {
     const SplitSizes z = split_sizes(a, t, p.splits);
     if (z.ws_bytes > kMaxSplitWorkspaceBytes)

@@ -49,7 +49,7 @@ int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_co
   return int(std::max<int64_t>(1, std::min<int64_t>({fill, deep, kMoeMaxSplits})));
 }
 
-MoeOutStore moe_pick_out_store(MoeGemmKind, MoeTile) { return MoeOutStore::warp_staged; }
+MoeOutStore moe_pick_out_store() { return MoeOutStore::warp_staged; }
 
 void moe_interleave_w13(const uint16_t* src, uint16_t* dst, int E, int I, int K) {
   for (int e = 0; e < E; ++e)
