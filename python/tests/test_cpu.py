@@ -269,6 +269,10 @@ def _call_fused(**over):
     (dict(scale=float("inf")), "ulysses: scale: expected a finite number, got inf"),
     (dict(store=_PACED_WARP, completion=_LAGGED), "ulysses: store path paced-warp with lagged flags"),
     (dict(shape=(2, 1, 1, 256, 9, 128, 4)), "ulysses: H = 9 heads do not split over P = 2"),
+    (dict(shape=(2, 1 << 40, 1, 256, 8, 128, 4)), "ulysses: rank: expected -2147483648 .. 2147483647"),
+    (dict(shape=(2, 0, 1, 256, 8, 128, 99)), "ulysses: kernel: expected 0 .. 7, got 99"),
+    (dict(store=42), "ulysses: store path: expected 0 .. 6, got 42"),
+    (dict(completion=-3), "ulysses: flags: expected 0 .. 3, got -3"),
     (dict(), "fused Ulysses attention launch (wgmma-pingpong kernel, rank 0 of 2, B = 1, S = 256, H = 8, D = 128)"),
 ])
 def test_fused_launch_arguments_reach_the_library_in_order(over, words):
@@ -302,6 +306,7 @@ def _call_attention(B=1, H=2, S_q=100, S_kv=70, D=128, ptrs=(0x1000, 0x2000, 0x3
     (dict(S_q=0), "attention: S_q: expected >= 1, got 0"),
     (dict(S_kv=0), "attention: S_kv: expected >= 1, got 0"),
     (dict(kernel=5), "attention: kernel wgmma-n192: not available for head dim D=128"),
+    (dict(kernel=8), "attention: kernel: expected 0 .. 7, got 8"),
     (dict(scale=float("inf")), "attention: scale: expected a finite number"),
     (dict(strides=(25601, 256, 128) + (17920, 256, 128) * 3), "attention: q stride over b"),
     (dict(strides=(25600, 256, 128) * 3 + (25600, 256, 4)), "attention: o stride over h"),

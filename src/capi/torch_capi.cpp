@@ -48,9 +48,9 @@ constexpr int kLastCompletion = int(xstage::Completion::coupled);
 
 // shape: int64[7] = P, rank, B, S, H, D, kernel (an xstage::AttentionKernel value).
 xstage::UlyssesFusedShape fused_shape(const int64_t* shape) {
-  const int P = int(in_range(shape[0], 1, INT32_MAX, "ulysses: P"));
-  const int rank = int(in_range(shape[1], 0, P - 1, "ulysses: rank"));
-  return {P, rank, shape[2], shape[3], shape[4], shape[5]};
+  // Only what the narrowing to int needs: the library's validation says what P and rank must be.
+  return {int(in_range(shape[0], INT32_MIN, INT32_MAX, "ulysses: P")),
+          int(in_range(shape[1], INT32_MIN, INT32_MAX, "ulysses: rank")), shape[2], shape[3], shape[4], shape[5]};
 }
 xstage::AttentionKernel fused_kernel(const int64_t* shape) {
   return xstage::AttentionKernel(in_range(shape[6], 0, kLastKernel, "ulysses: kernel"));
