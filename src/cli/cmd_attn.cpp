@@ -66,7 +66,6 @@ void shapes_from_files(AttnArgs& a, const NpyArray& q, const NpyArray& k, const 
   take("--D", a.D, q.shape[3]);
 }
 
-nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 // The fields of --json and the columns of --csv (docs/cli-output.md).
 const std::vector<std::string> kAttnColumns = {

@@ -57,7 +57,6 @@ std::vector<float> load(const std::string& path, const char* opt, const std::vec
   return std::move(a.data);
 }
 
-nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 // One GEMM's results, the same fields on every run: the timing without
 // --bench and the errors without --check are null.

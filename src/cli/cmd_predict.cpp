@@ -22,7 +22,6 @@ struct PredictArgs {
   OutputFlags out;
 };
 
-nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 constexpr double kMaxRunBursts = 1e15;
 
@@ -61,15 +60,15 @@ void run_predict(const PredictArgs& a) {
                            {"drain_ns", r.drain_ns},
                            {"t_iss_ns", r.t_iss_ns},
                            {"regime", to_string(r.regime)},
-                           {"onset_gap_ns", finite_or_null(r.onset_gap_ns)},
+                           {"onset_gap_ns", num_or_null(r.onset_gap_ns)},
                            {"gap_cap_ns", r.gap_cap_ns},
                            {"stall_ns", r.stall_ns},
                            {"period_ns", r.period_ns},
                            {"exceeds_capacity", r.exceeds_capacity},
-                           {"transient_bursts", finite_or_null(r.transient_bursts)},
+                           {"transient_bursts", num_or_null(r.transient_bursts)},
                            {"completion_coupled_ns", cc},
                            {"unbounded_async_ns", ua},
-                           {"run_mean_t_iss_ns", finite_or_null(run_mean)}};
+                           {"run_mean_t_iss_ns", num_or_null(run_mean)}};
     if (a.out.format() == Format::json)
       std::cout << j.dump(2) << "\n";
     else

@@ -91,11 +91,10 @@ std::vector<Planned> plan(const VisibleArgs& a) {
   return out;
 }
 
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 nlohmann::json clock_json(const ClockOffset& c) {
-  return {{"offset_ns", num(c.offset_ns)}, {"error_ns", num(c.error_ns)}, {"rtt_ns", num(c.rtt_ns)},
-          {"at_ns", num(c.at_ns)}, {"rounds", c.rounds}};
+  return {{"offset_ns", num_or_null(c.offset_ns)}, {"error_ns", num_or_null(c.error_ns)}, {"rtt_ns", num_or_null(c.rtt_ns)},
+          {"at_ns", num_or_null(c.at_ns)}, {"rounds", c.rounds}};
 }
 
 nlohmann::json report_json(const VisibleReport& r) {
@@ -103,19 +102,19 @@ nlohmann::json report_json(const VisibleReport& r) {
   const VisiblePoint& p = t.point;
   nlohmann::json bursts = nlohmann::json::array(), timeline = nlohmann::json::array();
   for (const VisibleBurst& b : r.bursts)
-    bursts.push_back({{"burst", b.burst}, {"issue_start_ns", num(b.issue_start_ns)},
-                      {"issue_end_ns", num(b.issue_end_ns)}, {"fence_end_ns", num(b.fence_end_ns)},
-                      {"first_visible_ns", num(b.first_visible_ns)}, {"visible_ns", num(b.visible_ns)},
-                      {"bytes_issued", num(b.bytes_issued)}, {"bytes_visible", num(b.bytes_visible)},
-                      {"occupancy_bytes", num(b.occupancy_bytes)}, {"drain_ns", num(b.drain_ns)},
-                      {"model_visible_ns", num(b.model_visible_ns)},
-                      {"model_occupancy_bytes", num(b.model_occupancy_bytes)},
-                      {"sim_issue_start_ns", num(b.sim_issue_start_ns)}, {"sim_issue_end_ns", num(b.sim_issue_end_ns)},
-                      {"sim_visible_ns", num(b.sim_visible_ns)}, {"sim_occupancy_bytes", num(b.sim_occupancy_bytes)}});
+    bursts.push_back({{"burst", b.burst}, {"issue_start_ns", num_or_null(b.issue_start_ns)},
+                      {"issue_end_ns", num_or_null(b.issue_end_ns)}, {"fence_end_ns", num_or_null(b.fence_end_ns)},
+                      {"first_visible_ns", num_or_null(b.first_visible_ns)}, {"visible_ns", num_or_null(b.visible_ns)},
+                      {"bytes_issued", num_or_null(b.bytes_issued)}, {"bytes_visible", num_or_null(b.bytes_visible)},
+                      {"occupancy_bytes", num_or_null(b.occupancy_bytes)}, {"drain_ns", num_or_null(b.drain_ns)},
+                      {"model_visible_ns", num_or_null(b.model_visible_ns)},
+                      {"model_occupancy_bytes", num_or_null(b.model_occupancy_bytes)},
+                      {"sim_issue_start_ns", num_or_null(b.sim_issue_start_ns)}, {"sim_issue_end_ns", num_or_null(b.sim_issue_end_ns)},
+                      {"sim_visible_ns", num_or_null(b.sim_visible_ns)}, {"sim_occupancy_bytes", num_or_null(b.sim_occupancy_bytes)}});
   for (const VisibleSample& s : r.timeline)
-    timeline.push_back({{"t_ns", num(s.t_ns)}, {"occupancy_bytes", num(s.occupancy_bytes)},
-                        {"model_occupancy_bytes", num(s.model_occupancy_bytes)},
-                        {"sim_occupancy_bytes", num(s.sim_occupancy_bytes)}});
+    timeline.push_back({{"t_ns", num_or_null(s.t_ns)}, {"occupancy_bytes", num_or_null(s.occupancy_bytes)},
+                        {"model_occupancy_bytes", num_or_null(s.model_occupancy_bytes)},
+                        {"sim_occupancy_bytes", num_or_null(s.sim_occupancy_bytes)}});
   return {{"path", to_string(p.path)},
           {"device", p.device},
           {"observer", t.observer},
@@ -127,23 +126,23 @@ nlohmann::json report_json(const VisibleReport& r) {
           {"burst_count", p.bursts},
           {"markers", p.fenced_markers ? "fenced" : "relaxed"},
           {"clock",
-           {{"timer_resolution_ns", num(t.timer_resolution_ns)},
-            {"observer_resolution_ns", num(t.observer_resolution_ns)},
-            {"poll_interval_ns", num(t.poll_interval_ns)},
+           {{"timer_resolution_ns", num_or_null(t.timer_resolution_ns)},
+            {"observer_resolution_ns", num_or_null(t.observer_resolution_ns)},
+            {"poll_interval_ns", num_or_null(t.poll_interval_ns)},
             {"before", p.path == VisiblePath::local ? nlohmann::json(nullptr) : clock_json(t.clock.before)},
             {"after", p.path == VisiblePath::local ? nlohmann::json(nullptr) : clock_json(t.clock.after)},
-            {"error_ns", num(t.clock.error_ns())},
-            {"drift_ppm", p.path == VisiblePath::local ? nlohmann::json(nullptr) : num(t.clock.drift_ppm())},
-            {"tolerance_ns", num(r.tolerance_ns)}}},
+            {"error_ns", num_or_null(t.clock.error_ns())},
+            {"drift_ppm", p.path == VisiblePath::local ? nlohmann::json(nullptr) : num_or_null(t.clock.drift_ppm())},
+            {"tolerance_ns", num_or_null(r.tolerance_ns)}}},
           {"profile", {{"name", r.profile_name}, {"R_Bps", r.R_Bps}, {"Q_bytes", r.Q_bytes}, {"latency_ns", r.latency_ns}}},
           {"summary",
            {{"max_occupancy_bytes", r.max_occupancy_bytes},
             {"max_occupancy_burst", r.max_occupancy_burst},
             {"model_max_occupancy_bytes", r.model_max_occupancy_bytes},
             {"sim_max_occupancy_bytes", r.sim_max_occupancy_bytes},
-            {"min_occupancy_bytes_within_tolerance", num(r.min_occupancy_bytes)},
-            {"issue_rate_Bps", num(r.issue_rate_Bps)},
-            {"visible_rate_Bps", num(r.visible_rate_Bps)},
+            {"min_occupancy_bytes_within_tolerance", num_or_null(r.min_occupancy_bytes)},
+            {"issue_rate_Bps", num_or_null(r.issue_rate_Bps)},
+            {"visible_rate_Bps", num_or_null(r.visible_rate_Bps)},
             {"markers_seen", t.markers_seen},
             {"markers_expected", uint64_t(p.K) * p.bursts},
             {"early_markers", r.early_markers},

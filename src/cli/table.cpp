@@ -1,6 +1,7 @@
 #include "table.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -70,5 +71,7 @@ std::string csv_of(const std::vector<std::string>& columns, const nlohmann::json
   }
   return t.csv();
 }
+
+nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 }  // namespace xstage::cli

@@ -29,4 +29,8 @@ enum class Format { table, json, csv };
 // error (std::logic_error): every result row has every key, null where absent.
 std::string csv_of(const std::vector<std::string>& columns, const nlohmann::json& rows);
 
+// A measured number, or null where there is none (NaN, infinity): JSON has no
+// NaN, and a reader must not mistake a missing value for a number.
+nlohmann::json num_or_null(double v);
+
 }  // namespace xstage::cli
