@@ -1,0 +1,130 @@
+#pragma once
+// The expert-parallel MoE layer over a World (docs/design/moe-layer.md):
+// per rank, x [T, hidden] bf16 with top-k expert ids and weights ->
+//   dispatch  every rank learns every source's per-expert counts (remote
+//             stores + release flags), then pulls the token rows routed to
+//             its experts into a local pool, expert-major;
+//   L1 + SwiGLU (times the routing weight), L2;
+//   combine   each output row lands in the token owner's combine buffer
+//             [top-k][T_max][hidden]; the owner sums a token's k rows in fp32
+//             in slot order 0 .. k-1 (bit-reproducible).
+// Experts are owned in blocks: rank r owns experts r * E/P .. (r+1) * E/P - 1.
+// Variants (same output, bit for bit where the GEMM tiles match):
+//   fused         L1 and L2 in one persistent kernel; L2's epilogue stores into
+//                 the owners' combine buffers; tiles claimed as the schedule says;
+//   unfused       the grouped GEMMs with local stores, then the combine's
+//                 all-to-all as a user builds it (rows permuted per source,
+//                 then the copy engine, or NCCL on the nccl backend);
+//   compute_only  the fused kernel with every L2 store local (the floor).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xstage/moe.hpp"
+#include "xstage/world.hpp"
+
+namespace xstage {
+
+struct MoeShape {
+  std::string name;  // "deepseek-v3", ... or "custom"
+  int hidden = 0, inter = 0, experts = 0, topk = 0;
+};
+// DeepSeek-V3 7168/2048/256/8, DeepSeek-V4-Flash 4096/2048/256/6, Qwen3-235B
+// 4096/1536/128/8, Qwen3-30B-A3B 2048/768/128/8, Mixtral-8x7B 4096/14336/8/2,
+// HiDream-I1 2560/6912/4/2.
+const std::vector<MoeShape>& moe_known_shapes();
+// A known name or "hidden/inter/experts/topk"; throws xstage::Error listing the names.
+MoeShape parse_moe_shape(std::string_view text);
+
+enum class MoeSchedule { expert_wave, interleaved, model_guided };
+std::string to_string(MoeSchedule s);            // "expert-wave", "interleaved", "model-guided"
+MoeSchedule parse_moe_schedule(std::string_view text);
+
+enum class MoeLayerVariant { fused, unfused, compute_only };
+std::string to_string(MoeLayerVariant v);        // "fused", "unfused", "compute-only"
+MoeLayerVariant parse_moe_layer_variant(std::string_view text);
+
+// What the fused kernel's claim policy gets (src/device/moe/fused_layer_params.hpp).
+struct MoeSchedulePlan {
+  MoeSchedule schedule = MoeSchedule::interleaved;
+  int wave_tiles = 0;     // expert-wave: L1 tiles a wave holds at least; 0: 2 x the grid
+  double l2_share = 0;    // interleaved / model-guided: L2's share of the claimed work; 0: its share of all work
+  int lag_tiles = 0;      // L1 tiles claimed past an expert's last before its L2 tiles may be claimed
+};
+
+struct MoeLayerOptions {
+  MoeShape shape;
+  int tokens_max = 0;                 // T_max per rank, >= 1
+  MoeTile tile = MoeTile::automatic;  // m128n256 or m64n256 (automatic: by expected rows per expert)
+  double timeout_s = 10;              // every cross-rank and dependency wait
+};
+
+// Bytes a rank needs, from (T_max, k, hidden, inter, E, P) alone.
+struct MoeLayerSizes {
+  int64_t rows_cap = 0;  // pool rows a rank may receive: P * T_max * min(k, E / P)
+  // symmetric (placed as the world says; host placement: pinned host memory)
+  size_t x_send = 0;     // bf16 [T_max, hidden]: the rank's tokens, read by the owners' pulls
+  size_t routes = 0;     // int32 + fp32 [P][E/P][T_max]: each source's (token * k + slot) and weight per local expert
+  size_t counts = 0;     // int32 [P][E/P]: each source's rows per local expert
+  size_t combine = 0;    // bf16 [k][T_max][hidden]
+  size_t flags = 0;
+  // local (device memory of the rank's GPU)
+  size_t pool_x = 0, pool_h = 0, pool_out = 0, row_meta = 0, weights = 0, workspace = 0, output = 0;
+  size_t symmetric_total() const { return x_send + routes + counts + combine + flags; }
+  size_t local_total() const { return pool_x + pool_h + pool_out + row_meta + weights + workspace + output; }
+};
+MoeLayerSizes moe_layer_sizes(const MoeLayerOptions& o, int P);
+
+// Per-tile trace of a fused run (MoeLayer::set_trace): times in ns from the
+// launch's first tile start, per GEMM in claim order.
+struct MoeTileTrace {
+  int gemm = 0;  // 1 = L1, 2 = L2
+  int sm = 0;
+  double start_ns = 0, epilogue_ns = 0, end_ns = 0;
+};
+
+class MoeLayer {
+ public:
+  // Validates (E divisible by P, hidden / 2 inter multiples of 256, ...) and
+  // checks that the sizes fit the GPU's free memory (and pinned host memory
+  // for host placement) before allocating; throws xstage::Error with the
+  // sizes and what is free.
+  MoeLayer(World& world, const MoeLayerOptions& o);
+  ~MoeLayer();
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+
+  const MoeLayerOptions& options() const;
+  const MoeLayerSizes& sizes() const;
+  int experts_per_rank() const;
+  MoeTile tile() const;  // as resolved
+
+  // Device buffers of a local rank, owned by the layer, filled by the caller:
+  void* x(int rank);               // bf16 [T_max, hidden] (the symmetric send buffer)
+  int32_t* topk_ids(int rank);     // int32 [T_max, k], global expert ids, distinct per token
+  float* topk_weights(int rank);   // fp32 [T_max, k]
+  void* w13(int rank);             // bf16 [E/P, 2 inter, hidden], gate/up interleaved
+  void* w2(int rank);              // bf16 [E/P, hidden, inter]
+  void set_tokens(int rank, int T);  // 0 <= T <= T_max; before run()
+
+  // One run on the world's streams (asynchronous; fork/join around it is the caller's).
+  void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
+  // Synchronises; throws xstage::Error naming rank, flag and values if a wait timed out.
+  void check_waits();
+
+  const void* output(int rank);    // bf16 [T, hidden]
+  // After a run (synchronises): rows each local expert received, in expert order.
+  std::vector<int> expert_rows(int rank);
+
+  void set_trace(bool on);
+  std::vector<MoeTileTrace> trace(int rank);  // of the last fused run (synchronises)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xstage

@@ -1,0 +1,81 @@
+#pragma once
+// Plain parameter block of the fused expert layer kernel (fused_layer_sm90.cuh):
+// L1 + SwiGLU and L2 of every expert of the launch's ranks in one persistent
+// launch, tiles claimed from two global counters in the order the schedule
+// policy allows, L2's epilogue storing each output row straight into the
+// combine buffer of the rank that owns the token. Shared by .cu files and
+// host C++ (no CUDA types).
+//
+// Layout (rows of the launch's experts one after another, expert-major, as
+// in moe_params.hpp; "the launch's experts" are every local rank's experts,
+// rank after rank, so emulated ranks on one GPU run as one launch):
+//   x_pool  bf16 [rows_cap, hidden]     the dispatched token rows
+//   h       bf16 [rows_cap, inter]      L1's output (SwiGLU, times row_weight)
+//   w13     bf16 [E_run, 2 inter, hidden]   gate/up interleaved (moe_interleave_w13)
+//   w2      bf16 [E_run, hidden, inter]
+//   offs    int32 [E_run] cumulative row ends (device)
+//   row_weight fp32 [rows_cap] or null; row_dest int32 [rows_cap]:
+//     destination of pool row r: rank row_dest_rank[r], slot row_dest_slot[r]
+//     (the row goes to combine[rank] + slot * hidden elements).
+#include <cstdint>
+
+#include "device/remote/flag_timeout_record.hpp"
+
+namespace xstage::moe {
+
+// The order in which tiles are claimed (docs/design/moe-layer.md).
+enum FusedSchedule : int {
+  kScheduleExpertWave = 0,  // a wave's L1 tiles, then its L2 tiles, wave after wave
+  kScheduleShare = 1,       // L1 and L2 mixed: L2 takes `l2_share` of the claimed work
+};
+
+struct FusedLayerParams {
+  const void* x_pool = nullptr;
+  void* h = nullptr;
+  const void* w13 = nullptr;
+  const void* w2 = nullptr;
+  const int32_t* offs = nullptr;
+  const float* row_weight = nullptr;
+  const int32_t* row_dest_rank = nullptr;
+  const int32_t* row_dest_slot = nullptr;
+  int rows_cap = 0, hidden = 0, inter = 0, E_run = 0;
+
+  // L2's destination: remote (combine != nullptr: each rank's combine buffer,
+  // bf16 rows of `hidden`) or local (out_pool: bf16 [rows_cap, hidden], the
+  // compute-only floor and the unfused baseline's L2).
+  void* const* combine = nullptr;
+  void* out_pool = nullptr;
+
+  // Schedule: claims from two counters (workspace below).
+  int schedule = kScheduleExpertWave;
+  int wave_tiles = 0;      // expert-wave: L1 tiles a wave holds at least (0: 2 x grid)
+  float l2_share = 0.f;    // share: L2 work / all work claimed (0: L2 work / total work, even spread)
+  int lag_tiles = 0;       // share: L1 tiles claimed past an expert's last before its L2 may be claimed
+
+  // Workspace (zeroed once before the first launch; every launch leaves it zeroed):
+  // int32 [4 + E_run]: claim counters L1, L2, finished CTAs, spare, then per-expert L1 tiles done.
+  int32_t* counters = nullptr;
+
+  // Completion (remote only): once every tile of the launch is stored, the
+  // grid's last CTA sets flags[d][done_flag + s] = epoch for every
+  // destination rank d < world and every local rank s = rank0 .. rank0 + local_ranks - 1.
+  uint64_t* const* flags = nullptr;
+  int done_flag = 0, rank0 = 0, local_ranks = 1, world = 1;
+  uint64_t epoch = 0;
+
+  // Waits inside the kernel (an L2 tile on its expert's L1 tiles) time out
+  // after timeout_ns and fill timeout_record (rank = -1: a local dependency;
+  // flag = the expert; expected / seen = tiles).
+  uint64_t timeout_ns = 10'000'000'000ull;
+  remote::FlagTimeoutRecord* timeout_record = nullptr;
+
+  // Optional per-tile trace: uint64 [2][max tiles][4]: [gemm][claim index] =
+  // {mainloop start, epilogue start, epilogue end (globaltimer ns), smid}.
+  uint64_t* trace = nullptr;
+  int trace_tiles = 0;  // capacity per GEMM
+};
+
+// Tile shapes the fused kernel is compiled for (one for both GEMMs).
+enum FusedTile : int { kFusedM128N256 = 0, kFusedM64N256 = 1 };
+
+}  // namespace xstage::moe
