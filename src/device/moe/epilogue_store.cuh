@@ -4,11 +4,12 @@
 // ptx/wgmma.cuh: thread (g, t) holds rows g and g + 8, columns 8 nb + 2t, +1)
 // become as bf16 output.
 //   static constexpr int kOutDiv   output columns = N / kOutDiv
-//   outputs<NB>(params, acc, row, row_end, lane)
+//   outputs<NB>(row_weight, acc, row, row_end, lane)
 //       a functor out(ob, v) giving output block ob's (8 columns) packed
 //       bf16x2 values for rows g (v[0]) and g + 8 (v[1]) of this lane;
 //       row: the tile row of the warp's first row (absolute row of A / C),
-//       rows >= row_end belong to the next expert (or are past the tensor).
+//       rows >= row_end belong to the next expert (or are past the tensor);
+//       row_weight: each row's routing weight, or null.
 // How the values leave is the kernel configuration's choice (OUT_COLS in
 // grouped_gemm_config.cuh), one of two writers below:
 //   store_staged: through a small warp-private staging area in shared
@@ -38,11 +39,16 @@ inline constexpr int kStageWarpElems = 16 * kStageStride;
 
 // out(ob, v): the packed bf16x2 values of output block ob (8 columns) for rows
 // g (v[0]) and g + 8 (v[1]) of this lane. OB output blocks, a multiple of 8.
-template <int OB, class Out>
-__device__ __forceinline__ void store_staged(uint16_t* stage, uint16_t* c, int n_out, int row, int row_end, int col0,
-                                             int lane, Out&& out) {
+// row_ptr(r): where row r (0 .. 15) of the warp's rows goes, as the address
+// of its column 0 (its first output column is col0), or null for a row not
+// to store; called once per row a lane sends, before any store.
+template <int OB, class RowPtr, class Out>
+__device__ __forceinline__ void store_staged_rows(uint16_t* stage, int col0, int lane, RowPtr&& row_ptr, Out&& out) {
   static_assert(OB % 8 == 0, "64-column chunks");
   const int g = lane >> 2, t = lane & 3;
+  uint16_t* dst[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) dst[i] = row_ptr(i * 4 + (lane >> 3));
 #pragma unroll
   for (int ch = 0; ch < OB / 8; ++ch) {
 #pragma unroll
@@ -56,12 +62,21 @@ __device__ __forceinline__ void store_staged(uint16_t* stage, uint16_t* c, int n
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = i * 4 + (lane >> 3), piece = lane & 7;
-      if (row + r < row_end)
-        *reinterpret_cast<uint4*>(c + int64_t(row + r) * n_out + col0 + ch * 64 + piece * 8) =
+      if (dst[i] != nullptr)
+        *reinterpret_cast<uint4*>(dst[i] + col0 + ch * 64 + piece * 8) =
             *reinterpret_cast<const uint4*>(stage + r * kStageStride + piece * 8);
     }
     __syncwarp();  // the next chunk overwrites the rows just read
   }
+}
+
+// Rows row .. row + 15 of c (n_out columns), those < row_end.
+template <int OB, class Out>
+__device__ __forceinline__ void store_staged(uint16_t* stage, uint16_t* c, int n_out, int row, int row_end, int col0,
+                                             int lane, Out&& out) {
+  store_staged_rows<OB>(
+      stage, col0, lane,
+      [&](int r) { return row + r < row_end ? c + int64_t(row + r) * n_out : static_cast<uint16_t*>(nullptr); }, out);
 }
 
 // The warp's 16 rows of output blocks 0 .. OB-1 into the staged tile: rows
@@ -101,7 +116,7 @@ __device__ __forceinline__ void store_tile_bulk(const uint8_t* tile, uint16_t* c
 struct PlainStoreEpilogue {
   static constexpr int kOutDiv = 1;
   template <int NB>
-  __device__ __forceinline__ static auto outputs(const GroupedGemmParams&, const float (&acc)[NB][4], int, int, int) {
+  __device__ __forceinline__ static auto outputs(const float*, const float (&acc)[NB][4], int, int, int) {
     return [&acc](int ob, uint32_t* v) {
       v[0] = ptx::pack_bf16x2(acc[ob][0], acc[ob][1]);
       v[1] = ptx::pack_bf16x2(acc[ob][2], acc[ob][3]);
@@ -121,14 +136,14 @@ struct SwigluStoreEpilogue {
     return gate / (1.f + __expf(-gate)) * up;
   }
   template <int NB>
-  __device__ __forceinline__ static auto outputs(const GroupedGemmParams& p, const float (&acc)[NB][4], int row,
+  __device__ __forceinline__ static auto outputs(const float* row_weight, const float (&acc)[NB][4], int row,
                                                  int row_end, int lane) {
     static_assert(NB % 2 == 0, "gate and up n-blocks come in pairs");
     const int g = lane >> 2;
     float w0 = 1.f, w1 = 1.f;
-    if (p.row_weight != nullptr) {  // rows past the expert's end read a valid row of A's range, or none
-      if (row + g < row_end) w0 = __ldg(p.row_weight + row + g);
-      if (row + g + 8 < row_end) w1 = __ldg(p.row_weight + row + g + 8);
+    if (row_weight != nullptr) {  // rows past the expert's end read a valid row of A's range, or none
+      if (row + g < row_end) w0 = __ldg(row_weight + row + g);
+      if (row + g + 8 < row_end) w1 = __ldg(row_weight + row + g + 8);
     }
     return [&acc, w0, w1](int j, uint32_t* v) {
       v[0] = ptx::pack_bf16x2(silu_mul(acc[2 * j][0], acc[2 * j + 1][0]) * w0,

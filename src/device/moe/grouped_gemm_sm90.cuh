@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
     const int tile_row = c.row_begin + c.m_block * BM;
     const int row = tile_row + wg_m * 64 + warp * 16;
-    const auto out = Epilogue::template outputs<WN / 8>(p, acc, row, c.row_end, lane);
+    const auto out = Epilogue::template outputs<WN / 8>(p.row_weight, acc, row, c.row_end, lane);
     constexpr int OB = WN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp
     uint16_t* const c_out = static_cast<uint16_t*>(p.c);
     const int n_out = p.N / Epilogue::kOutDiv;

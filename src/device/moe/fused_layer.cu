@@ -1,0 +1,57 @@
+// The fused MoE expert layer: one instantiation per tile shape (both GEMMs
+// share it), its TMA maps and persistent grid.
+#include "device/moe/fused_layer_launch.hpp"
+#include "device/moe/fused_layer_sm90.cuh"
+#include "device/moe/launch_grouped_gemm.cuh"  // encode_rows_k
+
+namespace xstage::moe {
+
+namespace {
+
+template <class Cfg>
+int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
+  FusedTmaMaps tm;
+  int rc = encode_rows_k(&tm.a1, p.x_pool, p.hidden, p.rows_cap, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k(&tm.b1, p.w13, p.hidden, int64_t(p.E_run) * 2 * p.inter, Cfg::BLOCK_N);
+  if (rc == 0) rc = encode_rows_k(&tm.a2, p.h, p.inter, p.rows_cap, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k(&tm.b2, p.w2, p.inter, int64_t(p.E_run) * p.hidden, Cfg::BLOCK_N);
+  if (rc != 0) return rc;
+  auto* fn = sm90_fused_moe_layer<Cfg>;
+  constexpr size_t smem = FusedSmem<Cfg>::BYTES;
+  static bool attribute_set = false;
+  if (!attribute_set) {
+    const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return int(e);
+    attribute_set = true;
+  }
+  int device = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return int(e);
+  // At least one CTA, so that the done flags are published with no tile at all.
+  const int64_t tiles = fused_layer_max_tiles(p.rows_cap, p.E_run, Cfg::BLOCK_M, 2 * p.inter) +
+                        fused_layer_max_tiles(p.rows_cap, p.E_run, Cfg::BLOCK_M, p.hidden);
+  const int64_t grid = tiles < sms ? (tiles < 1 ? 1 : tiles) : sms;
+  fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), smem, stream>>>(p, tm);
+  return int(cudaGetLastError());
+}
+
+}  // namespace
+
+int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream) {
+  switch (fused_tile) {
+    case kFusedM128N256: return launch_cfg<CfgM128N256<0>>(p, stream);
+    case kFusedM64N256: return launch_cfg<CfgM64N256<0>>(p, stream);
+    default: return int(cudaErrorInvalidValue);
+  }
+}
+
+int fused_layer_block_m(int fused_tile) {
+  switch (fused_tile) {
+    case kFusedM128N256: return 128;
+    case kFusedM64N256: return 64;
+    default: return 0;
+  }
+}
+
+}  // namespace xstage::moe

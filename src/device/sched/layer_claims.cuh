@@ -1,0 +1,131 @@
+#pragma once
+// The fused MoE layer's tile order (fused_layer_sm90.cuh): L1 tiles (rows of
+// expert e x W13[e], SwiGLU into h) and L2 tiles (h x W2[e], stored to the
+// owners' combine buffers) of every expert of the launch, claimed one at a
+// time by each CTA's producer thread from two global counters: next L1 tile,
+// next L2 tile. Within a GEMM the order is the grouped GEMM's (expert, then
+// n-block, m-block fastest: concurrent CTAs share one expert's weight tiles
+// in L2). The policy decides which counter a CTA claims from next.
+//
+// Deadlock freedom without co-residency: an L2 tile is claimed only after
+// every L1 tile of its expert has been claimed, and a CTA runs its tiles in
+// claim order. The earliest-claimed unfinished tile therefore has its inputs
+// finished or running on CTAs that are resident (they claimed), and no
+// earlier tile of its CTA holds it up: the launch always progresses, however
+// many of its CTAs the GPU can hold (emulated ranks' launches share one GPU).
+// Claims are compare-and-swap on the counter value the decision was made
+// for, so a decision never applies to a tile it was not made for.
+//
+// Policies (docs/design/moe-layer.md):
+//   expert-wave: wave w = the experts whose first L1 tile lies in [w W, (w+1) W);
+//     L2 tiles of wave w once all its L1 tiles are claimed, L1 tiles of wave
+//     w+1 once all L2 tiles of wave w are claimed. L2's stores leave in bursts.
+//   share: after `lag` L1 tiles past an expert's last, its L2 tiles may go;
+//     L2 is claimed while its claimed work (tiles x K) is at most l2_share
+//     of all claimed work, so L2 tiles, and their stores, spread over L1's.
+#include <cstdint>
+
+#include "device/moe/fused_layer_params.hpp"
+#include "device/ptx/atomic_gpu.cuh"
+
+namespace xstage::sched {
+
+struct LayerTask {
+  int gemm;  // 0: no work left, 1: L1, 2: L2
+  int index;  // claim index within its GEMM
+  int expert, m_block, n_block;
+  int row_begin, row_end;
+  int m_blocks;  // of the expert (its L1 tiles: m_blocks x n-blocks of L1)
+};
+
+// One GEMM's tiles over the experts: moves forward only, as a CTA's claims
+// from one counter only increase.
+struct ExpertCursor {
+  int expert = -1, base = 0, mb_before = 0, row_begin = 0, row_end = 0, m_blocks = 0;
+};
+
+struct LayerClaims {
+  const int32_t* offs;
+  int32_t* counters;
+  int E, rows_cap, block_m, n1, n2, k1, k2, schedule, wave_tiles, lag;
+  float share;
+  int total_mb = 0, total1 = 0, total2 = 0;
+  ExpertCursor c1, c2;
+
+  __device__ LayerClaims(const moe::FusedLayerParams& p, int bm, int bn)
+      : offs(p.offs),
+        counters(p.counters),
+        E(p.E_run),
+        rows_cap(p.rows_cap),
+        block_m(bm),
+        n1(2 * p.inter / bn),
+        n2(p.hidden / bn),
+        k1(p.hidden),
+        k2(p.inter),
+        schedule(p.schedule),
+        wave_tiles(p.wave_tiles > 0 ? p.wave_tiles : 2 * int(gridDim.x)),
+        lag(p.lag_tiles),
+        share(p.l2_share) {
+    ExpertCursor c;
+    while (c.expert < E) enter(c);  // every expert's m-blocks, once
+    total_mb = c.mb_before;
+    total1 = total_mb * n1, total2 = total_mb * n2;
+    if (share <= 0.f) {  // L2's share of all work: an even spread
+      const float w1 = float(total1) * float(k1), w2 = float(total2) * float(k2);
+      share = w1 + w2 > 0.f ? w2 / (w1 + w2) : 0.f;
+    }
+    enter(c1), enter(c2);
+  }
+
+  // The next tile for this CTA (gemm 0 once both counters are exhausted).
+  __device__ LayerTask claim() {
+    for (;;) {
+      const int t1 = ptx::ld_relaxed_gpu_s32(counters + 0), t2 = ptx::ld_relaxed_gpu_s32(counters + 1);
+      if (t1 >= total1 && t2 >= total2) return LayerTask{0, 0, 0, 0, 0, 0, 0, 0};
+      if (t1 < total1) seek(c1, t1, n1);
+      if (t2 < total2) seek(c2, t2, n2);
+      bool take2;
+      if (schedule == moe::kScheduleExpertWave) {
+        // wave(L2 next) < wave(L1 next): every L1 tile of that wave is claimed.
+        take2 = t2 < total2 && (t1 >= total1 || wave(c2) < wave(c1));
+      } else {
+        const int l1_end = n1 * (c2.mb_before + c2.m_blocks);
+        const bool allowed = t2 < total2 && (t1 >= total1 || t1 >= l1_end + lag);
+        const bool want = float(t2) * float(k2) <= share * (float(t1) * float(k1) + float(t2) * float(k2));
+        take2 = allowed && (want || t1 >= total1);
+      }
+      if (!take2 && t1 >= total1) continue;  // L2's next tile not yet allowed: another CTA moves the counters
+      int32_t* ctr = counters + (take2 ? 1 : 0);
+      const int t = take2 ? t2 : t1;
+      if (atomicCAS(ctr, t, t + 1) != t) continue;
+      const ExpertCursor& c = take2 ? c2 : c1;
+      const int local = t - c.base;
+      return LayerTask{take2 ? 2 : 1,         t, c.expert, local % c.m_blocks, local / c.m_blocks, c.row_begin,
+                       c.row_end,               c.m_blocks};
+    }
+  }
+
+ private:
+  __device__ int wave(const ExpertCursor& c) const { return (n1 * c.mb_before) / wave_tiles; }
+  // Offsets clamped into [previous end, rows_cap]: bad offsets make empty experts.
+  __device__ void enter(ExpertCursor& c) const {
+    c.mb_before += c.m_blocks;
+    ++c.expert;
+    c.row_begin = c.expert == 0 ? 0 : c.row_end;
+    c.m_blocks = 0;
+    if (c.expert >= E) return;
+    int end = __ldg(offs + c.expert);
+    end = end < c.row_begin ? c.row_begin : end > rows_cap ? rows_cap : end;
+    c.row_end = end;
+    c.m_blocks = (end - c.row_begin + block_m - 1) / block_m;
+  }
+  __device__ void seek(ExpertCursor& c, int t, int n) const {
+    c.base = n * c.mb_before;
+    while (c.expert < E && t >= c.base + c.m_blocks * n) {
+      enter(c);
+      c.base = n * c.mb_before;
+    }
+  }
+};
+
+}  // namespace xstage::sched
