@@ -47,7 +47,7 @@ std::vector<uint16_t> get(const void* d, size_t n) {
   return h;
 }
 
-void run_case(const Case& c, int fused_tile, int schedule, float share, int lag) {
+void run_case(const Case& c, int fused_tile, int schedule, float share, int lag, int l2_store = moe::kL2StoreStaged) {
   const int E = int(c.counts.size());
   const int rows = std::accumulate(c.counts.begin(), c.counts.end(), 0);
   const int rows_cap = rows + c.extra_rows;
@@ -114,14 +114,14 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag)
   p.x_pool = x, p.h = h, p.w13 = w13, p.w2 = w2, p.offs = d_offs, p.row_weight = weight;
   p.row_dest_rank = d_rank, p.row_dest_slot = d_slot;
   p.rows_cap = rows_cap, p.hidden = H, p.inter = I, p.E_run = E;
-  p.schedule = schedule, p.l2_share = share, p.lag_tiles = lag;
+  p.schedule = schedule, p.l2_share = share, p.lag_tiles = lag, p.l2_store = l2_store;
   p.counters = counters, p.timeout_record = record, p.timeout_ns = 5'000'000'000ull;
   p.flags = d_flags, p.done_flag = 2, p.rank0 = 0, p.local_ranks = 2, p.world = 2;
 
   for (int remote = 0; remote < 2; ++remote)
     for (int run = 0; run < 2; ++run) {
       SCOPED_TRACE(testing::Message() << "remote " << remote << " run " << run << " schedule " << schedule
-                                      << " tile " << fused_tile);
+                                      << " tile " << fused_tile << " l2 store " << l2_store);
       CK(cudaMemset(h, 0xff, size_t(rows_cap) * I * 2));
       CK(cudaMemset(out, 0xff, size_t(rows_cap) * H * 2));
       CK(cudaMemset(comb[0], 0xff, size_t(slots) * H * 2));
@@ -187,6 +187,16 @@ TEST(FusedLayer, ShareSchedulesMatchTheGroupedGemms) {
         run_case(kSmall, tile, moe::kScheduleShare, share, lag);
         run_case(kWide, tile, moe::kScheduleShare, share, lag);
       }
+}
+
+// L2's rows as TMA bulk copies from the staged tile (L1's warp rows in the same area).
+TEST(FusedLayer, BulkL2StoresMatchTheGroupedGemms) {
+  XSTAGE_NEED_GPUS(1);
+  for (int tile : {moe::kFusedM128N256, moe::kFusedM64N256}) {
+    run_case(kSmall, tile, moe::kScheduleExpertWave, 0.f, 0, moe::kL2StoreBulk);
+    run_case(kWide, tile, moe::kScheduleShare, 0.f, 3, moe::kL2StoreBulk);
+    run_case(kWide, tile, moe::kScheduleShare, 0.5f, 0, moe::kL2StoreBulk);
+  }
 }
 
 // Nothing to compute: the launch still runs (one CTA) and publishes its flags.

@@ -8,7 +8,7 @@ namespace xstage::moe {
 
 namespace {
 
-template <class Cfg>
+template <class Cfg, bool kBulk>
 int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   FusedTmaMaps tm;
   int rc = encode_rows_k(&tm.a1, p.x_pool, p.hidden, p.rows_cap, Cfg::BLOCK_M);
@@ -16,7 +16,7 @@ int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   if (rc == 0) rc = encode_rows_k(&tm.a2, p.h, p.inter, p.rows_cap, Cfg::BLOCK_M);
   if (rc == 0) rc = encode_rows_k(&tm.b2, p.w2, p.inter, int64_t(p.E_run) * p.hidden, Cfg::BLOCK_N);
   if (rc != 0) return rc;
-  auto* fn = sm90_fused_moe_layer<Cfg>;
+  auto* fn = sm90_fused_moe_layer<Cfg, kBulk>;
   constexpr size_t smem = FusedSmem<Cfg>::BYTES;
   static bool attribute_set = false;
   if (!attribute_set) {
@@ -39,9 +39,14 @@ int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
 }  // namespace
 
 int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream) {
+  if (p.l2_store != kL2StoreStaged && p.l2_store != kL2StoreBulk) return int(cudaErrorInvalidValue);
   switch (fused_tile) {
-    case kFusedM128N256: return launch_cfg<CfgM128N256<0>>(p, stream);
-    case kFusedM64N256: return launch_cfg<CfgM64N256<0>>(p, stream);
+    case kFusedM128N256:
+      return p.l2_store == kL2StoreBulk ? launch_cfg<CfgM128N256<256>, true>(p, stream)
+                                        : launch_cfg<CfgM128N256<0>, false>(p, stream);
+    case kFusedM64N256:
+      return p.l2_store == kL2StoreBulk ? launch_cfg<CfgM64N256<256>, true>(p, stream)
+                                        : launch_cfg<CfgM64N256<0>, false>(p, stream);
     default: return int(cudaErrorInvalidValue);
   }
 }

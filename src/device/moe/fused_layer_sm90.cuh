@@ -13,9 +13,14 @@
 //     (acquire, with a timeout) until every L1 tile of its expert is counted
 //     before it loads h: the rows an L2 tile reads may come from any CTA;
 //   - an L2 tile's epilogue stores each row to its token's owner: the combine
-//     buffer of rank row_dest_rank[r], slot row_dest_slot[r] (16-byte stores
-//     from warp-staged rows; on a host-mapped or peer buffer these are the
-//     remote stores whose X-Stage the schedule decides on), or locally;
+//     buffer of rank row_dest_rank[r], slot row_dest_slot[r] (on a
+//     host-mapped or peer buffer these are the remote stores whose X-Stage
+//     the schedule decides on), or locally: by 16-byte stores from
+//     warp-staged rows (the consumers issue every store before their next
+//     mainloop), or (kBulk) the whole tile staged in shared memory and each
+//     row sent as one TMA bulk copy, so that the consumers return to the
+//     mainloop while the copy engine issues the tile (the grouped GEMM's
+//     bulk output store; it costs a ring stage of shared memory);
 //   - at the end the grid's last CTA sets every destination's done flag for
 //     the launch's ranks (release, system scope) and zeroes the workspace.
 #include <cstdint>
@@ -84,7 +89,9 @@ __device__ __forceinline__ void trace_tile(const FusedLayerParams& p, const sche
   r[0] = start, r[1] = epi, r[2] = end, r[3] = ptx::smid();
 }
 
-template <class Cfg>
+// kBulk: Cfg stages a whole L2 tile (OUT_COLS = BLOCK_N); L1's warp-staged
+// rows then live in that area too.
+template <class Cfg, bool kBulk>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_fused_moe_layer(const FusedLayerParams p, const __grid_constant__ FusedTmaMaps tm) {
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, STAGES = Cfg::STAGES, WN = Cfg::WG_TILE_N;
@@ -162,6 +169,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
   const int warp = (tid / 32) % 4, lane = tid & 31;
   uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + (ct / 32) * kStageWarpElems;
+  uint8_t* out_tile = smem + Cfg::OFF_STAGING;
+  static_assert(!kBulk || Cfg::OUT_COLS == Cfg::BLOCK_N, "the bulk store stages a whole L2 tile");
+  static_assert(!kBulk || size_t(Cfg::CONSUMER_WARPS) * kStageWarpElems * 2 <= Cfg::STAGING_BYTES,
+                "L1's warp rows fit the staged tile's area");
   const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
   const uint64_t b_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::A_BYTES + wg_n * WN * 128, 16, 1024);
 
@@ -196,8 +207,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (lane == 0) ptx::mbar_arrive(empty + prev_s);
     const uint64_t t_epi = ct == 0 && p.trace != nullptr ? ptx::globaltimer_ns() : 0;
 
-    const int row = task.row_begin + task.m_block * BM + wg_m * 64 + warp * 16;
+    const int tile_row = task.row_begin + task.m_block * BM;
+    const int row = tile_row + wg_m * 64 + warp * 16;
     const int col = task.n_block * BN + wg_n * WN;
+    if constexpr (kBulk) {
+      // The previous tile's row copies must have read the staged tile before
+      // it is overwritten: each sender waits for its own, the barrier for all.
+      if (ct < BM) ptx::bulk_wait_group_read_all();
+      ptx::named_bar_sync(1, 256);
+    }
     if (!l2) {
       constexpr int OB = WN / 8 / SwigluStoreEpilogue::kOutDiv;
       const auto out = SwigluStoreEpilogue::template outputs<WN / 8>(p.row_weight, acc, row, task.row_end, lane);
@@ -210,7 +228,20 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     } else {
       constexpr int OB = WN / 8;
       const auto out = PlainStoreEpilogue::template outputs<WN / 8>(nullptr, acc, row, task.row_end, lane);
-      if (p.combine != nullptr) {
+      if constexpr (kBulk) {
+        stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN, lane, out);
+        ptx::fence_proxy_async_shared();  // generic writes to shared memory, read next by the TMA unit
+        ptx::named_bar_sync(1, 256);
+        const int r = tile_row + ct;
+        if (ct < BM && r < task.row_end) {
+          uint16_t* dst = p.combine != nullptr
+                              ? static_cast<uint16_t*>(p.combine[__ldg(p.row_dest_rank + r)]) +
+                                    int64_t(__ldg(p.row_dest_slot + r)) * p.hidden
+                              : static_cast<uint16_t*>(p.out_pool) + int64_t(r) * p.hidden;
+          ptx::bulk_store_s2g(dst + task.n_block * BN, out_tile + ct * Cfg::OUT_ROW_BYTES, BN * 2);
+          ptx::bulk_commit_group();
+        }
+      } else if (p.combine != nullptr) {
         const int row_end = task.row_end;
         store_staged_rows<OB>(
             stage, col, lane,
@@ -230,7 +261,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   // ---------------- the launch's end
   // Each thread's stores (remote ones at system scope) before its CTA counts
-  // itself finished; the last CTA then knows every tile is stored.
+  // itself finished; the last CTA then knows every tile is stored. Bulk
+  // copies first complete, then are ordered before the generic fence.
+  if constexpr (kBulk) {
+    if (ct < BM) ptx::bulk_wait_group_all();
+    ptx::fence_proxy_async_global();
+  }
   if (p.combine != nullptr)
     ptx::fence_sc_sys();
   else
