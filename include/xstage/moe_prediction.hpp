@@ -120,13 +120,16 @@ struct MoeRegime {
   // store, and what is left in the stage when they are done (burst less what
   // drained meanwhile, B (1 - 1/rho)).
   double burst_bytes = 0, excess_bytes = 0;
-  // What the stage offers a wave: Q when the previous wave's excess drains
-  // during the L1 tiles between (excess <= R x their time), else Q_fill.
+  // What the stage offers a wave (mean over the waves): where the previous
+  // wave's excess drains during the L1 tiles between (excess <= R x their
+  // time) an empty stage's capacity (Q; after a cold start what the bytes
+  // stored so far gave back), else Q_fill.
   double capacity_bytes = 0;
   double mean_rate = 0;    // all stored bytes / compute-only time, over R
-  // "free": rho <= 1; "absorbed": rho > 1, excess <= capacity; "contended":
-  // rho > 1, excess > capacity, mean rate <= 1; "drain-bound": the same with
-  // mean rate > 1 (no schedule keeps up with the drain).
+  // "free": rho <= 1; "absorbed": rho > 1, most waves' excess within their
+  // capacity; "contended": rho > 1, most waves overflow, mean rate <= 1;
+  // "drain-bound": the same with mean rate > 1 (no schedule keeps up with
+  // the drain).
   std::string name;
   bool contended() const { return name == "contended" || name == "drain-bound"; }
 };

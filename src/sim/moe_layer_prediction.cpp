@@ -227,23 +227,30 @@ MoeRegime moe_classify_regime(const MoeLaunch& l, const Profile& p, int wave_til
     all_bytes += b;
     first += long(mb) * nb1;
   }
-  double excess = 0, drained_between = 0;
+  // What the stage offers wave w: a stage that drained the previous wave's
+  // excess during the L1 tiles between is empty, and offers Q (after a cold
+  // start only what the bytes stored so far have given back); one that did
+  // not fills only to Q_fill. The burst overflows where the excess is larger.
+  double excess = 0, capacity = 0, stored = 0, overflowing = 0;
   for (const Wave& w : waves) {
     g.burst_bytes += w.bytes;
     const double left = std::max(0.0, w.bytes - R * w.l2_ns);
+    const double cap = left <= R * w.l1_ns ? p.empty_capacity(stored) : p.fill_capacity();
     excess += left;
-    drained_between += left <= R * w.l1_ns;
+    capacity += cap;
+    overflowing += left > cap;
+    stored += w.bytes;
   }
   const double n = double(waves.size());
   g.burst_bytes /= n;
   g.excess_bytes = excess / n;
-  // Most waves find the stage empty: the warm capacity; else what a busy stage fills to.
-  g.capacity_bytes = drained_between >= n / 2 ? p.Q_bytes : p.fill_capacity();
+  g.capacity_bytes = capacity / n;
+  const bool overflow = overflowing > n / 2;
   const double compute = moe_compute_only_ns(l);
   g.mean_rate = compute > 0 ? all_bytes / compute / R : 0;
   if (g.rho <= 1)
     g.name = "free";
-  else if (g.excess_bytes <= g.capacity_bytes)
+  else if (!overflow)
     g.name = "absorbed";
   else
     g.name = g.mean_rate > 1 ? "drain-bound" : "contended";

@@ -14,6 +14,9 @@ namespace xstage {
 
 namespace {
 
+// The profile of stores into the GPU's own memory (what the compute-only tile times contain).
+constexpr const char* kLocalProfile = "h200-local";
+
 struct TileRef {
   int expert = 0, rows = 0, cols = 0;
 };
@@ -161,6 +164,7 @@ MoeClaimSchedule moe_claim_schedule(const MoeLaunch& l, const MoeSchedulePlan& p
   out.sm_l2_tiles.assign(size_t(l.sms), {});
   out.tiles.reserve(l1.size() + l2.size());
   Claims claims(l, plan, l1, l2);
+  const Profile* local = find_embedded_profile(kLocalProfile);
   using Free = std::pair<double, int>;  // (time the SM is free, SM)
   std::priority_queue<Free, std::vector<Free>, std::greater<>> free;
   for (int s = 0; s < l.sms; ++s) free.push({0.0, s});
@@ -201,9 +205,14 @@ MoeClaimSchedule moe_claim_schedule(const MoeLaunch& l, const MoeSchedulePlan& p
       const double store = c.store_bytes <= 0 ? 0.0
                            : store_ns.empty() ? t0_iss_ns(profile, 1, c.store_bytes)
                                               : store_ns[i2];
-      c.end_ns = c.start_ns + t2[size_t(r.expert)] + store;
+      // The tile times (measured compute-only, or the GEMM table) contain the
+      // tile's store into the GPU's own memory; the rows that go through the
+      // stage instead leave that store's T0 out (the stage adds their own).
+      const double local_t0 = c.store_bytes > 0 && local ? t0_iss_ns(*local, 1, c.store_bytes) : 0.0;
+      const double compute = std::max(0.0, t2[size_t(r.expert)] - local_t0);
+      c.end_ns = c.start_ns + compute + store;
       if (c.start_ns > t) steps.push_back(Step::compute(c.start_ns - t));
-      steps.push_back(Step::compute(t2[size_t(r.expert)]));
+      steps.push_back(Step::compute(compute));
       if (c.store_bytes > 0) {
         steps.push_back(Step::store(c.store_bytes));
         out.sm_l2_tiles[size_t(sm)].push_back(int(out.tiles.size()));
