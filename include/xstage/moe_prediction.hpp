@@ -1,0 +1,194 @@
+#pragma once
+// What the Burst-Gap profile predicts for the fused expert-parallel MoE layer
+// (docs/model.md, section 9; docs/design/moe-model.md), with no refitting.
+// CPU only.
+//
+// The fused kernel is simulated as the GPU runs it: G SMs claim L1 and L2
+// tiles from two counters by the kernel's claim rules (the schedule), an L2
+// tile waits for its expert's L1 tiles, computes, then its epilogue stores the
+// rows that leave the GPU's memory into the X-Stage (src/sim/simulator.cpp);
+// an SM whose store stalls is stalled. Dispatch and combine are their bytes
+// over the path's rate plus fixed costs.
+//
+// Paths. emulated (one GPU runs all P ranks, every symmetric buffer in the
+// placement's memory): the launch holds every rank's experts and every L2 row
+// goes through the stage (host placement: PCIe; device: the GPU's own
+// memory). One rank a GPU (peer, nccl): a launch holds its rank's experts and
+// (P-1)/P of its L2 rows cross the link; the rest are local stores.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xstage/moe.hpp"
+#include "xstage/moe_layer.hpp"
+#include "xstage/profile.hpp"
+#include "xstage/simulator.hpp"
+
+namespace xstage {
+
+// ---- the shapes (the same numbers as moe_layer.hpp's table; kept here so
+// that src/sim needs nothing from the runtime)
+const std::vector<MoeShape>& moe_prediction_shapes();
+// A known name or "hidden/inter/experts/topk"; throws xstage::Error listing the names.
+MoeShape moe_prediction_shape(const std::string& text);
+
+// "expert-wave", "interleaved", "model-guided" (moe_layer.hpp's to_string
+// lives in the runtime; src/sim keeps its own).
+std::string moe_schedule_name(MoeSchedule s);
+
+// ---- per-tile compute time without a measurement
+// The GEMM throughput table written down from results/h200/moe/moe-gemm.json
+// (docs/design/moe-model.md): a tile of K columns takes
+//   K * max(ns_per_k(BLOCK_M),  kWeightNsPerK / m_blocks)
+// where the first term is the tensor cores' (m128n256: 13.0 ns per column of
+// K, the median of the runs with >= 256 rows an expert) and the second the
+// weights' HBM traffic: a 256 x K slice of bf16 weights per tile, shared by
+// the expert's m-blocks through L2 (16.9 ns per column when one m-block reads
+// it alone: 512 B over a 132nd of ~4.0 TB/s; the runs with 64 and 128 rows an
+// expert measure 16.2-18.1).
+double moe_table_tile_ns(int K, int block_m, int m_blocks);
+
+// ---- one fused launch
+struct MoeLaunch {
+  int hidden = 0, inter = 0;
+  std::vector<int> expert_rows;  // rows per expert of the launch, in launch order
+  int block_m = 128, block_n = 256;
+  int sms = 132;                 // G: CTAs of the persistent grid, one an SM
+  double remote_fraction = 1;    // share of L2's rows stored through the stage
+  // Multiplies the table's tile times (1: the table; from a measured
+  // compute-only time otherwise, see moe_scale_to_compute_only).
+  double compute_scale = 1;
+};
+
+double moe_l1_tile_ns(const MoeLaunch& l, int expert);
+double moe_l2_tile_ns(const MoeLaunch& l, int expert);
+
+// One claimed tile of the claim-rule schedule.
+struct MoeClaimedTile {
+  int gemm = 1;        // 1 = L1, 2 = L2
+  int index = 0;       // in its GEMM's tile order (expert, n-block, m-block)
+  int expert = 0;
+  int rows = 0;        // rows of its m-block
+  int sm = 0;
+  double claim_ns = 0;   // the SM claims it
+  double start_ns = 0;   // compute starts (L2: after its expert's L1 tiles are done)
+  double end_ns = 0;     // the SM is free again (L2: its store accepted)
+  double store_bytes = 0;  // L2: bytes through the stage
+};
+
+struct MoeClaimSchedule {
+  std::vector<MoeClaimedTile> tiles;  // in claim order
+  std::vector<Program> programs;      // per SM, for simulate()
+  std::vector<std::vector<int>> sm_l2_tiles;  // per SM, its L2 tiles (indices into tiles) in order
+  double makespan_ns = 0;
+  double l1_tiles = 0, l2_tiles = 0;
+};
+
+// The kernel's claim rules (docs/design/moe-layer.md, "Claim rules"), run
+// as a list schedule: the SM that is free first claims next. `store_ns[i]`
+// is the time the i-th L2 tile (in L2 order) holds its SM for its store
+// (empty: the backpressure-free issue time T0 of one producer on `profile`).
+// Throws xstage::Error for a launch with a non-positive size or grid.
+MoeClaimSchedule moe_claim_schedule(const MoeLaunch& launch, const MoeSchedulePlan& plan, const Profile& profile,
+                                    const std::vector<double>& store_ns = {});
+
+// L2's share of all work (work of a tile = its K), the interleaved default.
+double moe_natural_l2_share(const MoeLaunch& launch);
+
+struct MoeExpertsPrediction {
+  double experts_ns = 0;   // the launch until its last store is visible
+  double compute_ns = 0;   // the same claim schedule with no stores (the floor)
+  double stalled_ns = 0;   // summed over L2 tiles: time their SMs lost to a full stage
+  double max_occupancy = 0;
+  double store_bytes = 0;
+  int iterations = 0;      // claim schedule <-> stage rounds until they agreed
+};
+// The claim schedule and the stage run in turns: the stage's store times go
+// back into the claim schedule until the makespan moves by < 0.2% (at most 8).
+MoeExpertsPrediction moe_predict_experts(const MoeLaunch& launch, const MoeSchedulePlan& plan, const Profile& profile);
+
+// The makespan of the launch with no stores, for the given compute scale.
+double moe_compute_only_ns(const MoeLaunch& launch);
+// compute_scale so that the compute-only makespan equals `measured_ns`.
+double moe_scale_to_compute_only(const MoeLaunch& launch, double measured_ns);
+
+// ---- regime
+struct MoeRegime {
+  double rho = 0;          // store rate of G SMs running L2 tiles / R
+  // Expert-wave's waves (means over the waves): bytes a wave's L2 tiles
+  // store, and what is left in the stage when they are done (burst less what
+  // drained meanwhile, B (1 - 1/rho)).
+  double burst_bytes = 0, excess_bytes = 0;
+  // What the stage offers a wave (mean over the waves): where the previous
+  // wave's excess drains during the L1 tiles between (excess <= R x their
+  // time) an empty stage's capacity (Q; after a cold start what the bytes
+  // stored so far gave back), else Q_fill.
+  double capacity_bytes = 0;
+  double mean_rate = 0;    // all stored bytes / compute-only time, over R
+  // "free": rho <= 1; "absorbed": rho > 1, most waves' excess within their
+  // capacity; "contended": rho > 1, most waves overflow, mean rate <= 1;
+  // "drain-bound": the same with mean rate > 1 (no schedule keeps up with
+  // the drain).
+  std::string name;
+  bool contended() const { return name == "contended" || name == "drain-bound"; }
+};
+MoeRegime moe_classify_regime(const MoeLaunch& launch, const Profile& profile, int wave_tiles = 0);
+
+// ---- the model-guided plan (docs/model.md, section 9)
+// l2_share = min(natural share, R t2 / (G b2)) (the share at which G SMs'
+// L2 stores arrive at R), lag_tiles = grid. The path follows the profile's
+// transport: "host" and "local" are emulated paths (every L2 row through the
+// stage, the launch holds all P ranks), others one rank a GPU ((P-1)/P).
+// Rows per expert are the uniform routing's expectation, tokens * k / E per
+// source. Throws xstage::Error for a bad shape, tokens, P or SM count.
+MoeSchedulePlan moe_plan_schedule(const MoeShape& shape, int tokens, int P, int sms, MoeTile tile,
+                                  const Profile& profile);
+MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& launch, const Profile& profile);
+
+// ---- a whole configuration
+struct MoeConfig {
+  MoeShape shape;
+  int tokens = 0, P = 0;
+  std::string backend = "emulated";   // emulated, peer, nccl
+  std::string placement = "host";     // host, device
+  std::string routing = "uniform";    // uniform, zipf
+  MoeTile tile = MoeTile::automatic;  // automatic: m64n256 when <= 64 rows an expert are expected
+  std::vector<int> rows_per_rank;     // rows each rank received; empty: the uniform expectation
+  int sms = 132;
+  // The plans the kernel ran (a sweep records them); a scheduler without one
+  // gets the default: expert-wave 2 x grid, interleaved the natural share with
+  // lag = grid, model-guided moe_plan_for_launch.
+  std::map<MoeSchedule, MoeSchedulePlan> plans;
+  bool emulated() const { return backend == "emulated"; }
+};
+
+struct MoeLayerPrediction {
+  MoeSchedulePlan plan;
+  double dispatch_ns = 0, experts_ns = 0, combine_ns = 0;
+  double stalled_ns = 0;
+  double total_ns() const { return dispatch_ns + experts_ns + combine_ns; }
+};
+
+struct MoeConfigPrediction {
+  std::map<MoeSchedule, MoeLayerPrediction> schedulers;
+  MoeRegime regime;
+  double compute_ns = 0;         // the experts' compute-only makespan used
+  double compute_scale = 1;      // over the table's tile times
+  double bytes_dispatch = 0, bytes_combine = 0, bytes_stored = 0;  // through the path (the launch's GPU)
+  int block_m = 0;
+};
+
+// The launches of a configuration: one (emulated), or one per rank.
+std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c);
+// The default profile of a configuration's path: h200-host-pcie (emulated,
+// host), h200-local (emulated, device), h200-peer (peer, nccl).
+std::string moe_default_profile(const MoeConfig& c);
+
+// `compute_only_experts_ns`: the measured compute-only time of the fused
+// kernel (the experts phase); the tile times are scaled to it. Without it the
+// table. Throws xstage::Error for a configuration that makes no sense.
+MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profile,
+                                       std::optional<double> compute_only_experts_ns = std::nullopt);
+
+}  // namespace xstage
