@@ -28,8 +28,9 @@
 //     L2 tiles of wave w once all its L1 tiles are claimed, L1 tiles of wave
 //     w+1 once all L2 tiles of wave w are claimed. L2's stores leave in bursts.
 //   share: after `lag` L1 tiles past an expert's last, its L2 tiles may go;
-//     L2 is claimed while its claimed work (tiles x K) is at most l2_share
-//     of all claimed work, so L2 tiles, and their stores, spread over L1's.
+//     from the point where the first one may, L2 is claimed while its claimed
+//     work (tiles x K) is at most l2_share of the work claimed since, so L2
+//     tiles, and their stores, spread over the L1 tiles left.
 #include <cstdint>
 
 #include "device/moe/fused_layer_params.hpp"
@@ -56,7 +57,7 @@ struct LayerClaims {
   int32_t* counters;
   int E, rows_cap, block_m, n1, n2, k1, k2, schedule, wave_tiles, lag;
   float share;
-  int total_mb = 0, total1 = 0, total2 = 0;
+  int total_mb = 0, total1 = 0, total2 = 0, t1_start = 0;
   ExpertCursor c1, c2;
 
   __device__ LayerClaims(const moe::FusedLayerParams& p, int bm, int bn)
@@ -74,11 +75,19 @@ struct LayerClaims {
         lag(p.lag_tiles),
         share(p.l2_share) {
     ExpertCursor c;
-    while (c.expert < E) enter(c);  // every expert's m-blocks, once
+    int first_l1_end = -1;  // L1 tiles through the first expert that has rows
+    while (c.expert < E) {
+      enter(c);
+      if (first_l1_end < 0 && c.m_blocks > 0) first_l1_end = n1 * (c.mb_before + c.m_blocks);
+    }
     total_mb = c.mb_before;
     total1 = total_mb * n1, total2 = total_mb * n2;
-    if (share <= 0.f) {  // L2's share of all work: an even spread
-      const float w1 = float(total1) * float(k1), w2 = float(total2) * float(k2);
+    // The spread starts where the first L2 tile may start: counted from the
+    // launch's first claim, L2 would be behind its share at that point and
+    // claim a burst of tiles (a whole expert's, with few large experts).
+    t1_start = min(max(first_l1_end, 0) + lag, total1);
+    if (share <= 0.f) {  // L2's share of the work left from there: an even spread
+      const float w1 = float(total1 - t1_start) * float(k1), w2 = float(total2) * float(k2);
       share = w1 + w2 > 0.f ? w2 / (w1 + w2) : 0.f;
     }
     enter(c1), enter(c2);
@@ -111,7 +120,8 @@ struct LayerClaims {
           seek(c1, t1, n1);
           take2 = wave(c2) < wave(c1);  // every L1 tile of that wave is claimed
         } else {
-          const bool want = float(t2) * float(k2) <= share * (float(t1) * float(k1) + float(t2) * float(k2));
+          const float w1 = float(max(t1 - t1_start, 0)) * float(k1), w2 = float(t2) * float(k2);
+          const bool want = w2 <= share * (w1 + w2);
           take2 = want && allowed(t2, t1);
         }
       }
