@@ -124,7 +124,9 @@ class MoeLayer {
   int experts_per_rank() const;
   MoeTile tile() const;  // as resolved
 
-  // Device buffers of a local rank, owned by the layer, filled by the caller:
+  // Device buffers of a local rank, owned by the layer, filled by the caller
+  // (finished before run(): the world's streams do not wait for other streams;
+  // emulated ranks' w13 / w2 / topk arrays are slices of one allocation each):
   void* x(int rank);               // bf16 [T_max, hidden] (the symmetric send buffer)
   int32_t* topk_ids(int rank);     // int32 [T_max, k], global expert ids, distinct per token
   float* topk_weights(int rank);   // fp32 [T_max, k]
