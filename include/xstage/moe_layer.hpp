@@ -113,7 +113,8 @@ class MoeLayer {
   // Validates (E divisible by P, hidden / 2 inter multiples of 256, ...) and
   // checks that the sizes fit the GPU's free memory (and pinned host memory
   // for host placement) before allocating; throws xstage::Error with the
-  // sizes and what is free.
+  // sizes and what is free. Collective (every rank constructs it; the
+  // symmetric buffers live as long as the world).
   MoeLayer(World& world, const MoeLayerOptions& o);
   ~MoeLayer();
   MoeLayer(const MoeLayer&) = delete;
@@ -141,7 +142,9 @@ class MoeLayer {
   // first, then waits for every rank); its output is not meaningful.
   // plan: interleaved with lag_tiles 0 waits the GPU's SM count of L1 tiles.
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
-  // Synchronises; throws xstage::Error naming rank, flag and values if a wait timed out.
+  // Synchronises; throws xstage::Error naming rank, flag and values if a wait
+  // timed out (or a topk id was out of range or repeated). Collective under
+  // nccl (every process calls it; all throw if one would), like the constructor.
   void check_waits();
 
   const void* output(int rank);    // bf16 [T, hidden]

@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kCombineThreads = 256;
 constexpr int kTokensPerCta = kCombineThreads / 32;  // a warp a token
+constexpr int kBatch = 8;                            // slots loaded before they are added
 
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
@@ -52,19 +53,34 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
   for (int t = int(blockIdx.x) * kTokensPerCta + (int(threadIdx.x) >> 5); t < T; t += int(gridDim.x) * kTokensPerCta) {
     for (int v = lane; v < vecs; v += 32) {
       float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int j = 0; j < p.k; ++j) {
-        int64_t row;
-        if (fused) {
-          row = int64_t(j) * p.T_max + t;
-        } else {
-          const int64_t pair = pairs + int64_t(t) * p.k + j;
-          const int e = p.topk_ids[pair];
-          if (e < 0 || e >= p.E) continue;  // a bad id routed nothing (the route kernel recorded it)
-          row = int64_t(send_base[e]) + p.pos[pair];
+      // kBatch slots' loads in flight before the first add (a row of host
+      // memory is microseconds away); the adds keep slot order.
+      for (int j0 = 0; j0 < p.k; j0 += kBatch) {
+        uint4 x[kBatch];
+        bool have[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int j = j0 + u;
+          have[u] = false;
+          if (j >= p.k) continue;
+          int64_t row;
+          if (fused) {
+            row = int64_t(j) * p.T_max + t;
+          } else {
+            const int64_t pair = pairs + int64_t(t) * p.k + j;
+            const int e = p.topk_ids[pair];
+            if (e < 0 || e >= p.E) continue;  // a bad id routed nothing (the route kernel recorded it)
+            row = int64_t(send_base[e]) + p.pos[pair];
+          }
+          x[u] = __ldcg(reinterpret_cast<const uint4*>(rows + row * p.H) + v);
+          have[u] = true;
         }
-        const uint4 x = __ldcg(reinterpret_cast<const uint4*>(rows + row * p.H) + v);
-        acc[0] += bf16_lo(x.x), acc[1] += bf16_hi(x.x), acc[2] += bf16_lo(x.y), acc[3] += bf16_hi(x.y);
-        acc[4] += bf16_lo(x.z), acc[5] += bf16_hi(x.z), acc[6] += bf16_lo(x.w), acc[7] += bf16_hi(x.w);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          if (!have[u]) continue;
+          acc[0] += bf16_lo(x[u].x), acc[1] += bf16_hi(x[u].x), acc[2] += bf16_lo(x[u].y), acc[3] += bf16_hi(x[u].y);
+          acc[4] += bf16_lo(x[u].z), acc[5] += bf16_hi(x[u].z), acc[6] += bf16_lo(x[u].w), acc[7] += bf16_hi(x[u].w);
+        }
       }
       const uint4 o = make_uint4(ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
                                  ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7]));
