@@ -142,6 +142,10 @@ class MoeLayer {
   // first, then waits for every rank); its output is not meaningful.
   // plan: interleaved with lag_tiles 0 waits the GPU's SM count of L1 tiles.
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
+  // Fills every local rank's output, combine buffer, h and pool_out with NaN
+  // bytes (asynchronous, on the ranks' streams), so that a check after the
+  // next run sees any element that run did not write.
+  void poison_outputs();
   // Synchronises; throws xstage::Error naming rank, flag and values if a wait
   // timed out (or a topk id was out of range or repeated). Collective under
   // nccl (every process calls it; all throw if one would), like the constructor.

@@ -263,6 +263,21 @@ const void* MoeLayer::output(int rank) {
 
 void MoeLayer::run(MoeLayerVariant v, const MoeSchedulePlan& plan) { impl_->run(v, plan); }
 
+void MoeLayer::poison_outputs() {
+  Impl& m = *impl_;
+  for (Impl::Group& g : m.groups) {
+    const size_t rows = size_t(g.n) * size_t(m.rows_cap);
+    XSTAGE_CUDA(cudaSetDevice(g.device));
+    XSTAGE_CUDA(cudaMemsetAsync(g.out, 0xFF, size_t(g.n) * m.T_max * m.H * 2, g.stream));
+    XSTAGE_CUDA(cudaMemsetAsync(g.h, 0xFF, rows * m.I * 2, g.stream));
+    XSTAGE_CUDA(cudaMemsetAsync(g.pool_out, 0xFF, rows * m.H * 2, g.stream));
+    // Other ranks write a combine buffer only after its owner's next route
+    // (their pulls wait for it), which comes after this on the owner's stream.
+    for (int r = g.rank0; r < g.rank0 + g.n; ++r)
+      XSTAGE_CUDA(cudaMemsetAsync(m.combine->ptrs[size_t(r)], 0xFF, m.z.combine, g.stream));
+  }
+}
+
 void MoeLayer::set_trace(bool on) { impl_->tracing = on; }
 
 }  // namespace xstage
