@@ -470,24 +470,27 @@ TEST(MoeLayerCommWaits, TimeoutsRecordRankFlagAndValues) {
 // Out-of-range and repeated ids are recorded (rank, token, slot, id) and left out.
 TEST(MoeLayerCommInput, BadIdsAreRecorded) {
   XSTAGE_NEED_GPUS(1);
-  const Case c{2, 4, 2, 256, 8, {8, 8}, Routing::uniform, Placement::device};
-  for (int kind : {moe::kRouteIdOutOfRange, moe::kRouteIdRepeated}) {
-    Buffers b(c);
-    Model m(c, 3);
-    const int bad_slot = 1, bad_token = 5;
-    int& id = m.ids[1][size_t(bad_token) * c.k + bad_slot];
-    id = kind == moe::kRouteIdOutOfRange ? c.E + 3 : m.ids[1][size_t(bad_token) * c.k];
-    ASSERT_NO_FATAL_FAILURE(upload_inputs(c, m, b));
-    ASSERT_EQ(moe::launch_moe_route(b.route(c, 1), b.w->lead_stream()), 0);
-    CK(cudaStreamSynchronize(b.w->lead_stream()));
-    const auto e = download<moe::RouteInputError>(b.input_error, 1)[0];
-    ASSERT_EQ(e.set, 1u);
-    EXPECT_EQ(e.kind, kind);
-    EXPECT_EQ(e.rank, 1);
-    EXPECT_EQ(e.token, bad_token);
-    EXPECT_EQ(e.slot, bad_slot);
-    EXPECT_EQ(e.id, id);
-  }
+  // k = 2: the ids read one by one; k = 4: 16 bytes at a time.
+  for (const Case& c : {Case{2, 4, 2, 256, 8, {8, 8}, Routing::uniform, Placement::device},
+                        Case{2, 8, 4, 256, 8, {8, 8}, Routing::uniform, Placement::device}})
+    for (int kind : {moe::kRouteIdOutOfRange, moe::kRouteIdRepeated}) {
+      SCOPED_TRACE(describe(c) + " kind " + std::to_string(kind));
+      Buffers b(c);
+      Model m(c, 3);
+      const int bad_slot = 1, bad_token = 5;
+      int& id = m.ids[1][size_t(bad_token) * c.k + bad_slot];
+      id = kind == moe::kRouteIdOutOfRange ? c.E + 3 : m.ids[1][size_t(bad_token) * c.k];
+      ASSERT_NO_FATAL_FAILURE(upload_inputs(c, m, b));
+      ASSERT_EQ(moe::launch_moe_route(b.route(c, 1), b.w->lead_stream()), 0);
+      CK(cudaStreamSynchronize(b.w->lead_stream()));
+      const auto e = download<moe::RouteInputError>(b.input_error, 1)[0];
+      ASSERT_EQ(e.set, 1u);
+      EXPECT_EQ(e.kind, kind);
+      EXPECT_EQ(e.rank, 1);
+      EXPECT_EQ(e.token, bad_token);
+      EXPECT_EQ(e.slot, bad_slot);
+      EXPECT_EQ(e.id, id);
+    }
 }
 
 }  // namespace

@@ -48,8 +48,7 @@ __global__ void __launch_bounds__(kRouteThreads) sm90_moe_route(RouteParams p) {
     const int t = t0 + int(threadIdx.x);
     int slot = -1;
     if (t < T) {
-      for (int j = 0; j < k; ++j) {
-        const int id = ids[int64_t(t) * k + j];
+      const auto look = [&](int id, int j) {
         if (id == e) {
           if (slot < 0)
             slot = j;
@@ -57,6 +56,15 @@ __global__ void __launch_bounds__(kRouteThreads) sm90_moe_route(RouteParams p) {
             record_input_error(p.input_error, kRouteIdRepeated, s, t, j, id);
         }
         if (e == 0 && (id < 0 || id >= p.E)) record_input_error(p.input_error, kRouteIdOutOfRange, s, t, j, id);
+      };
+      const int32_t* row = ids + int64_t(t) * k;
+      if (k % 4 == 0) {  // 16-byte loads: the arrays are 16-byte aligned and a token's ids too
+        for (int j = 0; j < k; j += 4) {
+          const int4 v = *reinterpret_cast<const int4*>(row + j);
+          look(v.x, j), look(v.y, j + 1), look(v.z, j + 2), look(v.w, j + 3);
+        }
+      } else {
+        for (int j = 0; j < k; ++j) look(row[j], j);
       }
     }
     const unsigned ballot = __ballot_sync(~0u, slot >= 0);

@@ -200,9 +200,10 @@ void MoeLayer::Impl::combine_rows(Group& g, bool fused) {
 void MoeLayer::Impl::run(MoeLayerVariant v, const MoeSchedulePlan& plan) {
   // Checked before anything is enqueued: a run either starts whole or not at all.
   if (plan.wave_tiles < 0 || plan.lag_tiles < 0 || !(plan.l2_share >= 0 && plan.l2_share <= 1))
-    throw Error(fmt::format("MoE layer: schedule plan ({}): expected wave_tiles >= 0, 0 <= l2_share <= 1, "
-                            "lag_tiles >= 0; got {}, {}, {}",
-                            to_string(plan.schedule), plan.wave_tiles, plan.l2_share, plan.lag_tiles));
+    throw Error(
+        fmt::format("MoE layer: schedule plan ({}): expected wave_tiles >= 0, 0 <= l2_share <= 1, "
+                    "lag_tiles >= 0; got {}, {}, {}",
+                    to_string(plan.schedule), plan.wave_tiles, plan.l2_share, plan.lag_tiles));
   ++epoch;
   for (Group& g : groups) std::fill(std::begin(g.phase_ran), std::end(g.phase_ran), false);
   auto mark = [&](Group& g, int i) { XSTAGE_CUDA(cudaEventRecord(g.phase[size_t(i)], g.stream)); };
