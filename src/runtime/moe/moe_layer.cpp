@@ -249,6 +249,7 @@ void MoeLayer::set_tokens(int rank, int T) {
   if (T < 0 || T > m.T_max)
     throw Error(fmt::format("MoE layer: rank {}: tokens T = {}: expected 0 .. T_max = {}", rank, T, m.T_max));
   m.tokens[size_t(rank)] = T;
+  m.dispatched = false;  // a compute-only run must not reuse the pool of the old T
   const int32_t t = T;
   XSTAGE_CUDA(cudaSetDevice(g.device));
   // On the rank's stream, after any run still in flight that reads it.
