@@ -105,6 +105,15 @@ class World {
   // NCCL's all-to-all (nccl backend only): `bytes_per_peer` from send to
   // every rank, on the stream of the local rank.
   virtual void native_all_to_all(const void* send, void* recv, size_t bytes_per_peer);
+  // NCCL's point-to-point (nccl backend only), one group on the stream of the
+  // local rank: to every rank p, send[p].bytes from send[p].ptr; from every
+  // rank p, recv[p].bytes into recv[p].ptr (0 bytes: nothing). Both vectors
+  // hold size() entries; a pair's sizes must agree on both sides.
+  struct PeerChunk {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  virtual void native_send_recv(const std::vector<PeerChunk>& send, const std::vector<PeerChunk>& recv);
   virtual std::string describe() const;  // "emulated, 8 ranks on GPU 0, host buffers"
 
  protected:

@@ -173,6 +173,10 @@ void World::native_all_to_all(const void*, void*, size_t) {
   throw Error(fmt::format("NCCL's all-to-all needs --backend nccl (this world is {})", to_string(backend_)));
 }
 
+void World::native_send_recv(const std::vector<PeerChunk>&, const std::vector<PeerChunk>&) {
+  throw Error(fmt::format("NCCL's send/recv needs --backend nccl (this world is {})", to_string(backend_)));
+}
+
 std::string World::describe() const {
   return fmt::format("{}, {} ranks, {} buffers", to_string(backend_), size_, to_string(placement_));
 }

@@ -172,6 +172,19 @@ class NcclWorld final : public World {
     XSTAGE_NCCL(comm_, ncclAlltoAll(send, recv, bytes_per_peer, ncclUint8, comm_, stream(env_.rank)));
   }
 
+  void native_send_recv(const std::vector<PeerChunk>& send, const std::vector<PeerChunk>& recv) override {
+    if (int(send.size()) != size() || int(recv.size()) != size())
+      throw Error(fmt::format("nccl send/recv: {} send and {} receive chunks, expected one per rank ({})", send.size(),
+                              recv.size(), size()));
+    const cudaStream_t s = stream(env_.rank);
+    XSTAGE_NCCL(comm_, ncclGroupStart());
+    for (int p = 0; p < size(); ++p) {
+      if (send[p].bytes > 0) XSTAGE_NCCL(comm_, ncclSend(send[p].ptr, send[p].bytes, ncclUint8, p, comm_, s));
+      if (recv[p].bytes > 0) XSTAGE_NCCL(comm_, ncclRecv(recv[p].ptr, recv[p].bytes, ncclUint8, p, comm_, s));
+    }
+    XSTAGE_NCCL(comm_, ncclGroupEnd());
+  }
+
   std::string describe() const override {
     return fmt::format("nccl {}.{}.{}, {} ranks (one process per GPU), rank {} on GPU {}", NCCL_MAJOR, NCCL_MINOR,
                        NCCL_PATCH, size(), env_.rank, env_.local_rank);

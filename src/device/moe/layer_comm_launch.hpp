@@ -1,0 +1,29 @@
+#pragma once
+// Launches of the MoE layer's communication kernels (layer_comm_params.hpp),
+// callable from host C++. Each returns a cudaError_t as an int (0 on
+// success); arguments are validated by the caller (src/runtime/moe/).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "device/moe/layer_comm_params.hpp"
+
+namespace xstage::moe {
+
+// Grid (E, n): one CTA per global expert and source.
+int launch_moe_route(const RouteParams& p, cudaStream_t stream);
+
+// `grid` CTAs (a persistent copy: each CTA waits once, then its warps take
+// rows grid-stride). Shared memory: moe_pull_smem_bytes; it must not exceed
+// moe_pull_max_smem_bytes().
+int launch_moe_pull(const PullParams& p, int grid, cudaStream_t stream);
+size_t moe_pull_smem_bytes(int n, int P, int E_loc);
+size_t moe_pull_max_smem_bytes();
+
+// Grid (ceil(T_max / 8), n): a warp a token.
+int launch_moe_combine(const CombineParams& p, cudaStream_t stream);
+
+// `grid` CTAs, a warp a row.
+int launch_moe_permute(const PermuteParams& p, int grid, cudaStream_t stream);
+
+}  // namespace xstage::moe

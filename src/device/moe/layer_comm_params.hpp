@@ -1,0 +1,112 @@
+#pragma once
+// Plain parameter blocks of the MoE layer's communication kernels (dispatch:
+// route and pull; combine; the unfused baseline's permute), shared by the .cu
+// files and host C++ (no CUDA types). Data flow and layouts:
+// docs/design/moe-layer.md.
+//
+// "A launch" covers the ranks one GPU drives: every rank of an emulated
+// world (one launch), or one rank (peer, nccl). Its ranks are rank0 .. rank0
+// + n - 1; their private arrays are laid out rank after rank in one
+// allocation ("packed"), so the fused kernel sees every expert of the launch
+// as one grouped problem.
+//
+// Symmetric areas of every rank r (pointer tables: [P] entries, rank r's at r):
+//   x_send  bf16 [T_max, H]            rank r's tokens (its owners pull them)
+//   routes  int32 [P][E_loc][T_max], then fp32 [P][E_loc][T_max]: for each
+//           source s and local expert e_loc, the pairs t * k + j routed there
+//           in token order, and their routing weights
+//   counts  int32 [P][E_loc]           how many pairs each source routed to each local expert
+//   combine bf16 [k][T_max][H]         fused: slot j of token t at row j * T_max + t;
+//           unfused: flat rows in the source's send order
+//   flags   uint64 [2P]                counts of source s: flag_counts(s);
+//                                      expert rows of rank r stored: flag_done(P, r)
+#include <cstdint>
+
+#include "device/remote/flag_timeout_record.hpp"
+
+namespace xstage::moe {
+
+// Flag indices within a rank's flag array (layer_flag_count(P) of them).
+inline constexpr int layer_flag_counts(int source) { return source; }
+inline constexpr int layer_flag_done(int P, int expert_rank) { return P + expert_rank; }
+inline constexpr int layer_flag_count(int P) { return 2 * P; }
+
+// Bad routing input found on the device (the host cannot see the ids without
+// a synchronisation): the first one is recorded, the rest of the run goes on
+// with the pair left out, and the host reports it after the run.
+struct RouteInputError {
+  unsigned int set = 0;
+  int rank = 0, token = 0, slot = 0, id = 0;
+  int kind = 0;  // kRouteIdOutOfRange or kRouteIdRepeated
+};
+enum RouteInputErrorKind : int { kRouteIdOutOfRange = 1, kRouteIdRepeated = 2 };
+
+// Route: one CTA per (global expert e, source of the launch).
+struct RouteParams {
+  const int32_t* topk_ids = nullptr;    // packed [n][T_max * k]
+  const float* topk_weights = nullptr;  // packed [n][T_max * k]
+  const int32_t* tokens = nullptr;      // [n]: T of each source
+  void* const* routes = nullptr;        // table [P]
+  void* const* counts = nullptr;        // table [P]
+  uint64_t* const* flags = nullptr;     // table [P]
+  // Local outputs for the unfused combine: pos[s][t * k + j] = the pair's
+  // index among the pairs s routed to its expert; send_base[s][e] = the rows
+  // s sends for experts below e (E + 1 entries: send order is global expert order).
+  int32_t* pos = nullptr;        // packed [n][T_max * k]
+  int32_t* send_base = nullptr;  // packed [n][E + 1]
+  int32_t* done_ctas = nullptr;  // [n], zero; the last CTA of a source sets it back to zero
+  RouteInputError* input_error = nullptr;
+  int rank0 = 0, n = 1, P = 1, E = 1, E_loc = 1, k = 1, T_max = 1;
+  uint64_t epoch = 0;
+};
+
+// Pull: a persistent grid per launch; every CTA waits for the counts flags of
+// the launch's receivers, then copies rows, a warp a row.
+struct PullParams {
+  void* const* x_send = nullptr;  // table [P]
+  void* const* routes = nullptr;  // table [P]
+  void* const* counts = nullptr;  // table [P]
+  uint64_t* const* flags = nullptr;
+  // Packed over the launch's receivers (n * rows_cap rows), pool order
+  // (receiver, e_loc, source, i):
+  void* pool_x = nullptr;            // bf16 [n * rows_cap, H]
+  float* row_weight = nullptr;       // [n * rows_cap]
+  int32_t* row_dest_rank = nullptr;  // the token's owner (the source)
+  int32_t* row_dest_slot = nullptr;  // j * T_max + t in the owner's combine buffer
+  int32_t* row_perm = nullptr;       // the row's index in send order (receiver, source, e_loc, i): unfused permute
+  int32_t* offs = nullptr;           // [n * E_loc] cumulative row ends over the launch's experts
+  int rank0 = 0, n = 1, P = 1, E_loc = 1, k = 1, T_max = 1, H = 0;
+  int64_t rows_cap = 0;  // per receiver
+  uint64_t epoch = 0, timeout_ns = 0;
+  remote::FlagTimeoutRecord* timeout_record = nullptr;
+};
+
+// Combine: out[t] = bf16( sum_{j = 0 .. k-1} float(row j of token t) ), fp32
+// in slot order. Fused (pos == nullptr): row j of t is combine[s] row
+// j * T_max + t, after a timed wait for flag_done(P, r) of every rank r.
+// Unfused: row send_base[s][e] + pos[s][t * k + j] of the flat area (e =
+// topk_ids[s][t * k + j]); the stream order stands in for the flags.
+struct CombineParams {
+  void* const* combine = nullptr;   // table [P]
+  void* out = nullptr;              // packed bf16 [n][T_max, H]
+  const int32_t* tokens = nullptr;  // [n]
+  uint64_t* const* flags = nullptr;
+  const int32_t* topk_ids = nullptr;   // unfused only
+  const int32_t* pos = nullptr;        // unfused only
+  const int32_t* send_base = nullptr;  // unfused only
+  int rank0 = 0, n = 1, P = 1, E = 1, k = 1, T_max = 1, H = 0;
+  uint64_t epoch = 0, timeout_ns = 0;
+  remote::FlagTimeoutRecord* timeout_record = nullptr;
+};
+
+// Permute (unfused): dst[row_perm[g]] = src[g] for every row g of the launch's pool.
+struct PermuteParams {
+  const void* src = nullptr;  // bf16 [n * rows_cap, H] in pool order
+  void* dst = nullptr;        // bf16 [n * rows_cap, H] in send order
+  const int32_t* row_perm = nullptr;
+  const int32_t* offs = nullptr;  // the pool's rows: offs[E_run - 1]
+  int E_run = 1, H = 0;
+  int64_t rows = 0;  // n * rows_cap
+};
+
+}  // namespace xstage::moe
