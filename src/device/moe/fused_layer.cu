@@ -3,6 +3,7 @@
 #include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/fused_layer_sm90.cuh"
 #include "device/moe/launch_grouped_gemm.cuh"  // encode_rows_k
+#include "device/moe/smem_opt_in.cuh"
 
 namespace xstage::moe {
 
@@ -18,16 +19,13 @@ int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   if (rc != 0) return rc;
   auto* fn = sm90_fused_moe_layer<Cfg, kBulk>;
   constexpr size_t smem = FusedSmem<Cfg>::BYTES;
-  static bool attribute_set = false;
-  if (!attribute_set) {
-    const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return int(e);
-    attribute_set = true;
-  }
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
+  static uint64_t opted_in = 0;  // a bit per device
+  rc = opt_in_shared_memory(fn, smem, device, opted_in);
+  if (rc != 0) return rc;
   // At least one CTA, so that the done flags are published with no tile at all.
   const int64_t tiles = fused_layer_max_tiles(p.rows_cap, p.E_run, Cfg::BLOCK_M, 2 * p.inter) +
                         fused_layer_max_tiles(p.rows_cap, p.E_run, Cfg::BLOCK_M, p.hidden);

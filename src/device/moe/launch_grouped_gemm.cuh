@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "device/moe/grouped_gemm_sm90.cuh"
+#include "device/moe/smem_opt_in.cuh"
 #include "device/sched/grouped.cuh"
 
 namespace xstage::moe {
@@ -30,16 +31,13 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
   auto* fn = p.splits > 1 ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, true>
                           : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false>;
-  static bool attribute_set[2] = {false, false};  // per instantiation; a failed set is retried
-  if (!attribute_set[p.splits > 1]) {
-    const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::SMEM_BYTES));
-    if (e != cudaSuccess) return int(e);
-    attribute_set[p.splits > 1] = true;
-  }
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
+  static uint64_t opted_in[2] = {0, 0};  // per instantiation, a bit per device
+  rc = opt_in_shared_memory(fn, Cfg::SMEM_BYTES, device, opted_in[p.splits > 1]);
+  if (rc != 0) return rc;
   const int64_t grid =
       Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks) * p.splits, sms, 1);
   fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, sp, tm);
