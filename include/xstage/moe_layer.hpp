@@ -112,6 +112,18 @@ class MoeLayer {
 
   // One run on the world's streams (asynchronous; fork/join around it is the caller's).
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
+  // The same run in its three phases, for per-phase timing (run() is the
+  // three in this order; the caller may join and fork between them):
+  // dispatch (routes, count exchange, pulls), experts (the GEMMs: fused,
+  // unfused or compute-only), combine (unfused: permute and exchange; then the
+  // sum; none for compute_only).
+  void run_dispatch();
+  void run_experts(MoeLayerVariant v, const MoeSchedulePlan& plan);
+  void run_combine(MoeLayerVariant v);
+  // Fills every local rank's output, combine buffer, h and pool_out with NaN
+  // bytes (asynchronous, on the ranks' streams), so that a check after the
+  // next run sees any element that run did not write.
+  void poison_outputs();
   // Synchronises; throws xstage::Error naming rank, flag and values if a wait timed out.
   void check_waits();
 
