@@ -308,7 +308,10 @@ void validate_moe_layer_options(MoeLayerBenchOptions& o) {
     if (T < 1 || T > (1 << 20)) throw Error(fmt::format("--tokens: expected 1 .. 2^20 tokens a rank, got {}", T));
   if (inputs_given(o) && o.tokens.size() != 1)
     throw Error("--tokens: the given .npy inputs hold one token count; expected one value");
-  if (P >= 1) check_given_sizes(o, P);
+  if (P >= 1) {
+    check_given_sizes(o, P);
+    if (!o.ids.empty()) (void)make_routes(o, P, o.tokens.front());  // ids whole, in range, distinct per token
+  }
   if (o.variants.empty())
     o.variants = {MoeLayerVariant::fused, MoeLayerVariant::unfused, MoeLayerVariant::compute_only};
   for (size_t i = 0; i < o.variants.size(); ++i)
