@@ -86,6 +86,10 @@ struct MoeTileTrace {
   double start_ns = 0, epilogue_ns = 0, end_ns = 0;
 };
 
+struct MoePhaseMs {
+  double dispatch = 0, experts = 0, combine = 0;
+};
+
 class MoeLayer {
  public:
   // Validates (E divisible by P, hidden / 2 inter multiples of 256, ...) and
@@ -112,14 +116,6 @@ class MoeLayer {
 
   // One run on the world's streams (asynchronous; fork/join around it is the caller's).
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
-  // The same run in its three phases, for per-phase timing (run() is the
-  // three in this order; the caller may join and fork between them):
-  // dispatch (routes, count exchange, pulls), experts (the GEMMs: fused,
-  // unfused or compute-only), combine (unfused: permute and exchange; then the
-  // sum; none for compute_only).
-  void run_dispatch();
-  void run_experts(MoeLayerVariant v, const MoeSchedulePlan& plan);
-  void run_combine(MoeLayerVariant v);
   // Fills every local rank's output, combine buffer, h and pool_out with NaN
   // bytes (asynchronous, on the ranks' streams), so that a check after the
   // next run sees any element that run did not write.
@@ -133,6 +129,12 @@ class MoeLayer {
 
   void set_trace(bool on);
   std::vector<MoeTileTrace> trace(int rank);  // of the last fused run (synchronises)
+
+  // Phase times of the last run on `rank`'s GPU stream, from events between
+  // its kernels (synchronises): dispatch = route + pull; experts = the fused
+  // kernel or the two GEMMs; combine = the combine kernel, and for unfused the
+  // permute and the all-to-all before it. A phase the run did not have is 0.
+  MoePhaseMs phase_ms(int rank);
 
  private:
   struct Impl;

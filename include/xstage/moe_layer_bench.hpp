@@ -8,8 +8,9 @@
 //            schedules bit for bit against the unfused baseline, sampled
 //            tokens of every rank against the fp64 CPU reference of the layer;
 //   bench    paired rounds: each round runs every variant and schedule once,
-//            rotated, CUDA events per phase on the lead stream, the SM clock
-//            measured after each round; the floor max(compute-only, bytes / R).
+//            rotated; CUDA events around each run on the lead stream (fork /
+//            join), the layer's phase times, the SM clock read before each
+//            run; the floor max(compute-only, bytes / R).
 // The sweep JSON of docs/design/moe-layer.md is built from the report by the
 // command (src/cli/cmd_moe.cpp).
 #include <array>
@@ -123,11 +124,11 @@ struct MoeLayerConfigResult {
   std::vector<std::pair<MoeSchedule, MoeSchedulePlan>> plans;  // the fused schedules run
   // Bodies in the order they are registered (labels: moe_body_label), per
   // round (bench only): the whole run and its phases (dispatch, experts,
-  // combine), ms, the largest over ranks.
+  // combine: MoeLayer::phase_ms), ms, the largest over ranks.
   std::vector<std::string> bodies;
   std::vector<std::vector<double>> ms;
   std::vector<std::array<std::vector<double>, 3>> phase_ms;
-  std::vector<double> sm_clock_mhz;  // per round, measured right after it
+  std::vector<double> sm_clock_mhz;  // per round: the median of the readings before its runs
   int rounds = 0;
   std::optional<MoeLayerCheck> check;
   std::vector<MoeTraceRow> trace;
@@ -152,7 +153,7 @@ struct MoeLayerBenchReport {
 };
 
 // CPU-only checks (before looking for a GPU); resolves world.ranks where it can.
-void validate_moe_layer_options(MoeLayerBenchOptions& o);
+void validate_moe_layer_bench_options(MoeLayerBenchOptions& o);
 // The embedded profile of the path the L2 stores take.
 std::string default_moe_profile(Backend b, Placement p);
 // Throws xstage::Error when there is no GPU, the layer does not fit, a check

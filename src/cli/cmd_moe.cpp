@@ -102,7 +102,7 @@ MoeLayerBenchOptions to_options(const MoeCliArgs& a) {
   }
   if ((!a.ids_path.empty() || !a.weights_path.empty()) && a.routing != "uniform")
     throw Error("--routing: the routing comes from --ids and --weights; leave --routing out");
-  validate_moe_layer_options(o);  // resolves P where it can
+  validate_moe_layer_bench_options(o);  // resolves P where it can
   const size_t P = size_t(std::max(o.world.ranks, 0)), T = size_t(o.tokens.front()), H = size_t(o.shape.hidden),
                I = size_t(o.shape.inter), E = size_t(o.shape.experts), k = size_t(o.shape.topk);
   o.x = load(a.x_path, "--x", {P, T, H}, "[P, T, hidden]");
@@ -110,7 +110,7 @@ MoeLayerBenchOptions to_options(const MoeCliArgs& a) {
   o.weights = load(a.weights_path, "--weights", {P, T, k}, "[P, T, top-k]");
   o.w13 = load(a.w13_path, "--w13", {E, 2 * I, H}, "[experts, 2 inter, hidden]");
   o.w2 = load(a.w2_path, "--w2", {E, H, I}, "[experts, hidden, inter]");
-  validate_moe_layer_options(o);  // the arrays' sizes
+  validate_moe_layer_bench_options(o);  // the arrays' sizes
   return o;
 }
 
@@ -241,9 +241,10 @@ nlohmann::json report_json(const MoeLayerBenchReport& rep, const MoeLayerBenchOp
             {"seconds", rep.probe_R_Bps ? nlohmann::json(rep.probe_seconds) : none}}},
           {"floor", "floor_ms = max(median compute-only ms, bytes_floor / R): R the probe's where measured in this "
                     "process, else the profile's"},
-          {"timing", "paired rounds: every body once a round, rotated; CUDA events on the lead stream at the "
-                     "phase boundaries, the ranks' streams joined and forked there; per round the largest over "
-                     "ranks; sm_clock_mhz measured after each round"},
+          {"timing", "paired rounds: every body once a round, rotated; a run timed by CUDA events on the lead "
+                     "stream around fork / run / join, after a 100 us kernel that reads the SM clock and keeps the "
+                     "GPU busy while the host enqueues; phase_ms: the layer's events between its kernels; each value "
+                     "the largest over ranks; sm_clock_mhz: per round, the median reading"},
           {"inputs", rep.inputs_given ? "npy" : fmt::format("random seed {}", o.seed)},
           {"sizes", sizes_json(rep.sizes)},
           {"configs", configs}};

@@ -285,9 +285,13 @@ double probe_rate(World& w, double& seconds) {
 
 }  // namespace
 
+std::string moe_body_label(MoeLayerVariant v, MoeSchedule s) {
+  return v == MoeLayerVariant::fused ? "fused/" + to_string(s) : to_string(v);
+}
+
 std::string default_moe_profile(Backend b, Placement p) { return default_ulysses_profile(b, p); }
 
-void validate_moe_layer_options(MoeLayerBenchOptions& o) {
+void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
   resolve_world_ranks(o.world, 2);
   const MoeShape& s = o.shape;
   if (s.hidden < 256 || s.hidden % 256 != 0)
@@ -350,7 +354,7 @@ void validate_moe_layer_options(MoeLayerBenchOptions& o) {
 }
 
 MoeLayerBenchReport run_moe_layer_bench(MoeLayerBenchOptions o) {
-  validate_moe_layer_options(o);
+  validate_moe_layer_bench_options(o);
   if (cuda_device_count() == 0) throw Error("moe: no CUDA device: this command runs the layer on a GPU");
   auto world = World::create(o.world);
   World& w = *world;

@@ -2,8 +2,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "device/probe/probe_launch.hpp"
 #include "runtime/core/device_buffer.hpp"
+#include "runtime/core/paired_stats.hpp"
 #include "xstage/device.hpp"
 
 namespace xstage {
@@ -18,64 +21,51 @@ MoeRounds time_moe_rounds(World& w, MoeLayer& layer,
                           const std::vector<std::pair<MoeLayerVariant, MoeSchedulePlan>>& bodies, int warmup,
                           int rounds) {
   const size_t n = bodies.size();
-  // Events and the clock reading belong to the lead stream's GPU (a body switches GPUs).
+  // Events and the clock reading belong to the lead stream's GPU (a run switches GPUs).
   const int lead = w.device_of(w.local_ranks().front());
   XSTAGE_CUDA(cudaSetDevice(lead));
-  const size_t runs = n * size_t(rounds);
-  std::vector<cudaEvent_t> ev(4 * runs);
-  for (auto& e : ev) XSTAGE_CUDA(cudaEventCreate(&e));
-  DeviceBuffer<unsigned long long> clock(2 * size_t(rounds));
-  auto record = [&](cudaEvent_t e) {
-    XSTAGE_CUDA(cudaSetDevice(lead));
-    XSTAGE_CUDA(cudaEventRecord(e, w.lead_stream()));
-  };
-  auto phases = [&](size_t b, cudaEvent_t* e) {
-    const auto& [v, plan] = bodies[b];
-    if (e) record(e[0]);
-    w.fork();
-    layer.run_dispatch();
-    w.join();
-    if (e) record(e[1]);
-    w.fork();
-    layer.run_experts(v, plan);
-    w.join();
-    if (e) record(e[2]);
-    w.fork();
-    layer.run_combine(v);
-    w.join();
-    if (e) record(e[3]);
-  };
+  CudaEvent e0, e1;
+  DeviceBuffer<unsigned long long> clock(2);
+  uint64_t* clock_ptr = reinterpret_cast<uint64_t*>(clock.ptr);
   for (int i = 0; i < warmup; ++i)
-    for (size_t b = 0; b < n; ++b) phases(b, nullptr);
+    for (const auto& [v, plan] : bodies) run_moe_once(w, layer, v, plan);
   w.barrier();
-  size_t run = 0;
-  std::vector<size_t> order;
-  for (int r = 0; r < rounds; ++r) {
-    for (size_t k = 0; k < n; ++k, ++run) {
-      order.push_back((k + size_t(r)) % n);
-      phases(order.back(), &ev[4 * run]);
-    }
-    XSTAGE_CUDA(cudaSetDevice(lead));
-    XSTAGE_CUDA(probe::launch_calibrate(200'000, reinterpret_cast<uint64_t*>(clock.ptr) + 2 * r, w.lead_stream()));
-  }
-  w.barrier();
-  layer.check_waits();
-  XSTAGE_CUDA(cudaSetDevice(lead));
-  std::vector<unsigned long long> c(2 * size_t(rounds));
-  XSTAGE_CUDA(cudaMemcpy(c.data(), clock.ptr, c.size() * sizeof(c[0]), cudaMemcpyDeviceToHost));
   MoeRounds out;
   out.ms.assign(n, {});
   out.phase_ms.assign(n, {});
-  for (size_t i = 0; i < runs; ++i) {
-    float t[4] = {0, 0, 0, 0};
-    XSTAGE_CUDA(cudaEventElapsedTime(&t[0], ev[4 * i], ev[4 * i + 3]));
-    for (int p = 0; p < 3; ++p) XSTAGE_CUDA(cudaEventElapsedTime(&t[p + 1], ev[4 * i + p], ev[4 * i + p + 1]));
-    out.ms[order[i]].push_back(w.max_over_ranks(t[0]));
-    for (int p = 0; p < 3; ++p) out.phase_ms[order[i]][p].push_back(w.max_over_ranks(t[p + 1]));
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> mhz;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t b = (k + size_t(r)) % n;
+      XSTAGE_CUDA(cudaSetDevice(lead));
+      XSTAGE_CUDA(probe::launch_calibrate(100'000, clock_ptr, w.lead_stream()));
+      XSTAGE_CUDA(cudaEventRecord(e0.e, w.lead_stream()));
+      run_moe_once(w, layer, bodies[b].first, bodies[b].second);
+      XSTAGE_CUDA(cudaSetDevice(lead));
+      XSTAGE_CUDA(cudaEventRecord(e1.e, w.lead_stream()));
+      XSTAGE_CUDA(cudaEventSynchronize(e1.e));
+      float ms = 0;
+      XSTAGE_CUDA(cudaEventElapsedTime(&ms, e0.e, e1.e));
+      MoePhaseMs ph;
+      for (int rank : w.local_ranks()) {
+        const MoePhaseMs p = layer.phase_ms(rank);
+        ph.dispatch = std::max(ph.dispatch, p.dispatch);
+        ph.experts = std::max(ph.experts, p.experts);
+        ph.combine = std::max(ph.combine, p.combine);
+      }
+      unsigned long long c[2] = {0, 0};
+      XSTAGE_CUDA(cudaSetDevice(lead));
+      XSTAGE_CUDA(cudaMemcpy(c, clock.ptr, sizeof c, cudaMemcpyDeviceToHost));
+      if (c[0] > 0) mhz.push_back(1e3 * double(c[1]) / double(c[0]));
+      out.ms[b].push_back(w.max_over_ranks(ms));
+      out.phase_ms[b][0].push_back(w.max_over_ranks(ph.dispatch));
+      out.phase_ms[b][1].push_back(w.max_over_ranks(ph.experts));
+      out.phase_ms[b][2].push_back(w.max_over_ranks(ph.combine));
+    }
+    out.sm_clock_mhz.push_back(w.max_over_ranks(mhz.empty() ? 0.0 : median_value(mhz)));
   }
-  for (int r = 0; r < rounds; ++r)
-    out.sm_clock_mhz.push_back(c[2 * r] ? 1e3 * double(c[2 * r + 1]) / double(c[2 * r]) : 0.0);
-  for (auto& e : ev) (void)cudaEventDestroy(e);
+  w.barrier();
+  layer.check_waits();
   return out;
 }
 

@@ -2,11 +2,11 @@
 // Paired rounds of the MoE layer's variants (internal to src/runtime): every
 // round runs every body once, round r starting r bodies further along (so
 // that the GPU's clock drifting under a long load reaches every body alike
-// and per-round ratios of two bodies pair runs of one GPU state); each run
-// is timed by CUDA events on the lead stream at its phase boundaries, the
-// ranks' streams joined there and forked again (fork/join, world.hpp); the
-// SM clock is measured after every round (SM cycles over the global timer
-// for 200 us: the clock the round ended at, under the power cap).
+// and a per-round ratio of two bodies pairs runs of one GPU state).
+// A run: a 100 us kernel on the lead stream that reads the SM clock (SM
+// cycles over the global timer) and keeps the GPU busy while the host
+// enqueues the run, then events around fork / run / join on the lead stream;
+// the layer's phase times follow (MoeLayer::phase_ms, which synchronises).
 #include <array>
 #include <utility>
 #include <vector>
@@ -20,7 +20,7 @@ struct MoeRounds {
   // each the largest over ranks.
   std::vector<std::vector<double>> ms;
   std::vector<std::array<std::vector<double>, 3>> phase_ms;
-  std::vector<double> sm_clock_mhz;  // [round]
+  std::vector<double> sm_clock_mhz;  // [round]: the median of the readings before its runs
 };
 
 MoeRounds time_moe_rounds(World& w, MoeLayer& layer,

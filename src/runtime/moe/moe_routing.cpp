@@ -153,8 +153,4 @@ std::vector<int> moe_check_tokens(const MoeRoutes& r, int E_per_rank, int n, uin
   return {pick.begin(), pick.end()};
 }
 
-std::string moe_body_label(MoeLayerVariant v, MoeSchedule s) {
-  return v == MoeLayerVariant::fused ? "fused/" + to_string(s) : to_string(v);
-}
-
 }  // namespace xstage
