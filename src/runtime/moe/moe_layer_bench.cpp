@@ -223,11 +223,12 @@ MoeLayerCheck check_config(const MoeLayerBenchOptions& o, World& w, MoeLayer& la
   if (c.expert_rows_mismatch > 0)
     failures.push_back(fmt::format("{} experts received other row counts than the routing sends them",
                                    c.expert_rows_mismatch));
-  if (outs.empty()) {  // compute-only alone: no output to compare
+  auto finish = [&] {
     c.ok = failures.empty();
     for (const auto& f : failures) c.failure += (c.failure.empty() ? "" : "; ") + f;
     return c;
-  }
+  };
+  if (outs.empty()) return finish();  // compute-only alone: no output to compare
   // Bit for bit: every fused schedule against unfused (or, without it, against the first fused).
   const auto unfused = std::find_if(outs.begin(), outs.end(), [](const auto& x) { return x.first == "unfused"; });
   const auto& base = unfused != outs.end() ? *unfused : outs.front();
@@ -264,9 +265,7 @@ MoeLayerCheck check_config(const MoeLayerBenchOptions& o, World& w, MoeLayer& la
     c.rel_err = std::max(c.rel_err, rel), c.max_abs_err = std::max(c.max_abs_err, mx);
   }
   c.tokens_checked = int64_t(w.max_over_ranks(double(tokens.size())));
-  c.ok = failures.empty();
-  for (const auto& f : failures) c.failure += (c.failure.empty() ? "" : "; ") + f;
-  return c;
+  return finish();
 }
 
 // R of the floor, measured on the leader's GPU; every process learns it, and
