@@ -62,7 +62,17 @@ struct MoeLayerOptions {
   double timeout_s = 10;              // every cross-rank and dependency wait
 };
 
-// Bytes a rank needs, from (T_max, k, hidden, inter, E, P) alone.
+// Throws xstage::Error naming the first option that the layer cannot run
+// with P ranks (E divisible by P, hidden a multiple of 256, inter of 128,
+// 1 <= topk <= E, tokens_max >= 1, tile m128n256 / m64n256 / automatic,
+// timeout, 32-bit row and slot indices).
+void validate_moe_layer_options(const MoeLayerOptions& o, int P);
+// The tile the layer runs (MoeLayer::tile()): o.tile, or automatic: m64n256
+// when the expected rows per expert (T_max * k * P / E) are at most 64, else m128n256.
+MoeTile moe_layer_tile(const MoeLayerOptions& o, int P);
+
+// Bytes a rank needs, from (T_max, k, hidden, inter, E, P) and the tile alone
+// (validates first). Emulated ranks on one GPU need P times each.
 struct MoeLayerSizes {
   int64_t rows_cap = 0;  // pool rows a rank may receive: P * T_max * min(k, E / P)
   // symmetric (placed as the world says; host placement: pinned host memory)
@@ -70,9 +80,17 @@ struct MoeLayerSizes {
   size_t routes = 0;     // int32 + fp32 [P][E/P][T_max]: each source's (token * k + slot) and weight per local expert
   size_t counts = 0;     // int32 [P][E/P]: each source's rows per local expert
   size_t combine = 0;    // bf16 [k][T_max][hidden]
-  size_t flags = 0;
+  size_t flags = 0;      // uint64 [2P]: counts of each source, done of each expert rank
   // local (device memory of the rank's GPU)
-  size_t pool_x = 0, pool_h = 0, pool_out = 0, row_meta = 0, weights = 0, workspace = 0, output = 0;
+  size_t pool_x = 0;     // bf16 [rows_cap, hidden] (the unfused baseline permutes L2's output into it)
+  size_t pool_h = 0;     // bf16 [rows_cap, inter]
+  size_t pool_out = 0;   // bf16 [rows_cap, hidden]: L2's local output (unfused, compute-only)
+  size_t row_meta = 0;   // per pool row: weight, destination rank and slot, send-order index (4 x 4 B);
+                         // per pair: topk ids, topk weights, index within its expert (3 x 4 B x T_max x k);
+                         // offsets (E/P), send offsets (E + 1), T
+  size_t weights = 0;    // bf16 w13 [E/P, 2 inter, hidden] + w2 [E/P, hidden, inter]
+  size_t workspace = 0;  // claim counters, wait records, the per-tile trace
+  size_t output = 0;     // bf16 [T_max, hidden]
   size_t symmetric_total() const { return x_send + routes + counts + combine + flags; }
   size_t local_total() const { return pool_x + pool_h + pool_out + row_meta + weights + workspace + output; }
 };
@@ -95,7 +113,8 @@ class MoeLayer {
   // Validates (E divisible by P, hidden / 2 inter multiples of 256, ...) and
   // checks that the sizes fit the GPU's free memory (and pinned host memory
   // for host placement) before allocating; throws xstage::Error with the
-  // sizes and what is free.
+  // sizes and what is free. Collective (every rank constructs it; the
+  // symmetric buffers live as long as the world).
   MoeLayer(World& world, const MoeLayerOptions& o);
   ~MoeLayer();
   MoeLayer(const MoeLayer&) = delete;
@@ -106,7 +125,9 @@ class MoeLayer {
   int experts_per_rank() const;
   MoeTile tile() const;  // as resolved
 
-  // Device buffers of a local rank, owned by the layer, filled by the caller:
+  // Device buffers of a local rank, owned by the layer, filled by the caller
+  // (finished before run(): the world's streams do not wait for other streams;
+  // emulated ranks' w13 / w2 / topk arrays are slices of one allocation each):
   void* x(int rank);               // bf16 [T_max, hidden] (the symmetric send buffer)
   int32_t* topk_ids(int rank);     // int32 [T_max, k], global expert ids, distinct per token
   float* topk_weights(int rank);   // fp32 [T_max, k]
@@ -115,20 +136,29 @@ class MoeLayer {
   void set_tokens(int rank, int T);  // 0 <= T <= T_max; before run()
 
   // One run on the world's streams (asynchronous; fork/join around it is the caller's).
+  // unfused synchronises once mid-run (the all-to-all's sizes go to the host,
+  // as a torch user's split sizes do). compute-only runs the fused kernel
+  // alone on the pool the last dispatch left (the first one dispatches
+  // first, then waits for every rank); its output is not meaningful.
+  // plan: interleaved with lag_tiles 0 waits the GPU's SM count of L1 tiles.
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
   // Fills every local rank's output, combine buffer, h and pool_out with NaN
   // bytes (asynchronous, on the ranks' streams), so that a check after the
   // next run sees any element that run did not write.
   void poison_outputs();
-  // Synchronises; throws xstage::Error naming rank, flag and values if a wait timed out.
+  // Synchronises; throws xstage::Error naming rank, flag and values if a wait
+  // timed out (or a topk id was out of range or repeated). Collective under
+  // nccl (every process calls it; all throw if one would), like the constructor.
   void check_waits();
 
   const void* output(int rank);    // bf16 [T, hidden]
   // After a run (synchronises): rows each local expert received, in expert order.
   std::vector<int> expert_rows(int rank);
 
+  // Per-tile trace of the fused kernel (fused and compute-only runs). Emulated
+  // ranks run as one launch: every rank of it returns the launch's trace.
   void set_trace(bool on);
-  std::vector<MoeTileTrace> trace(int rank);  // of the last fused run (synchronises)
+  std::vector<MoeTileTrace> trace(int rank);  // of the last fused-kernel launch (synchronises)
 
   // Phase times of the last run on `rank`'s GPU stream, from events between
   // its kernels (synchronises): dispatch = route + pull; experts = the fused
