@@ -206,7 +206,7 @@ nlohmann::json config_json(const MoeLayerBenchReport& rep, const MoeLayerConfigR
           {"P", rep.P},
           {"backend", to_string(rep.backend)},
           {"placement", to_string(rep.placement)},
-          {"routing", rep.inputs_given ? nlohmann::json("npy") : nlohmann::json(to_string(routing))},
+          {"routing", rep.inputs_given ? none : nlohmann::json(to_string(routing))},  // null: from .npy files
           {"tile", to_string(rep.tile)},
           {"rows_max_rank", c.traffic.rows_max_rank},
           {"rows_per_rank", c.traffic.rows_per_rank},
