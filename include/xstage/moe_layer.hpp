@@ -138,8 +138,9 @@ class MoeLayer {
   // One run on the world's streams (asynchronous; fork/join around it is the caller's).
   // unfused synchronises once mid-run (the all-to-all's sizes go to the host,
   // as a torch user's split sizes do). compute-only runs the fused kernel
-  // alone on the pool the last dispatch left (the first one dispatches
-  // first, then waits for every rank); its output is not meaningful.
+  // alone on the pool the last dispatch left (the first one after the layer
+  // is made or set_tokens dispatches first, then waits for every rank); its
+  // output is not meaningful.
   // plan: interleaved with lag_tiles 0 waits the GPU's SM count of L1 tiles.
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
   // Fills every local rank's output, combine buffer, h and pool_out with NaN
