@@ -5,7 +5,8 @@
 # all in $OUT/results.tar.gz, and a short summary last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
-#           peerprobe multi ux2 nvsweep upipe torch visible   (default: build tests sanitize probe a2a)
+#           peerprobe multi ux2 nvsweep upipe torch visible moel moesweep
+#           (default: build tests sanitize probe a2a)
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
 # GPU tests straight from the GoogleTest binary. XSTAGE_REQUIRE_GPU is exported as the
@@ -162,6 +163,48 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
     --compare-stores staged,bulk --out "$OUT/r/moe/moe-gemm.json" ${MOE_BENCH_ARGS:-}
   clocks_stop
   tail -12 "$OUT/r/moe-bench.log" >"$OUT/r/moe-summary.txt"
+fi
+
+# The expert-parallel MoE layer (issue 23): its GPU tests (2-GPU peer and nccl ones where there are two
+# GPUs), compute-sanitizer on one small checked run each (host and device placement, every variant and
+# schedule), and a quick checked bench with per-tile traces: results/<machine>/moe-layer.
+if has moel; then
+  mkdir -p "$OUT/r/moe-layer"
+  gpu_tests moel-tests 420 MoeLayer
+  moe_small="moe --shape 512/256/8/2 --tokens 77 --routing zipf --check --check-tokens 2 --timeout 100"
+  for tool in memcheck racecheck synccheck; do
+    san "san-$tool-moel" $tool $X $moe_small --ranks 2 --placement host
+  done
+  san san-memcheck-moel-device memcheck $X $moe_small --ranks 4 --placement device --tile m64n256
+  clocks_start "$OUT/r/moe-layer/clocks-moe-quick.csv"
+  timed moel-bench 240 $X moe --shape qwen3-30b-a3b --ranks 2 --tokens 1024,4096 --routing zipf --check \
+    --check-tokens 1 --bench --rounds 5 --trace "$OUT/r/moe-layer/trace-quick.csv" -o "$OUT/r/moe-layer/moe-quick.json"
+  clocks_stop
+  [ -f "$OUT/r/moe-layer/moe-quick.json" ] && timed moel-plot 60 python3 bench/plot_moe_sweep.py \
+    "$OUT/r/moe-layer/moe-quick.json" --trace "$OUT/r/moe-layer/trace-quick.csv" --out "$OUT/r/moe-layer"
+  { cat "$OUT/r/moel-tests-summary.txt"; grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*moel*.log
+    grep -E "^T = |check:|interleaved /|model-guided /|unfused /|floor" "$OUT/r/moel-bench.log"; } \
+    >"$OUT/r/moel-summary.txt" 2>&1
+fi
+
+# The 84-configuration sweep (bench/moe_sweep.sh): host placement, then device, each configuration checked and
+# timed in paired rounds, R probed once a placement: results/<machine>/moe-sweep. It takes longer than one
+# call: parts already in MOE_PARTS_FROM (default results/<machine>/moe-sweep/parts, the parts of earlier calls
+# committed there) are skipped; MOE_SHAPES, MOE_P, MOE_PLACEMENTS, MOE_TOKENS, MOE_BUDGET_S pick a subset;
+# MOE_BACKEND=peer or nccl on two GPUs (P = 2, device placement).
+if has moesweep; then
+  mkdir -p "$OUT/r/moe-sweep/parts"
+  machine=h200; ((ngpu > 1)) && machine=h200x$ngpu
+  parts_from=${MOE_PARTS_FROM:-results/$machine/moe-sweep/parts}
+  compgen -G "$parts_from/*.json" >/dev/null && cp "$parts_from"/*.json "$OUT/r/moe-sweep/parts/"
+  ((ngpu > 1)) && [ "${MOE_BACKEND:-emulated}" != emulated ] && export MOE_P=${MOE_P:-2}
+  clocks_start "$OUT/r/moe-sweep/clocks-moe-sweep.csv"
+  timed moe-sweep 590 env XSTAGE="$X" MOE_BUDGET_S="${MOE_BUDGET_S:-520}" bench/moe_sweep.sh "$OUT/r/moe-sweep"
+  clocks_stop
+  if [ -f "$OUT/r/moe-sweep/moe-sweep.json" ]; then
+    timed moe-sweep-plot 60 python3 bench/plot_moe_sweep.py "$OUT/r/moe-sweep/moe-sweep.json" --out "$OUT/r/moe-sweep"
+  fi
+  grep -E "^== |configurations|failed|error" "$OUT/r/moe-sweep.log" | tail -40 >"$OUT/r/moe-sweep-summary.txt"
 fi
 
 if has usan; then  # fused Ulysses attention under compute-sanitizer: every store path, both kernels
@@ -393,7 +436,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/torch-summary.txt" ] && cat "$OUT/r/torch-summary.txt"
   for f in u-san u-sdpa u-sweep-host u-sweep-device u-quick-host u-quick-device u-long u-x2-tests u-peer u-nccl \
            u-sdpa-peer u-sweep-peer u-sweep-nccl u-pipe-tests u-pipe-host u-pipe-device u-pipe-peer u-pipe-nccl \
-           visible-tests visible; do
+           visible-tests visible moel moe-sweep; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

@@ -20,6 +20,7 @@ void add_ulysses_command(CLI::App& app);
 void add_ulysses_predict_command(CLI::App& app);
 void add_moe_gemm_command(CLI::App& app);
 void add_moe_predict_command(CLI::App& app);
+void add_moe_command(CLI::App& app);
 void add_visible_command(CLI::App& app);
 
 // --json / --csv flags shared by every command that prints results.

@@ -115,13 +115,18 @@ NpyArray parse_npy(const std::string& bytes, const std::string& where) {
   std::string descr = dict_value(header, "descr", where);
   if (descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"')) descr = descr.substr(1, descr.size() - 2);
   int elem = 0;
+  bool integer = false;
   if (descr == "<f4" || descr == "=f4")
     elem = 4;
   else if (descr == "<f2" || descr == "=f2")
     elem = 2;
+  else if (descr == "<i4" || descr == "=i4")
+    elem = 4, integer = true;
+  else if (descr == "<i8" || descr == "=i8")
+    elem = 8, integer = true;
   else
-    throw Error(fmt::format("{}: unsupported .npy dtype '{}': expected little-endian float32 ('<f4') or float16 "
-                            "('<f2')",
+    throw Error(fmt::format("{}: unsupported .npy dtype '{}': expected little-endian float32 ('<f4'), float16 "
+                            "('<f2'), int32 ('<i4') or int64 ('<i8')",
                             where, descr));
   const std::string fortran = dict_value(header, "fortran_order", where);
   if (fortran == "True")
@@ -146,7 +151,23 @@ NpyArray parse_npy(const std::string& bytes, const std::string& where) {
   const char* d = bytes.data() + offset + header_len;
   a.data.resize(n);
   if (n == 0) return a;  // memcpy may not be given the null data of an empty vector
-  if (elem == 4) {
+  if (integer) {
+    // Integers (expert ids) as float: exact up to 2^24 in magnitude.
+    for (size_t i = 0; i < n; ++i) {
+      int64_t v = 0;
+      if (elem == 4) {
+        int32_t v32;
+        std::memcpy(&v32, d + 4 * i, 4);
+        v = v32;
+      } else {
+        std::memcpy(&v, d + 8 * i, 8);
+      }
+      if (v > (int64_t(1) << 24) || v < -(int64_t(1) << 24))
+        throw Error(fmt::format("{}: integer element {} is {}: expected at most 2^24 in magnitude (read as float)",
+                                where, i, v));
+      a.data[i] = float(v);
+    }
+  } else if (elem == 4) {
     std::memcpy(a.data.data(), d, n * 4);
   } else {
     for (size_t i = 0; i < n; ++i) {

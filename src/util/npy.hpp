@@ -1,6 +1,7 @@
 #pragma once
 // A minimal .npy reader and writer (NumPy format versions 1.0, 2.0, 3.0):
-// reads little-endian float32 or float16 arrays in C order into float32,
+// reads little-endian float32 or float16 arrays in C order into float32
+// (and int32 or int64 ones, such as expert ids, exact up to 2^24),
 // writes float32 in C order (version 1.0). Anything else is rejected with an
 // xstage::Error naming the file and what was expected.
 #include <cstddef>

@@ -75,6 +75,21 @@ TEST(Npy, ReadsFloat16AndVersion2) {
   EXPECT_TRUE(std::isnan(half_to_float(0x7e00)));
 }
 
+TEST(Npy, ReadsIntegersExactlyUpTo2To24) {
+  int32_t i4[3] = {0, -7, 1 << 24};
+  const NpyArray a = parse_npy(
+      npy_bytes("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", std::string((const char*)i4, 12)), "i");
+  ASSERT_EQ(a.data.size(), 3u);
+  EXPECT_EQ(a.data[0], 0.f);
+  EXPECT_EQ(a.data[1], -7.f);
+  EXPECT_EQ(a.data[2], 16777216.f);
+  int64_t i8[2] = {255, (int64_t(1) << 24) + 1};
+  const std::string dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }";
+  EXPECT_EQ(parse_npy(npy_bytes(dict, std::string((const char*)i8, 8)), "i").data[0], 255.f);
+  EXPECT_NE(expect_error(npy_bytes(dict, std::string((const char*)(i8 + 1), 8))).find("at most 2^24"),
+            std::string::npos);
+}
+
 TEST(Npy, MalformedFilesAreRejected) {
   const std::string four(16, '\0');  // 4 float32
   EXPECT_NE(expect_error("hello").find("not a .npy file"), std::string::npos);
