@@ -47,7 +47,10 @@ std::vector<uint16_t> get(const void* d, size_t n) {
   return h;
 }
 
-void run_case(const Case& c, int fused_tile, int schedule, float share, int lag, int l2_store = moe::kL2StoreStaged) {
+// pull: the kernel copies the pool's rows from two ranks' send buffers
+// itself (x_send), the row of pool row r at rank r % 2, token = its slot.
+void run_case(const Case& c, int fused_tile, int schedule, float share, int lag, int l2_store = moe::kL2StoreStaged,
+              bool pull = false) {
   const int E = int(c.counts.size());
   const int rows = std::accumulate(c.counts.begin(), c.counts.end(), 0);
   const int rows_cap = rows + c.extra_rows;
@@ -73,6 +76,29 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
   for (float& w : wts) w = std::uniform_real_distribution<float>(0.1f, 1.f)(rng);
   CK(cudaMemcpy(weight, wts.data(), rows_cap * 4, cudaMemcpyHostToDevice));
 
+  // Destinations: two ranks' combine buffers of `slots` rows; row r goes to
+  // rank r % 2 at a slot from a permutation.
+  const int slots = rows_cap + 3;
+  std::vector<int32_t> dest_rank(rows_cap), dest_slot(rows_cap);
+  std::vector<int32_t> perm(slots);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int r = 0; r < rows_cap; ++r) dest_rank[r] = r % 2, dest_slot[r] = perm[r];
+  uint16_t* send[2] = {nullptr, nullptr};
+  auto* d_send = dev<void*>(2);
+  uint16_t* pool = x;  // what the fused kernel reads (and, with pull, writes)
+  if (pull) {
+    // The reference pool (x) from the send buffers, row by row.
+    for (int k = 0; k < 2; ++k) {
+      send[k] = dev<uint16_t>(size_t(slots) * H);
+      CK(fill::launch_fill_random_bf16(send[k], size_t(slots) * H, 6, uint64_t(k), 0, nullptr));
+    }
+    for (int r = 0; r < rows_cap; ++r)
+      CK(cudaMemcpy(x + size_t(r) * H, send[dest_rank[r]] + size_t(dest_slot[r]) * H, size_t(H) * 2,
+                    cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy(d_send, send, sizeof(send), cudaMemcpyHostToDevice));
+    pool = dev<uint16_t>(size_t(rows_cap) * H);
+  }
   // The reference: the grouped GEMMs with the same tile, one split.
   const MoeTile tile = fused_tile == moe::kFusedM128N256 ? MoeTile::m128n256 : MoeTile::m64n256;
   CK(cudaMemset(h_ref, 0, size_t(rows_cap) * I * 2));
@@ -85,14 +111,6 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
   CK(cudaDeviceSynchronize());
   const auto h_want = get(h_ref, size_t(rows) * I), y_want = get(y_ref, size_t(rows) * H);
 
-  // Destinations: two ranks' combine buffers of `slots` rows; row r goes to
-  // rank r % 2 at a slot from a permutation.
-  const int slots = rows_cap + 3;
-  std::vector<int32_t> dest_rank(rows_cap), dest_slot(rows_cap);
-  std::vector<int32_t> perm(slots);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  for (int r = 0; r < rows_cap; ++r) dest_rank[r] = r % 2, dest_slot[r] = perm[r];
   auto* d_rank = dev<int32_t>(rows_cap);
   auto* d_slot = dev<int32_t>(rows_cap);
   CK(cudaMemcpy(d_rank, dest_rank.data(), rows_cap * 4, cudaMemcpyHostToDevice));
@@ -111,18 +129,20 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
   CK(cudaMemset(record, 0, sizeof(remote::FlagTimeoutRecord)));
 
   moe::FusedLayerParams p;
-  p.x_pool = x, p.h = h, p.w13 = w13, p.w2 = w2, p.offs = d_offs, p.row_weight = weight;
+  p.x_pool = pool, p.h = h, p.w13 = w13, p.w2 = w2, p.offs = d_offs, p.row_weight = weight;
   p.row_dest_rank = d_rank, p.row_dest_slot = d_slot;
   p.rows_cap = rows_cap, p.hidden = H, p.inter = I, p.E_run = E;
   p.schedule = schedule, p.l2_share = share, p.lag_tiles = lag, p.l2_store = l2_store;
   p.counters = counters, p.timeout_record = record, p.timeout_ns = 5'000'000'000ull;
   p.flags = d_flags, p.done_flag = 2, p.rank0 = 0, p.local_ranks = 2, p.world = 2;
+  if (pull) p.x_send = d_send, p.T_max = slots;
 
   for (int remote = 0; remote < 2; ++remote)
     for (int run = 0; run < 2; ++run) {
       SCOPED_TRACE(testing::Message() << "remote " << remote << " run " << run << " schedule " << schedule
                                       << " tile " << fused_tile << " l2 store " << l2_store);
       CK(cudaMemset(h, 0xff, size_t(rows_cap) * I * 2));
+      if (pull) CK(cudaMemset(pool, 0xff, size_t(rows_cap) * H * 2));
       CK(cudaMemset(out, 0xff, size_t(rows_cap) * H * 2));
       CK(cudaMemset(comb[0], 0xff, size_t(slots) * H * 2));
       CK(cudaMemset(comb[1], 0xff, size_t(slots) * H * 2));
@@ -137,6 +157,10 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
       std::vector<int32_t> ctr(moe::fused_layer_counter_ints(E));
       CK(cudaMemcpy(ctr.data(), counters, ctr.size() * 4, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < ctr.size(); ++i) ASSERT_EQ(ctr[i], 0) << "counter " << i << " not reset";
+      if (pull) {
+        const auto pool_got = get(pool, size_t(rows) * H), pool_want = get(x, size_t(rows) * H);
+        ASSERT_EQ(0, std::memcmp(pool_got.data(), pool_want.data(), pool_want.size() * 2)) << "copied rows";
+      }
       const auto h_got = get(h, size_t(rows) * I);
       ASSERT_EQ(0, std::memcmp(h_got.data(), h_want.data(), h_want.size() * 2)) << "h differs from the grouped L1";
       if (!remote) {
@@ -164,8 +188,10 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
     }
   for (void* q : {(void*)x, (void*)w13, (void*)w2, (void*)h_ref, (void*)y_ref, (void*)h, (void*)out, (void*)d_offs,
                   (void*)weight, (void*)d_rank, (void*)d_slot, comb[0], comb[1], (void*)d_comb, (void*)flag_mem[0],
-                  (void*)flag_mem[1], (void*)d_flags, (void*)counters, (void*)record})
+                  (void*)flag_mem[1], (void*)d_flags, (void*)counters, (void*)record, (void*)send[0], (void*)send[1],
+                  (void*)d_send})
     cudaFree(q);
+  if (pool != x) cudaFree(pool);
 }
 
 const Case kSmall{512, 256, {0, 77, 130, 1, 0, 256, 3}, 50};
@@ -197,6 +223,17 @@ TEST(FusedLayer, BulkL2StoresMatchTheGroupedGemms) {
     run_case(kWide, tile, moe::kScheduleShare, 0.f, 3, moe::kL2StoreBulk);
     run_case(kWide, tile, moe::kScheduleShare, 0.5f, 0, moe::kL2StoreBulk);
   }
+}
+
+// The dispatch's row copies inside the kernel, under each schedule and L2 store.
+TEST(FusedLayer, RowsCopiedInTheKernelMatchTheGroupedGemms) {
+  XSTAGE_NEED_GPUS(1);
+  for (int tile : {moe::kFusedM128N256, moe::kFusedM64N256}) {
+    run_case(kSmall, tile, moe::kScheduleExpertWave, 0.f, 0, moe::kL2StoreStaged, true);
+    run_case(kWide, tile, moe::kScheduleShare, 0.f, 3, moe::kL2StoreStaged, true);
+    run_case(kWide, tile, moe::kScheduleShare, 0.f, 0, moe::kL2StoreBulk, true);
+  }
+  run_case(Case{256, 128, {0, 0, 0}, 5}, moe::kFusedM128N256, moe::kScheduleShare, 0.f, 4, moe::kL2StoreStaged, true);
 }
 
 // Nothing to compute: the launch still runs (one CTA) and publishes its flags.

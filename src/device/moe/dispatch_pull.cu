@@ -79,9 +79,12 @@ __global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
     const float weight = __ldcg(reinterpret_cast<const float*>(routes + area) + entry);
     const int t = pair / p.k, j = pair % p.k;
     if (t < 0 || t >= p.T_max) continue;  // never for the routes a route kernel wrote
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[s]) + int64_t(t) * p.H);
-    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool_x) + g * p.H);
-    warp_copy_row(src, dst, vecs, lane);
+    if (p.copy_rows) {
+      const uint4* src =
+          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[s]) + int64_t(t) * p.H);
+      uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool_x) + g * p.H);
+      warp_copy_row(src, dst, vecs, lane);
+    }
     if (lane == 0) {
       p.row_weight[g] = weight;
       p.row_dest_rank[g] = s;

@@ -16,7 +16,7 @@ int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t s
 int fused_layer_block_m(int fused_tile);  // 0 for an unknown tile
 inline constexpr int kFusedBlockN = 256;
 // The workspace's int32 counters (FusedLayerParams::counters).
-inline int64_t fused_layer_counter_ints(int E_run) { return 4 + int64_t(E_run); }
+inline int64_t fused_layer_counter_ints(int E_run) { return 4 + 2 * int64_t(E_run); }
 // Tiles of one GEMM at most (every expert's last m-block partial): the trace's capacity per GEMM.
 inline int64_t fused_layer_max_tiles(int64_t rows_cap, int E_run, int block_m, int n) {
   return (rows_cap / block_m + E_run) * int64_t(n / kFusedBlockN);

@@ -55,8 +55,18 @@ struct FusedLayerParams {
   float l2_share = 0.f;    // share: L2 work / all work claimed (0: L2 work / total work, even spread)
   int lag_tiles = 0;       // share: L1 tiles claimed past an expert's last before its L2 may be claimed
 
+  // The dispatch's row copies inside the kernel (x_send != nullptr): the
+  // producer warpgroup's spare warps copy pool row r from its source's send
+  // buffer, x_send[row_dest_rank[r]] + (row_dest_slot[r] % T_max) * hidden,
+  // into x_pool (which the kernel then writes), in pool order, while the
+  // first L1 tiles compute; an L1 tile waits for its expert's rows. Null:
+  // x_pool already holds the rows.
+  void* const* x_send = nullptr;
+  int T_max = 0;
+
   // Workspace (zeroed once before the first launch; every launch leaves it zeroed):
-  // int32 [4 + E_run]: claim counters L1, L2, finished CTAs, spare, then per-expert L1 tiles done.
+  // int32 [4 + 2 E_run]: claim counters L1, L2, finished CTAs, the row copies'
+  // cursor, then per expert its L1 tiles done, then its rows copied.
   int32_t* counters = nullptr;
 
   // Completion (remote only): once every tile of the launch is stored, the

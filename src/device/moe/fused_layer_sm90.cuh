@@ -21,6 +21,10 @@
 //     row sent as one TMA bulk copy, so that the consumers return to the
 //     mainloop while the copy engine issues the tile (the grouped GEMM's
 //     bulk output store; it costs a ring stage of shared memory);
+//   - with x_send set, the producer warpgroup's three spare warps copy the
+//     dispatched rows into the pool while the first tiles compute (the
+//     dispatch's bulk overlaps L1 instead of preceding it); an L1 tile's
+//     producer waits until its expert's rows are counted copied;
 //   - at the end the grid's last CTA sets every destination's done flag for
 //     the launch's ranks (release, system scope) and zeroes the workspace.
 #include <cstdint>
@@ -58,10 +62,12 @@ struct FusedSmem {
   static_assert(BYTES <= Cfg::SMEM_LIMIT, "the task ring fits the shared memory");
 };
 
-// The producer's wait for every L1 tile of `expert` (need = its tiles).
-__device__ __forceinline__ void wait_expert_ready(const FusedLayerParams& p, int expert, int need) {
-  const int32_t* ready = p.counters + 4 + expert;
-  int seen = ptx::ld_acquire_gpu_s32(ready);
+// The producer's wait until counter `c` holds `need` (an expert's L1 tiles
+// done, or its rows copied), acquire, with a timeout that fills the record
+// (rank -1: L1 tiles, -2: rows copied; flag = the expert).
+__device__ __forceinline__ void wait_count(const FusedLayerParams& p, const int32_t* c, int need, int kind,
+                                           int expert) {
+  int seen = ptx::ld_acquire_gpu_s32(c);
   if (seen < need) {
     const uint64_t start = ptx::globaltimer_ns();
     while (seen < need) {
@@ -69,17 +75,69 @@ __device__ __forceinline__ void wait_expert_ready(const FusedLayerParams& p, int
       if (waited > p.timeout_ns) {
         remote::FlagTimeoutRecord* r = p.timeout_record;
         if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
-          r->rank = -1, r->flag = expert, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
+          r->rank = kind, r->flag = expert, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
           r->waited_ns = waited, r->expected = uint64_t(need), r->seen = uint64_t(seen);
         }
         break;  // the host reports the record; the launch still ends
       }
       __nanosleep(128);
-      seen = ptx::ld_acquire_gpu_s32(ready);
+      seen = ptx::ld_acquire_gpu_s32(c);
     }
   }
-  // h was written through the generic proxy; the TMA reads it through the async one.
+  // The rows were written through the generic proxy; the TMA reads them through the async one.
   ptx::fence_proxy_async_global();
+}
+
+// The dispatch's row copies, by one warp of the producer warpgroup: chunks
+// of pool rows claimed from a global cursor in pool order (the order L1
+// claims its experts), each row's 16-byte vectors spread over the lanes,
+// several loads in flight before their stores (over PCIe a load takes
+// microseconds). Then the rows are counted per expert (fence, release add).
+__device__ __forceinline__ void copy_rows(const FusedLayerParams& p, int lane) {
+  constexpr int kChunk = 4, kUnroll = 4;
+  int32_t* copied = p.counters + 4 + p.E_run;
+  int rows = __ldg(p.offs + p.E_run - 1);
+  rows = rows < 0 ? 0 : rows > p.rows_cap ? p.rows_cap : rows;
+  const int vecs = p.hidden / 8;
+  for (;;) {
+    int start = 0;
+    if (lane == 0) start = atomicAdd(p.counters + 3, kChunk);
+    start = __shfl_sync(0xffffffffu, start, 0);
+    if (start >= rows) break;
+    const int end = start + kChunk < rows ? start + kChunk : rows;
+    for (int r = start; r < end; ++r) {
+      const int s = __ldg(p.row_dest_rank + r), t = __ldg(p.row_dest_slot + r) % p.T_max;
+      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[s]) + int64_t(t) * p.hidden);
+      uint4* dst = reinterpret_cast<uint4*>(const_cast<uint16_t*>(static_cast<const uint16_t*>(p.x_pool)) +
+                                            int64_t(r) * p.hidden);
+      for (int v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
+        uint4 x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (v0 + u * 32 < vecs) x[u] = __ldcg(src + v0 + u * 32);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (v0 + u * 32 < vecs) dst[v0 + u * 32] = x[u];
+      }
+    }
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) {
+      int lo = 0, hi = p.E_run - 1;  // the expert holding row `start`: the first whose end is past it
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (__ldg(p.offs + mid) > start)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      for (int e = lo, r = start; r < end && e < p.E_run; ++e) {
+        const int e_end = __ldg(p.offs + e) < end ? __ldg(p.offs + e) : end;
+        if (e_end > r) ptx::red_release_gpu_add_s32(copied + e, e_end - r);
+        r = e_end > r ? e_end : r;
+      }
+    }
+  }
 }
 
 __device__ __forceinline__ void trace_tile(const FusedLayerParams& p, const sched::LayerTask& t, uint64_t start,
@@ -144,7 +202,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         ptx::mbar_arrive(task_full + slot);  // releases the slot's write to the consumers
         if (task.gemm == 0) break;
         const bool l2 = task.gemm == 2;
-        if (l2) wait_expert_ready(p, task.expert, task.m_blocks * n1);
+        if (l2)
+          wait_count(p, p.counters + 4 + task.expert, task.m_blocks * n1, -1, task.expert);
+        else if (p.x_send != nullptr)
+          wait_count(p, p.counters + 4 + p.E_run + task.expert, task.row_end - task.row_begin, -2, task.expert);
         const CUtensorMap* ma = l2 ? &tm.a2 : &tm.a1;
         const CUtensorMap* mb = l2 ? &tm.b2 : &tm.b1;
         const int a_row = task.row_begin + task.m_block * BM;
@@ -158,6 +219,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           ptx::tma_load_2d(b_stage(s), mb, full + s, kb * Cfg::BLOCK_K, b_row);
         }
       }
+    } else if (tid >= 32) {
+      if (p.x_send != nullptr) copy_rows(p, tid & 31);
+      // The consumers count their CTA finished only after its copies: the
+      // last CTA then zeroes a cursor no copy still moves.
+      ptx::named_bar_arrive(2, 256 + 96);
     }
     return;
   }
@@ -271,7 +337,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     ptx::fence_sc_sys();
   else
     __threadfence();
-  ptx::named_bar_sync(1, 256);
+  ptx::named_bar_sync(2, 256 + 96);
   if (ct == 0) {
     const int done = atomicAdd(p.counters + 2, 1);
     if (done == int(gridDim.x) - 1) {
@@ -279,7 +345,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // Every other CTA has stopped claiming and counting: the workspace is
       // zeroed for the next launch.
       p.counters[0] = 0, p.counters[1] = 0, p.counters[2] = 0;
-      for (int e = 0; e < p.E_run; ++e) p.counters[4 + e] = 0;
+      p.counters[3] = 0;
+      for (int e = 0; e < 2 * p.E_run; ++e) p.counters[4 + e] = 0;
       if (p.flags != nullptr)
         for (int d = 0; d < p.world; ++d)
           for (int s = 0; s < p.local_ranks; ++s)

@@ -79,6 +79,9 @@ struct PullParams {
   int64_t rows_cap = 0;  // per receiver
   uint64_t epoch = 0, timeout_ns = 0;
   remote::FlagTimeoutRecord* timeout_record = nullptr;
+  // false: the pool's plan only (offsets, row_*), the rows left to the fused
+  // kernel, which copies them while its first tiles compute.
+  bool copy_rows = true;
 };
 
 // Combine: out[t] = bf16( sum_{j = 0 .. k-1} float(row j of token t) ), fp32

@@ -69,7 +69,8 @@ struct MoeLayer::Impl {
 
   // moe_layer_run.cpp
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
-  void dispatch(Group& g);
+  // copy_rows false: the plan only; the fused kernel copies the rows itself.
+  void dispatch(Group& g, bool copy_rows = true);
   void experts_fused(Group& g, const MoeSchedulePlan& plan, bool remote);
   void experts_unfused(Group& g);
   void permute_unfused(Group& g);

@@ -32,7 +32,7 @@ int copy_grid(int64_t rows, int warps_per_cta, int sms) {
 
 }  // namespace
 
-void MoeLayer::Impl::dispatch(Group& g) {
+void MoeLayer::Impl::dispatch(Group& g, bool copy_rows) {
   const int li = w.local_index(g.rank0);
   auto* flag_table = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
   moe::RouteParams rp;
@@ -48,7 +48,7 @@ void MoeLayer::Impl::dispatch(Group& g) {
   pp.pool_x = g.pool_x, pp.row_weight = g.row_weight, pp.row_dest_rank = g.row_dest_rank;
   pp.row_dest_slot = g.row_dest_slot, pp.row_perm = g.row_perm, pp.offs = g.offs;
   pp.rank0 = g.rank0, pp.n = g.n, pp.P = P, pp.E_loc = E_loc, pp.k = k, pp.T_max = T_max, pp.H = H;
-  pp.rows_cap = rows_cap;
+  pp.rows_cap = rows_cap, pp.copy_rows = copy_rows;
   pp.epoch = epoch, pp.timeout_ns = timeout_ns(o.timeout_s), pp.timeout_record = g.records + kWaitPull;
   check_cuda(moe::launch_moe_pull(pp, copy_grid(g.n * rows_cap, 16, g.sms), g.stream), "MoE layer: pull kernel launch",
              __FILE__, __LINE__);
@@ -65,6 +65,7 @@ void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool r
     p.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
     p.done_flag = moe::layer_flag_done(P, 0), p.rank0 = g.rank0, p.local_ranks = g.n, p.world = P;
     p.epoch = epoch;
+    p.x_send = x_send->device_table(li), p.T_max = T_max;  // the dispatch's rows copied in the kernel
   } else {
     p.out_pool = g.pool_out;  // the floor: every store local, no flags
   }
@@ -233,7 +234,7 @@ void MoeLayer::Impl::run(MoeLayerVariant v, const MoeSchedulePlan& plan) {
   for (Group& g : groups) {
     XSTAGE_CUDA(cudaSetDevice(g.device));
     mark(g, 0);
-    dispatch(g);
+    dispatch(g, v != MoeLayerVariant::fused);
     mark(g, 1);
     g.phase_ran[0] = g.phase_ran[1] = g.phase_ran[2] = true;
   }
