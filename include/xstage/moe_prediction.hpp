@@ -73,39 +73,46 @@ struct MoeClaimedTile {
   int sm = 0;
   double claim_ns = 0;   // the SM claims it
   double start_ns = 0;   // compute starts (L2: after its expert's L1 tiles are done)
-  double end_ns = 0;     // the SM is free again (L2: its store accepted)
+  double end_ns = 0;     // the SM is free again (L2: its store accepted by the stage)
   double store_bytes = 0;  // L2: bytes through the stage
 };
 
 struct MoeClaimSchedule {
   std::vector<MoeClaimedTile> tiles;  // in claim order
-  std::vector<Program> programs;      // per SM, for simulate()
-  std::vector<std::vector<int>> sm_l2_tiles;  // per SM, its L2 tiles (indices into tiles) in order
-  double makespan_ns = 0;
+  double makespan_ns = 0;   // the last SM is free
+  double drained_ns = 0;    // the stage is empty again after the last store (>= makespan)
+  double stalled_ns = 0;    // summed over L2 tiles: time their SMs lost to a full stage
+  double idle_ns = 0;       // summed over L2 tiles: time their SMs waited for the expert's L1 tiles
+  double max_occupancy = 0, store_bytes = 0;
   double l1_tiles = 0, l2_tiles = 0;
 };
 
-// The kernel's claim rules (docs/design/moe-layer.md, "Claim rules"), run
-// as a list schedule: the SM that is free first claims next. `store_ns[i]`
-// is the time the i-th L2 tile (in L2 order) holds its SM for its store
-// (empty: the backpressure-free issue time T0 of one producer on `profile`).
+// The kernel's claim rules (sched/layer_claims.cuh; docs/design/scheduler.md)
+// and the X-Stage in one event loop (simulate_fed): an SM claims its next
+// tile when its last one, store included, is done, so what it claims follows
+// its stalls. Not modelled: the kernel's claims on stale counter values (an
+// atomic add may give a tile past the one decided for, and an L2 tile not
+// yet allowed is parked while its CTA runs L1 tiles): here the decision and
+// the claim see the same counters, so no tile is ever parked.
 // Throws xstage::Error for a launch with a non-positive size or grid.
 MoeClaimSchedule moe_claim_schedule(const MoeLaunch& launch, const MoeSchedulePlan& plan, const Profile& profile,
-                                    const std::vector<double>& store_ns = {});
+                                    bool record_tiles = true);
 
-// L2's share of all work (work of a tile = its K), the interleaved default.
-double moe_natural_l2_share(const MoeLaunch& launch);
+// The share schedule's even spread, as the kernel computes it for l2_share = 0:
+// the spread starts at t1_start = min(L1 tiles through the first expert with
+// rows + lag, all L1 tiles), and L2 takes W2 / (W2 + (L1 tiles - t1_start) x K1)
+// of the work claimed from there (W2: all L2 work).
+double moe_default_l2_share(const MoeLaunch& launch, int lag_tiles);
+long moe_share_start_tiles(const MoeLaunch& launch, int lag_tiles);
 
 struct MoeExpertsPrediction {
   double experts_ns = 0;   // the launch until its last store is visible
   double compute_ns = 0;   // the same claim schedule with no stores (the floor)
   double stalled_ns = 0;   // summed over L2 tiles: time their SMs lost to a full stage
+  double idle_ns = 0;      // summed over L2 tiles: time their SMs waited for L1 tiles
   double max_occupancy = 0;
   double store_bytes = 0;
-  int iterations = 0;      // claim schedule <-> stage rounds until they agreed
 };
-// The claim schedule and the stage run in turns: the stage's store times go
-// back into the claim schedule until the makespan moves by < 0.2% (at most 8).
 MoeExpertsPrediction moe_predict_experts(const MoeLaunch& launch, const MoeSchedulePlan& plan, const Profile& profile);
 
 // The makespan of the launch with no stores, for the given compute scale.
@@ -134,17 +141,41 @@ struct MoeRegime {
   bool contended() const { return name == "contended" || name == "drain-bound"; }
 };
 MoeRegime moe_classify_regime(const MoeLaunch& launch, const Profile& profile, int wave_tiles = 0);
+// rho alone (0 when nothing goes through the stage).
+double moe_rho(const MoeLaunch& launch, const Profile& profile);
 
 // ---- the model-guided plan (docs/model.md, section 9)
-// l2_share = min(natural share, R t2 / (G b2)) (the share at which G SMs'
-// L2 stores arrive at R), lag_tiles = grid. The path follows the profile's
-// transport: "host" and "local" are emulated paths (every L2 row through the
-// stage, the launch holds all P ranks), others one rank a GPU ((P-1)/P).
-// Rows per expert are the uniform routing's expectation, tokens * k / E per
-// source. Throws xstage::Error for a bad shape, tokens, P or SM count.
+// Plans the kernel can run, each simulated on the launch; the least
+// predicted experts time wins: the interleaved default (the even spread,
+// lag = grid) unless another is more than kMoePlanTie faster (the model's
+// differences below that are not worth a change of plan). The candidates:
+//   - the interleaved default;
+//   - expert-wave, W = 2 G: bursts that find the stage drained;
+//   - the even spread with lag G/2: the first stores earlier;
+//   - where the default's L2 tiles wait for their L1 tiles more than
+//     kMoePlanIdle of the SM time: lag 2 G and 4 G;
+//   - where rho > 1 and 1/rho is below the even spread: L2's share capped at
+//     1/rho (the share at which G SMs' L2 stores arrive at R), lag G.
+// The candidates are simulated in parallel, one a core. The plan's schedule
+// is expert_wave or interleaved (the kernel runs kScheduleExpertWave or
+// kScheduleShare); the caller labels it model-guided.
+inline constexpr double kMoePlanTie = 0.01;
+inline constexpr double kMoePlanIdle = 0.001;
+struct MoePlanCandidate {
+  MoeSchedulePlan plan;
+  std::string why;          // what the candidate tries
+  double experts_ns = 0;    // predicted, as moe_predict_experts does
+};
+std::vector<MoePlanCandidate> moe_plan_candidates(const MoeLaunch& launch, const Profile& profile);
+MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& launch, const Profile& profile);
+// The plan for a configuration's expected uniform rows per expert (tokens * k
+// / E per source) and the GEMM table, whatever rows a sweep recorded: what
+// the layer runs when it asks moe_plan_schedule. The path follows the
+// profile's transport: "host" and "local" are emulated paths (every L2 row
+// through the stage, the launch holds all P ranks), others one rank a GPU
+// ((P-1)/P). Throws xstage::Error for a bad shape, tokens, P or SM count.
 MoeSchedulePlan moe_plan_schedule(const MoeShape& shape, int tokens, int P, int sms, MoeTile tile,
                                   const Profile& profile);
-MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& launch, const Profile& profile);
 
 // ---- a whole configuration
 struct MoeConfig {
@@ -157,8 +188,8 @@ struct MoeConfig {
   std::vector<int> rows_per_rank;     // rows each rank received; empty: the uniform expectation
   int sms = 132;
   // The plans the kernel ran (a sweep records them); a scheduler without one
-  // gets the default: expert-wave 2 x grid, interleaved the natural share with
-  // lag = grid, model-guided moe_plan_for_launch.
+  // gets the default: expert-wave 2 x grid, interleaved the even spread with
+  // lag = grid, model-guided the plan moe_plan_schedule gives the configuration.
   std::map<MoeSchedule, MoeSchedulePlan> plans;
   bool emulated() const { return backend == "emulated"; }
 };
@@ -178,6 +209,10 @@ struct MoeConfigPrediction {
   double bytes_dispatch = 0, bytes_combine = 0, bytes_stored = 0;  // through the path (the launch's GPU)
   int block_m = 0;
 };
+
+// The plan moe_plan_schedule gives the configuration (its expected uniform
+// rows and the GEMM table, on the configuration's own path).
+MoeSchedulePlan moe_plan_for_config(const MoeConfig& c, const Profile& profile);
 
 // The launches of a configuration: one (emulated), or one per rank.
 std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c);

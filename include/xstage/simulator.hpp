@@ -99,6 +99,13 @@ struct SimObserver {
   std::function<void(double fraction_done)> on_progress;
 };
 
+// Producers whose next steps are decided as they go (a persistent kernel's
+// CTAs claiming tiles: what an SM claims depends on when it comes free, which
+// depends on its stalls): called when `producer` has run every step it was
+// given, at `t_ns`, to append its next steps (none: it is done). Fed at t = 0
+// first, in producer order; at one instant, in the order the events come.
+using StepFeed = std::function<void(int producer, double t_ns, std::vector<Step>& steps)>;
+
 // Bursts the producers will run in all (store steps with bytes, times repeats).
 double total_bursts(const std::vector<Program>& producers);
 
@@ -133,6 +140,11 @@ class SteadyIssueTracker {
   size_t settled_ = 0;
   std::mt19937_64 rng_{0x5eed};
 };
+
+// `producers` fed producers on one shared stage (per_producer_capacity is
+// ignored). Throws xstage::Error as simulate() does for the stage, and for a
+// fed step that is negative or not finite.
+SimResult simulate_fed(const StageConfig& cfg, int producers, const StepFeed& feed, const SimObserver& observer = {});
 
 // K producers in lock step: each stores V/K bytes then computes G ns, `bursts` times.
 std::vector<Program> periodic_programs(int K, double V_total_bytes, double gap_ns, long bursts);

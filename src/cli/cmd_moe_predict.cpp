@@ -72,7 +72,10 @@ std::string ms_text(double ms) { return std::isfinite(ms) ? fmt::format("{:.3f}"
 std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:+.1f}%", 100 * v) : std::string("-"); }
 
 nlohmann::json plan_json(const MoeSchedulePlan& p) {
-  return {{"wave_tiles", p.wave_tiles}, {"l2_share", p.l2_share}, {"lag_tiles", p.lag_tiles}};
+  return {{"schedule", moe_schedule_name(p.schedule)},
+          {"wave_tiles", p.wave_tiles},
+          {"l2_share", p.l2_share},
+          {"lag_tiles", p.lag_tiles}};
 }
 
 struct Row {

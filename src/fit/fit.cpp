@@ -1,19 +1,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
-#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "nelder_mead.hpp"
 #include "stats.hpp"
+#include "util/parallel_for.hpp"
 #include "xstage/error.hpp"
 #include "xstage/fit.hpp"
 #include "xstage/units.hpp"
@@ -116,34 +115,6 @@ struct FitGroup {
     return direct(u, scale);
   }
 };
-
-// Runs job(i) for i in [0, n) on every core. The jobs are independent and each
-// writes its own result, so the outcome does not depend on the thread count.
-void parallel_for(size_t n, const std::function<void(size_t)>& job) {
-  const size_t threads = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
-  if (threads <= 1) {
-    for (size_t i = 0; i < n; ++i) job(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto worker = [&] {
-    for (size_t i; (i = next++) < n;) {
-      try {
-        job(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
-}
 
 using GroupKey = std::tuple<double, double, double, long, long>;
 GroupKey key_of(const SamplePoint& m) { return {m.K, m.V_bytes, m.gap_ns, m.bursts, m.steady_from}; }

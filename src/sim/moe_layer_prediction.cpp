@@ -112,14 +112,12 @@ int resolve_block_m(const MoeConfig& c) {
   return expected <= 64 ? 64 : 128;
 }
 
-MoeSchedulePlan default_plan(MoeSchedule s, const MoeLaunch& l, const Profile& p) {
+MoeSchedulePlan default_plan(MoeSchedule s, const MoeLaunch& l) {
   MoeSchedulePlan plan;
   plan.schedule = s;
-  if (s == MoeSchedule::interleaved) {
-    plan.l2_share = moe_natural_l2_share(l);
+  if (s != MoeSchedule::expert_wave) {
+    plan.l2_share = 0;  // the kernel's even spread
     plan.lag_tiles = l.sms;
-  } else if (s == MoeSchedule::model_guided) {
-    plan = moe_plan_for_launch(l, p);
   }
   return plan;
 }
@@ -193,15 +191,20 @@ double moe_l2_tile_ns(const MoeLaunch& l, int e) {
   return l.compute_scale * moe_table_tile_ns(l.inter, l.block_m, m_blocks_of(l, e));
 }
 
+double moe_rho(const MoeLaunch& l, const Profile& p) {
+  const L2Stats s = l2_stats(l);
+  if (s.tiles == 0 || !(p.R_Bps > 0) || !(s.bytes > 0) || !(s.ns > 0)) return 0;
+  return double(l.sms) * s.bytes / s.ns / (p.R_Bps * 1e-9);
+}
+
 MoeRegime moe_classify_regime(const MoeLaunch& l, const Profile& p, int wave_tiles) {
   MoeRegime g;
-  const L2Stats s = l2_stats(l);
-  if (s.tiles == 0 || !(p.R_Bps > 0) || !(s.bytes > 0)) {
+  g.rho = moe_rho(l, p);
+  if (g.rho == 0) {
     g.name = "free";
     return g;
   }
   const double R = p.R_Bps * 1e-9;  // bytes per ns
-  g.rho = double(l.sms) * s.bytes / s.ns / R;
   // Expert-wave's waves: experts grouped by their first L1 tile index; each
   // wave's L1 and L2 time spread over the G SMs.
   struct Wave {
@@ -257,21 +260,6 @@ MoeRegime moe_classify_regime(const MoeLaunch& l, const Profile& p, int wave_til
   return g;
 }
 
-MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& l, const Profile& p) {
-  MoeSchedulePlan plan;
-  plan.schedule = MoeSchedule::model_guided;
-  plan.lag_tiles = l.sms;
-  const double natural = moe_natural_l2_share(l);
-  const L2Stats s = l2_stats(l);
-  // G SMs spending a share f of their time on L2 tiles of t2 ns that each
-  // store b2 bytes issue G f b2 / t2 bytes/s (work is K, and a tile's time is
-  // proportional to K, so the claimed share of work is the share of time).
-  // That equals R at f = R t2 / (G b2) = 1 / rho.
-  const double at_R = s.bytes > 0 ? p.R_Bps * (s.ns * 1e-9) / (double(l.sms) * s.bytes) : natural;
-  plan.l2_share = std::min(natural, at_R);
-  return plan;
-}
-
 std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c) {
   check_shape(c.shape, c.tokens, c.P, "moe prediction");
   if (c.sms < 1) throw Error(fmt::format("moe prediction: SM count {}; expected >= 1", c.sms));
@@ -309,20 +297,6 @@ std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c) {
 std::string moe_default_profile(const MoeConfig& c) {
   if (!c.emulated()) return "h200-peer";
   return c.placement == "device" ? "h200-local" : "h200-host-pcie";
-}
-
-MoeSchedulePlan moe_plan_schedule(const MoeShape& shape, int tokens, int P, int sms, MoeTile tile,
-                                  const Profile& profile) {
-  MoeConfig c;
-  c.shape = shape;
-  c.tokens = tokens;
-  c.P = P;
-  c.sms = sms;
-  c.tile = tile;
-  c.backend = profile.transport == "host" || profile.transport == "local" ? "emulated" : "peer";
-  c.placement = profile.transport == "local" ? "device" : "host";
-  const std::vector<MoeLaunch> launches = moe_config_launches(c);
-  return moe_plan_for_launch(launches.front(), profile);
 }
 
 MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profile,
@@ -375,9 +349,14 @@ MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profil
 
   for (MoeSchedule s : {MoeSchedule::expert_wave, MoeSchedule::interleaved, MoeSchedule::model_guided}) {
     MoeLayerPrediction p;
+    auto it = c.plans.find(s);
+    std::optional<MoeSchedulePlan> given;
+    if (it != c.plans.end())
+      given = it->second;
+    else if (s == MoeSchedule::model_guided)
+      given = moe_plan_for_config(c, profile);
     for (size_t i = 0; i < launches.size(); ++i) {
-      auto it = c.plans.find(s);
-      const MoeSchedulePlan plan = it != c.plans.end() ? it->second : default_plan(s, launches[i], profile);
+      const MoeSchedulePlan plan = given ? *given : default_plan(s, launches[i]);
       const MoeExpertsPrediction e = moe_predict_experts(launches[i], plan, profile);
       if (i == 0 || e.experts_ns > p.experts_ns) {
         p.experts_ns = e.experts_ns;

@@ -91,9 +91,14 @@ MoeShape read_shape(const Obj& c) {
   return s;
 }
 
+// The model-guided plan is one the kernel runs as expert-wave or as the
+// share schedule; its "schedule" says which ("expert-wave": the waves, any
+// other: the share rule). The other keys name their schedule.
 MoeSchedulePlan read_plan(const Obj& p, MoeSchedule s) {
   MoeSchedulePlan plan;
   plan.schedule = s;
+  if (s == MoeSchedule::model_guided && p.text_or_empty("schedule") == "expert-wave")
+    plan.schedule = MoeSchedule::expert_wave;
   if (p.maybe("wave_tiles")) plan.wave_tiles = p.integer("wave_tiles", 0, 1 << 30);
   if (auto v = p.number("l2_share")) {
     if (*v > 1) p.bad("l2_share", "a share in [0, 1]", json(*v));

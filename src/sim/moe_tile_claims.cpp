@@ -46,42 +46,57 @@ void check_launch(const MoeLaunch& l) {
     throw Error(fmt::format("moe launch: remote fraction {} outside [0, 1]", l.remote_fraction));
   if (!(l.compute_scale > 0) || !std::isfinite(l.compute_scale))
     throw Error(fmt::format("moe launch: compute scale must be positive, got {}", l.compute_scale));
+
 }
 
-// What the claim policy sees: the two counters and the work claimed so far.
+// What the claim policy sees: the two counters and the work claimed so far
+// (sched/layer_claims.cuh, with its float arithmetic, so that a decision at a
+// tie goes the same way as on the GPU).
 class Claims {
  public:
   Claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const std::vector<TileRef>& l1,
          const std::vector<TileRef>& l2)
-      : plan_(plan), l1_(l1), l2_(l2), k1_(l.hidden), k2_(l.inter), lag_(std::max(0, plan.lag_tiles)) {
+      : plan_(plan), l1_(l1), l2_(l2), k1_(float(l.hidden)), k2_(float(l.inter)), lag_(std::max(0, plan.lag_tiles)) {
     const size_t E = l.expert_rows.size();
     last_l1_.assign(E, -1);
     for (size_t i = 0; i < l1.size(); ++i) last_l1_[size_t(l1[i].expert)] = int(i);
-    share_ = plan.l2_share > 0 ? plan.l2_share : moe_natural_l2_share(l);
+    t1_start_ = share_start(l1, last_l1_, lag_);
+    share_ = float(plan.l2_share);
+    if (share_ <= 0.f) share_ = default_share(float(l1.size() - size_t(t1_start_)) * k1_, float(l2.size()) * k2_);
     if (plan.schedule == MoeSchedule::expert_wave) build_waves(l);
   }
+
+  // L1 tiles claimed before the even spread starts: through the first expert
+  // with rows, plus the lag (at most all of them).
+  static long share_start(const std::vector<TileRef>& l1, const std::vector<int>& last_l1, long lag) {
+    const long first_end = l1.empty() ? 0 : long(last_l1[size_t(l1.front().expert)]) + 1;
+    return std::min(first_end + lag, long(l1.size()));
+  }
+  // L2's share of the work left from there (w1: L1 work after the start, w2: all L2 work).
+  static float default_share(float w1, float w2) { return w1 + w2 > 0.f ? w2 / (w1 + w2) : 0.f; }
 
   // 1: claim the next L1 tile, 2: the next L2 tile, 0: nothing left.
   int next() {
     if (plan_.schedule == MoeSchedule::expert_wave) return next_wave();
     const bool l1_left = n1_ < l1_.size(), l2_left = n2_ < l2_.size();
     if (!l1_left) return l2_left ? take(2) : 0;
-    if (l2_left && l2_allowed() && w2_ <= share_ * (w1_ + w2_)) return take(2);
+    if (l2_left && l2_allowed() && want_l2()) return take(2);
     return take(1);
   }
   size_t l1_claimed() const { return n1_; }
   size_t l2_claimed() const { return n2_; }
+  float share() const { return share_; }
+  long share_start_tiles() const { return t1_start_; }
 
  private:
   int take(int gemm) {
-    if (gemm == 1) {
-      ++n1_;
-      w1_ += k1_;
-    } else {
-      ++n2_;
-      w2_ += k2_;
-    }
+    ++(gemm == 1 ? n1_ : n2_);
     return gemm;
+  }
+  // L2's work claimed is at most its share of the work claimed since the spread started.
+  bool want_l2() const {
+    const float w1 = float(std::max(long(n1_) - t1_start_, 0L)) * k1_, w2 = float(n2_) * k2_;
+    return w2 <= share_ * (w1 + w2);
   }
   // Every L1 tile of the next L2 tile's expert claimed, plus lag more (or all L1 claimed).
   bool l2_allowed() const {
@@ -119,109 +134,170 @@ class Claims {
   const MoeSchedulePlan& plan_;
   const std::vector<TileRef>& l1_;
   const std::vector<TileRef>& l2_;
-  const double k1_, k2_;
+  const float k1_, k2_;
   const long lag_;
-  double share_ = 0;
+  long t1_start_ = 0;
+  float share_ = 0;
   std::vector<int> last_l1_;
   std::vector<size_t> l1_end_, l2_end_;
   size_t wave_ = 0, n1_ = 0, n2_ = 0;
-  double w1_ = 0, w2_ = 0;
 };
 
-}  // namespace
-
-double moe_natural_l2_share(const MoeLaunch& l) {
-  double w1 = 0, w2 = 0;
-  const int nb1 = (2 * l.inter + l.block_n - 1) / l.block_n, nb2 = (l.hidden + l.block_n - 1) / l.block_n;
-  for (int rows : l.expert_rows) {
-    const int mb = (rows + l.block_m - 1) / l.block_m;
-    w1 += double(mb) * nb1 * l.hidden;
-    w2 += double(mb) * nb2 * l.inter;
-  }
-  return w1 + w2 > 0 ? w2 / (w1 + w2) : 0.0;
-}
-
-MoeClaimSchedule moe_claim_schedule(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile,
-                                    const std::vector<double>& store_ns) {
-  check_launch(l);
-  const std::vector<TileRef> l1 = gemm_tiles(l, 2 * l.inter), l2 = gemm_tiles(l, l.hidden);
-  if (!store_ns.empty() && store_ns.size() != l2.size())
-    throw Error(fmt::format("moe_claim_schedule: {} store times for {} L2 tiles", store_ns.size(), l2.size()));
-  const size_t E = l.expert_rows.size();
-  std::vector<double> t1(E), t2(E);
-  for (size_t e = 0; e < E; ++e) {
-    t1[e] = moe_l1_tile_ns(l, int(e));
-    t2[e] = moe_l2_tile_ns(l, int(e));
-  }
-  std::vector<int> l1_left(E, 0);
-  for (const TileRef& t : l1) ++l1_left[size_t(t.expert)];
-  std::vector<double> l1_done(E, 0.0);  // latest end of the expert's L1 tiles claimed so far
-
-  MoeClaimSchedule out;
-  out.l1_tiles = double(l1.size());
-  out.l2_tiles = double(l2.size());
-  out.programs.assign(size_t(l.sms), Program{});
-  out.sm_l2_tiles.assign(size_t(l.sms), {});
-  out.tiles.reserve(l1.size() + l2.size());
-  Claims claims(l, plan, l1, l2);
-  const Profile* local = find_embedded_profile(kLocalProfile);
-  using Free = std::pair<double, int>;  // (time the SM is free, SM)
-  std::priority_queue<Free, std::vector<Free>, std::greater<>> free;
-  for (int s = 0; s < l.sms; ++s) free.push({0.0, s});
-  while (!free.empty()) {
-    const auto [t, sm] = free.top();
-    free.pop();
-    const size_t i1 = claims.l1_claimed(), i2 = claims.l2_claimed();
-    const int gemm = claims.next();
-    if (gemm == 0) {
-      out.makespan_ns = std::max(out.makespan_ns, t);
-      continue;
+// Hands out tiles as SMs come free: the claim rules, the tile times and the
+// wait of an L2 tile for its expert's L1 tiles (whose ends are known when
+// they are claimed: an L1 tile stores nothing through the stage).
+class TileClaimer {
+ public:
+  TileClaimer(const MoeLaunch& l, const MoeSchedulePlan& plan)
+      : l_(l), l1_(gemm_tiles(l, 2 * l.inter)), l2_(gemm_tiles(l, l.hidden)), claims_(l, plan, l1_, l2_),
+        local_(find_embedded_profile(kLocalProfile)) {
+    const size_t E = l.expert_rows.size();
+    t1_.resize(E);
+    t2_.resize(E);
+    for (size_t e = 0; e < E; ++e) {
+      t1_[e] = moe_l1_tile_ns(l, int(e));
+      t2_[e] = moe_l2_tile_ns(l, int(e));
     }
-    MoeClaimedTile c;
+    l1_left_.assign(E, 0);
+    for (const TileRef& t : l1_) ++l1_left_[size_t(t.expert)];
+    l1_done_.assign(E, 0.0);
+  }
+  size_t l1_tiles() const { return l1_.size(); }
+  size_t l2_tiles() const { return l2_.size(); }
+
+  // The tile SM `sm` claims at `t` (false: none left): its claim and start
+  // times, the compute time from its start, and the bytes its epilogue stores
+  // through the stage.
+  bool next(int sm, double t, MoeClaimedTile& c, double& compute_ns) {
+    const size_t i1 = claims_.l1_claimed(), i2 = claims_.l2_claimed();
+    const int gemm = claims_.next();
+    if (gemm == 0) return false;
+    c = MoeClaimedTile{};
     c.gemm = gemm;
     c.sm = sm;
     c.claim_ns = t;
-    std::vector<Step>& steps = out.programs[size_t(sm)].steps;
     if (gemm == 1) {
-      const TileRef& r = l1[i1];
+      const TileRef& r = l1_[i1];
+      const size_t e = size_t(r.expert);
       c.index = int(i1);
       c.expert = r.expert;
       c.rows = r.rows;
       c.start_ns = t;
-      c.end_ns = t + t1[size_t(r.expert)];
-      l1_done[size_t(r.expert)] = std::max(l1_done[size_t(r.expert)], c.end_ns);
-      --l1_left[size_t(r.expert)];
-      steps.push_back(Step::compute(t1[size_t(r.expert)]));
-    } else {
-      const TileRef& r = l2[i2];
-      // The claim rules leave no L2 tile whose expert has an unclaimed L1 tile.
-      if (l1_left[size_t(r.expert)] != 0)
-        throw Error(fmt::format("moe_claim_schedule: L2 tile {} claimed before its expert's L1 tiles", i2));
-      c.index = int(i2);
-      c.expert = r.expert;
-      c.rows = r.rows;
-      c.start_ns = std::max(t, l1_done[size_t(r.expert)]);
-      c.store_bytes = double(r.rows) * r.cols * 2.0 * l.remote_fraction;
-      const double store = c.store_bytes <= 0 ? 0.0
-                           : store_ns.empty() ? t0_iss_ns(profile, 1, c.store_bytes)
-                                              : store_ns[i2];
-      // The tile times (measured compute-only, or the GEMM table) contain the
-      // tile's store into the GPU's own memory; the rows that go through the
-      // stage instead leave that store's T0 out (the stage adds their own).
-      const double local_t0 = c.store_bytes > 0 && local ? t0_iss_ns(*local, 1, c.store_bytes) : 0.0;
-      const double compute = std::max(0.0, t2[size_t(r.expert)] - local_t0);
-      c.end_ns = c.start_ns + compute + store;
-      if (c.start_ns > t) steps.push_back(Step::compute(c.start_ns - t));
-      steps.push_back(Step::compute(compute));
-      if (c.store_bytes > 0) {
-        steps.push_back(Step::store(c.store_bytes));
-        out.sm_l2_tiles[size_t(sm)].push_back(int(out.tiles.size()));
-      }
+      compute_ns = t1_[e];
+      c.end_ns = t + compute_ns;
+      l1_done_[e] = std::max(l1_done_[e], c.end_ns);
+      --l1_left_[e];
+      return true;
     }
-    out.tiles.push_back(c);
-    free.push({c.end_ns, sm});
+    const TileRef& r = l2_[i2];
+    const size_t e = size_t(r.expert);
+    // The claim rules leave no L2 tile whose expert has an unclaimed L1 tile.
+    if (l1_left_[e] != 0)
+      throw Error(fmt::format("moe claims: L2 tile {} claimed before its expert's L1 tiles", i2));
+    c.index = int(i2);
+    c.expert = r.expert;
+    c.rows = r.rows;
+    c.start_ns = std::max(t, l1_done_[e]);
+    c.store_bytes = double(r.rows) * r.cols * 2.0 * l_.remote_fraction;
+    // The tile times (measured compute-only, or the GEMM table) contain the
+    // tile's store into the GPU's own memory; the rows that go through the
+    // stage instead leave that store's T0 out (the stage adds their own).
+    const double local_t0 = c.store_bytes > 0 && local_ ? t0_iss_ns(*local_, 1, c.store_bytes) : 0.0;
+    compute_ns = std::max(0.0, t2_[e] - local_t0);
+    c.end_ns = c.start_ns + compute_ns;  // the store's time comes on top
+    return true;
   }
+
+ private:
+  const MoeLaunch& l_;
+  const std::vector<TileRef> l1_, l2_;
+  Claims claims_;
+  const Profile* local_;
+  std::vector<double> t1_, t2_, l1_done_;  // l1_done: the latest end of the expert's L1 tiles claimed so far
+  std::vector<int> l1_left_;
+};
+
+// The claims and, where L2 tiles store through the stage, the stage itself in
+// one event loop: an SM claims its next tile when its last one (store
+// included) is done, so the order follows the stalls.
+MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record) {
+  check_launch(l);
+  TileClaimer claimer(l, plan);
+  MoeClaimSchedule out;
+  out.l1_tiles = double(claimer.l1_tiles());
+  out.l2_tiles = double(claimer.l2_tiles());
+  if (record) out.tiles.reserve(claimer.l1_tiles() + claimer.l2_tiles());
+  auto keep = [&](const MoeClaimedTile& c) {
+    if (c.gemm == 2) out.idle_ns += c.start_ns - c.claim_ns;
+    out.store_bytes += c.store_bytes;
+    if (record) out.tiles.push_back(c);
+  };
+  MoeClaimedTile c;
+  double compute = 0;
+  if (l.remote_fraction <= 0 || claimer.l2_tiles() == 0) {
+    // Nothing goes through the stage: a list schedule, the SM free first claims next.
+    using Free = std::pair<double, int>;  // (time the SM is free, SM)
+    std::priority_queue<Free, std::vector<Free>, std::greater<>> free;
+    for (int s = 0; s < l.sms; ++s) free.push({0.0, s});
+    while (!free.empty()) {
+      const auto [t, sm] = free.top();
+      free.pop();
+      if (!claimer.next(sm, t, c, compute)) {
+        out.makespan_ns = std::max(out.makespan_ns, t);
+        continue;
+      }
+      keep(c);
+      free.push({c.end_ns, sm});
+    }
+    out.drained_ns = out.makespan_ns;
+    return out;
+  }
+  // A store's fixed issue cost is time the SM spends before its bytes flow,
+  // whatever the stage holds: it joins the compute before it (one event fewer
+  // a tile; the same times up to rounding).
+  StageConfig stage = stage_from_profile(profile);
+  const double fixed = stage.issue.fixed_ns;
+  stage.issue.fixed_ns = 0;
+  std::vector<long> last(size_t(l.sms), -1);  // each SM's last recorded tile
+  const StepFeed feed = [&](int sm, double t, std::vector<Step>& steps) {
+    if (record && last[size_t(sm)] >= 0) out.tiles[size_t(last[size_t(sm)])].end_ns = t;
+    if (!claimer.next(sm, t, c, compute)) return;
+    keep(c);
+    if (record) last[size_t(sm)] = long(out.tiles.size()) - 1;
+    const bool store = c.store_bytes > 0;
+    steps.push_back(Step::compute(c.start_ns - t + compute + (store ? fixed : 0.0)));
+    if (store) steps.push_back(Step::store(c.store_bytes));
+  };
+  const SimResult sim = simulate_fed(stage, l.sms, feed);
+  out.makespan_ns = sim.total_ns;
+  out.drained_ns = std::max(sim.total_ns, sim.drained_ns);
+  out.stalled_ns = sim.stalled_ns;
+  out.max_occupancy = sim.max_occupancy;
   return out;
+}
+
+}  // namespace
+
+MoeClaimSchedule moe_claim_schedule(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile,
+                                    bool record_tiles) {
+  return run_claims(l, plan, profile, record_tiles);
+}
+
+double moe_default_l2_share(const MoeLaunch& l, int lag_tiles) {
+  check_launch(l);
+  const std::vector<TileRef> l1 = gemm_tiles(l, 2 * l.inter), l2 = gemm_tiles(l, l.hidden);
+  std::vector<int> last(l.expert_rows.size(), -1);
+  for (size_t i = 0; i < l1.size(); ++i) last[size_t(l1[i].expert)] = int(i);
+  const long start = Claims::share_start(l1, last, std::max(0, lag_tiles));
+  return Claims::default_share(float(l1.size() - size_t(start)) * float(l.hidden), float(l2.size()) * float(l.inter));
+}
+
+long moe_share_start_tiles(const MoeLaunch& l, int lag_tiles) {
+  check_launch(l);
+  const std::vector<TileRef> l1 = gemm_tiles(l, 2 * l.inter);
+  std::vector<int> last(l.expert_rows.size(), -1);
+  for (size_t i = 0; i < l1.size(); ++i) last[size_t(l1[i].expert)] = int(i);
+  return Claims::share_start(l1, last, std::max(0, lag_tiles));
 }
 
 double moe_compute_only_ns(const MoeLaunch& launch) {
@@ -230,8 +306,7 @@ double moe_compute_only_ns(const MoeLaunch& launch) {
   MoeSchedulePlan plan;
   plan.schedule = MoeSchedule::interleaved;
   plan.lag_tiles = launch.sms;
-  Profile none;  // no store is issued
-  return moe_claim_schedule(local, plan, none).makespan_ns;
+  return run_claims(local, plan, Profile{}, false).makespan_ns;
 }
 
 double moe_scale_to_compute_only(const MoeLaunch& launch, double measured_ns) {
@@ -247,42 +322,15 @@ double moe_scale_to_compute_only(const MoeLaunch& launch, double measured_ns) {
 MoeExpertsPrediction moe_predict_experts(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile) {
   MoeExpertsPrediction out;
   out.compute_ns = moe_compute_only_ns(l);
-  const StageConfig stage = stage_from_profile(profile);
-  std::vector<double> store_ns;
-  double last = -1;
-  SimResult sim;
-  MoeClaimSchedule cs;
-  // The claim order depends on when SMs come free, which depends on their
-  // stalls: alternate the list schedule and the stage until they agree.
-  for (int it = 1; it <= 8; ++it) {
-    cs = moe_claim_schedule(l, plan, profile, store_ns);
-    out.iterations = it;
-    double l2_count = cs.l2_tiles;
-    if (l2_count == 0 || l.remote_fraction <= 0) {
-      sim = SimResult{};
-      sim.total_ns = cs.makespan_ns;
-      break;
-    }
-    std::vector<double> next(size_t(l2_count), 0.0);
-    SimObserver obs;
-    obs.on_burst = [&](const BurstSpan& b) {
-      const int tile = cs.sm_l2_tiles[size_t(b.producer)][size_t(b.index)];
-      next[size_t(cs.tiles[size_t(tile)].index)] = b.issue_ns();
-    };
-    sim = simulate(stage, cs.programs, obs);
-    store_ns = std::move(next);
-    if (last > 0 && std::abs(sim.total_ns - last) <= 0.002 * last) break;
-    last = sim.total_ns;
-  }
-  double bytes = 0;
-  for (const MoeClaimedTile& t : cs.tiles) bytes += t.store_bytes;
-  out.store_bytes = bytes;
+  const MoeClaimSchedule cs = run_claims(l, plan, profile, false);
+  out.store_bytes = cs.store_bytes;
   // The combine learns of the last row from a flag stored after a fence that
   // waits for the drain: two store-to-visibility latencies past the drain.
-  const double latency = bytes > 0 ? profile.latency_ns : 0.0;
-  out.experts_ns = std::max(sim.total_ns, sim.drained_ns) + 2 * latency;
-  out.stalled_ns = sim.stalled_ns;
-  out.max_occupancy = sim.max_occupancy;
+  const double latency = cs.store_bytes > 0 ? profile.latency_ns : 0.0;
+  out.experts_ns = cs.drained_ns + 2 * latency;
+  out.stalled_ns = cs.stalled_ns;
+  out.idle_ns = cs.idle_ns;
+  out.max_occupancy = cs.max_occupancy;
   return out;
 }
 

@@ -67,13 +67,14 @@ using MinHeap = std::priority_queue<Timed, std::vector<Timed>, std::greater<>>;
 class StageSim {
  public:
   StageSim(const StageConfig& c, const std::vector<Program>& progs, int stage_id, SimResult& out,
-           const SimObserver& observer, ProgressCount& progress)
+           const SimObserver& observer, ProgressCount& progress, const StepFeed* feed = nullptr)
       : observer_(observer), progress_(progress), R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), Qfill_(c.Q_fill_bytes > 0 ? std::min(c.Q_fill_bytes, c.Q_bytes) : c.Q_bytes),
         Qcold_(std::min(c.Q_cold_bytes, c.Q_bytes)), warm_(c.Q_warm_per_byte),
         cap_(Q_), rp_(c.issue.per_producer_Bps * 1e-9), near_(c.issue.near_bytes),
         rn_(c.issue.near_bytes > 0 ? c.issue.near_per_producer_Bps * 1e-9 : 0.0),
         ragg_(c.issue.aggregate_Bps * 1e-9), fixed_(c.issue.fixed_ns), record_(c.record_timeline),
-        stage_id_(stage_id), progs_(progs), st_(progs.size()), out_(out) {}
+        stage_id_(stage_id), feed_(feed), fed_(feed ? progs : std::vector<Program>{}), progs_(feed ? fed_ : progs),
+        st_(progs.size()), out_(out) {}
 
   // `ids` maps local producer index to the producer id reported in results.
   void run(const std::vector<int>& ids) {
@@ -184,6 +185,7 @@ class StageSim {
     ProducerState& s = st_[i];
     const Program& p = progs_[i];
     while (true) {
+      if ((p.steps.empty() || s.rep >= p.repeat) && feed_ && refill(i)) continue;
       if (p.steps.empty() || s.rep >= p.repeat) {
         s.phase = Phase::done;
         finish_ = std::max(finish_, t_);
@@ -224,6 +226,23 @@ class StageSim {
       }
       return;
     }
+  }
+
+  // A fed producer that has run its steps asks for the next ones: false when it has none.
+  bool refill(int i) {
+    Program& p = fed_[static_cast<size_t>(i)];
+    p.steps.clear();
+    p.repeat = 1;
+    (*feed_)(ids_[static_cast<size_t>(i)], t_, p.steps);
+    for (const Step& step : p.steps)
+      if (!(step.amount >= 0) || !std::isfinite(step.amount))
+        throw Error(fmt::format("simulate: producer {} was fed a step of {} (expected finite, >= 0)",
+                                ids_[static_cast<size_t>(i)], step.amount));
+    if (!(t_ < kMaxTimeNs))
+      throw Error(fmt::format("simulate: fed producers run past {:g} ns; at most that is simulated", kMaxTimeNs));
+    st_[static_cast<size_t>(i)].step = 0;
+    st_[static_cast<size_t>(i)].rep = 0;
+    return !p.steps.empty();
   }
 
   void start_issuing(int i) {
@@ -305,6 +324,8 @@ class StageSim {
   const double rp_, near_, rn_, ragg_, fixed_;
   const bool record_;
   const int stage_id_;
+  const StepFeed* feed_;
+  std::vector<Program> fed_;  // fed producers' current steps
   const std::vector<Program>& progs_;
   std::vector<ProducerState> st_;
   std::vector<int> ids_;
@@ -355,9 +376,7 @@ bool all_programs_equal(const std::vector<Program>& producers) {
   return true;
 }
 
-}  // namespace
-
-SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, const SimObserver& observer) {
+void check_stage(const StageConfig& c) {
   auto positive = [](double v, const char* what) {
     if (!(v > 0) || !std::isfinite(v)) throw Error(fmt::format("simulate: {} must be positive, got {}", what, v));
   };
@@ -370,6 +389,12 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, 
   if (c.issue.near_bytes > 0) positive(c.issue.near_per_producer_Bps, "the near queue's issue rate");
   if (!(c.Q_cold_bytes >= 0) || !(c.Q_warm_per_byte >= 0))
     throw Error("simulate: the cold capacity and the regain per byte must be >= 0");
+}
+
+}  // namespace
+
+SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, const SimObserver& observer) {
+  check_stage(c);
   if (producers.empty()) throw Error("simulate: no producers");
   if (producers.size() > static_cast<size_t>(kMaxProducers))
     throw Error(fmt::format("simulate: {} producers; at most {} are simulated", producers.size(), kMaxProducers));
@@ -430,6 +455,23 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, 
     std::vector<Program> one{producers[i]};
     StageSim(part, one, static_cast<int>(i), out, observer, progress).run({static_cast<int>(i)});
   }
+  return out;
+}
+
+SimResult simulate_fed(const StageConfig& c, int producers, const StepFeed& feed, const SimObserver& observer) {
+  if (producers < 1 || producers > kMaxProducers)
+    throw Error(fmt::format("simulate: {} fed producers; expected 1 .. {}", producers, kMaxProducers));
+  if (!feed) throw Error("simulate: fed producers need a feed");
+  StageConfig shared = c;
+  shared.per_producer_capacity = false;
+  // The checks of simulate() on the stage, with an empty program for each producer.
+  std::vector<Program> empty(static_cast<size_t>(producers));
+  check_stage(shared);
+  SimResult out;
+  ProgressCount progress{&observer, 0};
+  std::vector<int> ids(empty.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  StageSim(shared, empty, 0, out, observer, progress, &feed).run(ids);
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include "cli_runner.hpp"
 #include "test_profiles.hpp"
 #include "xstage/error.hpp"
+#include "xstage/model.hpp"
 #include "xstage/moe_prediction.hpp"
 #include "xstage/moe_sweep_record.hpp"
 
@@ -97,18 +98,115 @@ TEST(MoePrediction, ExpertWaveRunsWavesShareInterleaves) {
   EXPECT_EQ(ew, "11111111222222221111111122222222");
 
   const MoeClaimSchedule cs = moe_claim_schedule(l, plan_of(MoeSchedule::interleaved, 0, 0.25, 0), slow_stage());
-  double w1 = 0, w2 = 0;
   std::string sh;
-  for (const MoeClaimedTile& t : cs.tiles) {
-    sh += char('0' + t.gemm);
-    if (t.gemm == 2 && w1 < 16 * l.hidden - 1e-9) EXPECT_LE(w2, 0.25 * (w1 + w2) + 1e-9) << sh;
-    (t.gemm == 1 ? w1 : w2) += t.gemm == 1 ? l.hidden : l.inter;
-  }
+  for (const MoeClaimedTile& t : cs.tiles) sh += char('0' + t.gemm);
   // Expert 0's L1 tiles first, then L2 mixed in while L1 tiles remain.
   EXPECT_EQ(sh.substr(0, 4), "1111");
   const size_t first_l2 = sh.find('2'), last_l1 = sh.rfind('1');
   EXPECT_LT(first_l2, last_l1);
   EXPECT_NE(sh.substr(first_l2, last_l1 - first_l2).find('1'), std::string::npos);
+}
+
+namespace {
+// The kernel's share rule (sched/layer_claims.cuh), written out again: which
+// GEMM the next claim takes with t1 L1 and t2 L2 tiles claimed.
+int kernel_share_rule(const MoeLaunch& l, const std::vector<int>& l2_expert, const std::vector<int>& last_l1, long t1,
+                      long t2, long total1, long t1_start, float share, int lag) {
+  const long total2 = long(l2_expert.size());
+  if (t1 >= total1) return t2 < total2 ? 2 : 0;
+  if (t2 >= total2) return 1;
+  const float w1 = float(std::max(t1 - t1_start, 0L)) * float(l.hidden), w2 = float(t2) * float(l.inter);
+  const bool want = w2 <= share * (w1 + w2);
+  const bool allowed = t1 >= long(last_l1[size_t(l2_expert[size_t(t2)])]) + 1 + lag;
+  return want && allowed ? 2 : 1;
+}
+}  // namespace
+
+TEST(MoePrediction, ShareRuleIsTheKernels) {
+  // Few, large experts (and an empty one) and many small ones; the default
+  // spread and set shares; lags below and above an expert's L1 tiles.
+  const std::vector<std::vector<int>> launches = {{1000, 0, 1000, 700}, {300, 200, 100, 1, 256, 90, 500, 129}};
+  for (const std::vector<int>& rows : launches)
+    for (int lag : {0, 3, 16, 200})
+      for (double set_share : {0.0, 0.1, 0.5}) {
+        const MoeLaunch l = toy_launch(rows, 7);
+        // Tile lists as the kernel orders them: expert, n-block, m-block.
+        std::vector<int> l2_expert, last_l1(rows.size(), -1);
+        long total1 = 0, first_end = -1;
+        for (size_t e = 0; e < rows.size(); ++e) {
+          const int mb = (rows[e] + 127) / 128;
+          total1 += long(mb) * (2 * l.inter / 256);
+          if (mb > 0) last_l1[e] = int(total1 - 1);
+          if (mb > 0 && first_end < 0) first_end = total1;
+          for (int i = 0; i < mb * (l.hidden / 256); ++i) l2_expert.push_back(int(e));
+        }
+        const long t1_start = std::min(std::max(first_end, 0L) + lag, total1);
+        EXPECT_EQ(moe_share_start_tiles(l, lag), t1_start);
+        float share = float(set_share);
+        if (share <= 0.f) {
+          const float w1 = float(total1 - t1_start) * float(l.hidden), w2 = float(l2_expert.size()) * float(l.inter);
+          share = w2 / (w1 + w2);
+          EXPECT_EQ(float(moe_default_l2_share(l, lag)), share);
+        }
+        const MoeClaimSchedule cs = moe_claim_schedule(l, plan_of(MoeSchedule::interleaved, 0, set_share, lag), slow_stage());
+        long t1 = 0, t2 = 0;
+        for (const MoeClaimedTile& t : cs.tiles) {
+          ASSERT_EQ(t.gemm, kernel_share_rule(l, l2_expert, last_l1, t1, t2, total1, t1_start, share, lag))
+              << "claim " << t1 + t2 << " (lag " << lag << ", share " << set_share << ")";
+          (t.gemm == 1 ? t1 : t2)++;
+        }
+        EXPECT_EQ(t1, total1);
+        EXPECT_EQ(t2, long(l2_expert.size()));
+      }
+}
+
+TEST(MoePrediction, EvenSpreadHasNoBurstAfterTheFirstLargeExpert) {
+  // Four experts of 2048 rows: 16 m-blocks x 2 L1 n-blocks = 32 L1 tiles and 32
+  // L2 tiles each. Expert 0's L2 tiles may go from L1 tile 32 + lag on. Counted
+  // from the launch's first claim, L2 would be a third of 40 L1 tiles' work
+  // behind there and claim all 32 in a row; counted from there, L1 and L2
+  // alternate until expert 1's L2 tiles may go (L1 tile 64 + lag).
+  const MoeLaunch l = toy_launch({2048, 2048, 2048, 2048}, 8);
+  const int lag = 8;
+  ASSERT_EQ(moe_share_start_tiles(l, lag), 32 + lag);
+  const MoeClaimSchedule cs = moe_claim_schedule(l, plan_of(MoeSchedule::interleaved, 0, 0, lag), slow_stage());
+  int run = 0, longest = 0, l2_before_next = 0;
+  long n1 = 0;
+  for (const MoeClaimedTile& t : cs.tiles) {
+    if (n1 >= 64 + lag) break;
+    if (t.gemm == 1) {
+      ++n1;
+      run = 0;
+      continue;
+    }
+    ASSERT_GE(n1, 32 + lag);
+    longest = std::max(longest, ++run);
+    ++l2_before_next;
+  }
+  EXPECT_LE(longest, 2);
+  EXPECT_GT(l2_before_next, 8);  // and L2 did go meanwhile
+}
+
+TEST(MoePrediction, ClaimsFollowTheStalls) {
+  // Each SM claims its next tile when its last one, store included, is done.
+  const MoeLaunch l = toy_launch(std::vector<int>(24, 384), 6, 1024, 512);
+  const Profile p = slow_stage();
+  const MoeClaimSchedule cs = moe_claim_schedule(l, plan_of(MoeSchedule::interleaved, 0, 0, 6), p);
+  std::vector<double> free_at(6, 0.0);
+  double stored = 0;
+  for (const MoeClaimedTile& t : cs.tiles) {
+    EXPECT_NEAR(t.claim_ns, free_at[size_t(t.sm)], 1e-6 * t.claim_ns + 1e-6);
+    free_at[size_t(t.sm)] = t.end_ns;
+    if (t.gemm == 2) {
+      // Compute, then the store through the stage: no faster than its T0.
+      EXPECT_GE(t.end_ns - t.start_ns, moe_l2_tile_ns(l, t.expert) - 1e-6);
+      stored += t.store_bytes;
+    }
+  }
+  EXPECT_NEAR(stored, cs.store_bytes, 1e-9 * stored);
+  EXPECT_GT(cs.stalled_ns, 0);
+  EXPECT_GE(cs.drained_ns, stored / p.R_Bps * 1e9);
+  EXPECT_GE(cs.drained_ns, cs.makespan_ns);
 }
 
 TEST(MoePrediction, ExpertWaveStallsWhereInterleavingSpreadsStores) {
@@ -148,31 +246,90 @@ TEST(MoePrediction, RegimeClassification) {
   EXPECT_GT(drain.mean_rate, 1);
 }
 
-TEST(MoePrediction, PlanBoundsTheStoreRate) {
-  const MoeLaunch l = toy_launch(std::vector<int>(32, 512), 132, 2048, 768);
-  const double natural = moe_natural_l2_share(l);
-  EXPECT_NEAR(natural, 1.0 / 3, 1e-9);  // L2 is a third of the work when the n-blocks divide
-  const double t2 = moe_l2_tile_ns(l, 0), b2 = 128.0 * 256 * 2;
-  for (double rho : {0.5, 2.0, 3.0, 4.0, 10.0}) {
-    const double R = 132 * b2 / t2 * 1e9 / rho;
-    const MoeSchedulePlan p = moe_plan_for_launch(l, make_profile(100, 1e12, 1e14, R, 1e6));
-    EXPECT_EQ(p.schedule, MoeSchedule::model_guided);
-    EXPECT_EQ(p.lag_tiles, 132);
-    EXPECT_LE(p.l2_share, natural + 1e-12);
-    // The store rate at that share stays <= R; at the bound it is R.
-    EXPECT_LE(132 * p.l2_share * b2 / t2 * 1e9, R * (1 + 1e-9)) << rho;
-    if (rho > 3) EXPECT_NEAR(p.l2_share, 1 / rho, 1e-9);
-    if (rho <= 3) EXPECT_NEAR(p.l2_share, natural, 1e-9);
+TEST(MoePrediction, PlanIsTheFastestCandidate) {
+  const Profile host = *find_embedded_profile("h200-host-pcie");
+  const Profile local = *find_embedded_profile("h200-local");
+  struct Case {
+    MoeLaunch launch;
+    const Profile* profile;
+  };
+  const std::vector<Case> cases = {
+      {toy_launch(std::vector<int>(32, 512), 132, 2048, 768), &host},    // rho > 3: the cap is a candidate
+      {toy_launch(std::vector<int>(16, 256), 132, 4096, 1536), &local},  // free
+      {toy_launch({4096, 4096, 4096, 4096}, 132, 2560, 6912), &host},     // few, large experts
+      {toy_launch(std::vector<int>(64, 32), 132, 2048, 768), &local},    // one short m-block an expert
+  };
+  for (const Case& c : cases) {
+    const MoeLaunch& l = c.launch;
+    const std::vector<MoePlanCandidate> cands = moe_plan_candidates(l, *c.profile);
+    ASSERT_GE(cands.size(), 3u);
+    // The default first: the even spread, lag G.
+    EXPECT_EQ(cands[0].plan.schedule, MoeSchedule::interleaved);
+    EXPECT_EQ(cands[0].plan.l2_share, 0);
+    EXPECT_EQ(cands[0].plan.lag_tiles, l.sms);
+    const double rho = moe_rho(l, *c.profile);
+    bool capped = false;
+    for (const MoePlanCandidate& k : cands) {
+      // What the candidate list says is what the prediction says.
+      EXPECT_NEAR(k.experts_ns, moe_predict_experts(l, k.plan, *c.profile).experts_ns, 1e-9 * k.experts_ns) << k.why;
+      EXPECT_TRUE(k.plan.schedule == MoeSchedule::expert_wave || k.plan.schedule == MoeSchedule::interleaved);
+      if (k.plan.schedule == MoeSchedule::interleaved && k.plan.l2_share > 0) {
+        capped = true;
+        EXPECT_NEAR(k.plan.l2_share, 1 / rho, 1e-12);
+      }
+    }
+    EXPECT_EQ(capped, rho > 1 && 1 / rho < moe_default_l2_share(l, l.sms)) << rho;
+    // The fastest, unless within the tie of the default.
+    const MoeSchedulePlan plan = moe_plan_for_launch(l, *c.profile);
+    const MoePlanCandidate* best = &cands[0];
+    for (const MoePlanCandidate& k : cands)
+      if (k.experts_ns < best->experts_ns) best = &k;
+    const bool keep_default = best->experts_ns >= (1 - kMoePlanTie) * cands[0].experts_ns;
+    const MoeSchedulePlan& want = keep_default ? cands[0].plan : best->plan;
+    EXPECT_EQ(plan.schedule, want.schedule);
+    EXPECT_EQ(plan.l2_share, want.l2_share);
+    EXPECT_EQ(plan.lag_tiles, want.lag_tiles);
+    EXPECT_EQ(plan.wave_tiles, want.wave_tiles);
   }
-  // The public entry point: same rule for a shape's expected rows.
-  const Profile host = make_profile(100, 1e12, 1e14, 50e9, 1e6);
-  Profile h = host;
-  h.transport = "host";
-  const MoeSchedulePlan p = moe_plan_schedule(moe_prediction_shape("qwen3-30b-a3b"), 4096, 4, 132, MoeTile::m128n256, h);
-  EXPECT_GT(p.l2_share, 0);
-  EXPECT_LT(p.l2_share, 1.0 / 3);
-  EXPECT_THROW(moe_plan_schedule(moe_prediction_shape("mixtral-8x7b"), 0, 2, 132, MoeTile::m128n256, h), Error);
-  EXPECT_THROW(moe_plan_schedule(moe_prediction_shape("mixtral-8x7b"), 64, 3, 132, MoeTile::m128n256, h), Error);
+  // rho > 3 on the host path: the cap is among the candidates.
+  EXPECT_GT(moe_rho(cases[0].launch, host), 3);
+  // Larger lags are tried only where the default's L2 tiles wait for L1 tiles.
+  for (const Case& c : cases) {
+    MoeSchedulePlan d = plan_of(MoeSchedule::interleaved, 0, 0, c.launch.sms);
+    const MoeClaimSchedule first = moe_claim_schedule(c.launch, d, *c.profile, false);
+    const bool idle = first.idle_ns > kMoePlanIdle * c.launch.sms * first.makespan_ns;
+    bool larger = false;
+    for (const MoePlanCandidate& k : moe_plan_candidates(c.launch, *c.profile))
+      larger = larger || (k.plan.schedule == MoeSchedule::interleaved && k.plan.lag_tiles > c.launch.sms);
+    EXPECT_EQ(larger, idle);
+  }
+}
+
+TEST(MoePrediction, ModelGuidedIsPredictedAtLeastAsFastAsBoth) {
+  // Without a recorded plan the model-guided scheduler runs moe_plan_schedule's
+  // plan: predicted within the tie of the better of expert-wave and interleaved.
+  for (const char* placement : {"host", "device"})
+    for (const char* shape : {"qwen3-30b-a3b", "mixtral-8x7b", "hidream-i1"})
+      for (int T : {256, 2048}) {
+        MoeConfig c;
+        c.shape = moe_prediction_shape(shape);
+        c.tokens = T;
+        c.P = 2;
+        c.placement = placement;
+        const Profile p = *find_embedded_profile(moe_default_profile(c));
+        const MoeConfigPrediction r = predict_moe_config(c, p);
+        const double ew = r.schedulers.at(MoeSchedule::expert_wave).experts_ns;
+        const double il = r.schedulers.at(MoeSchedule::interleaved).experts_ns;
+        const MoeLayerPrediction& mg = r.schedulers.at(MoeSchedule::model_guided);
+        EXPECT_LE(mg.experts_ns, std::min(ew, il) * (1 + kMoePlanTie) + 1e-6) << shape << " T " << T << " " << placement;
+        const MoeSchedulePlan direct = moe_plan_schedule(c.shape, T, 2, 132, MoeTile::automatic, p);
+        EXPECT_EQ(mg.plan.schedule, direct.schedule);
+        EXPECT_EQ(mg.plan.lag_tiles, direct.lag_tiles);
+        EXPECT_EQ(mg.plan.l2_share, direct.l2_share);
+      }
+  const Profile host = *find_embedded_profile("h200-host-pcie");
+  EXPECT_THROW(moe_plan_schedule(moe_prediction_shape("mixtral-8x7b"), 0, 2, 132, MoeTile::m128n256, host), Error);
+  EXPECT_THROW(moe_plan_schedule(moe_prediction_shape("mixtral-8x7b"), 64, 3, 132, MoeTile::m128n256, host), Error);
 }
 
 TEST(MoePrediction, ComputeScaleMatchesMeasuredTime) {
@@ -239,6 +396,20 @@ TEST(MoePredictCli, RepredictsASweep) {
   EXPECT_GT(c0["schedulers"]["model-guided"]["plan"]["lag_tiles"].get<int>(), 0);
   // The recorded interleaved plan is the one predicted.
   EXPECT_NEAR(c0["schedulers"]["interleaved"]["plan"]["l2_share"].get<double>(), 0.3333, 1e-12);
+  EXPECT_EQ(c0["schedulers"]["interleaved"]["plan"]["schedule"], "interleaved");
+  const std::string mg = c0["schedulers"]["model-guided"]["plan"]["schedule"];
+  EXPECT_TRUE(mg == "interleaved" || mg == "expert-wave") << mg;
+
+  // A recorded model-guided plan that ran as expert-wave is predicted as expert-wave.
+  nlohmann::json ran_waves = small_sweep();
+  ran_waves["configs"][0]["plans"]["model-guided"] = ran_waves["configs"][0]["plans"]["expert-wave"];
+  const std::string path = write_temp("moe-mg-waves.json", ran_waves.dump());
+  const CliRun w = run_cli("moe-predict " + path + " --json", false);
+  ASSERT_EQ(w.rc, 0) << w.out;
+  const nlohmann::json wj = nlohmann::json::parse(w.out)["configs"][0]["schedulers"];
+  EXPECT_EQ(wj["model-guided"]["predicted_ms"], wj["expert-wave"]["predicted_ms"]);
+  EXPECT_EQ(wj["model-guided"]["plan"]["schedule"], "expert-wave");
+  std::filesystem::remove(path);
 
   const CliRun t = run_cli("moe-predict " + kSmallSweep);
   ASSERT_EQ(t.rc, 0) << t.out;

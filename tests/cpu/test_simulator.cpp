@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -211,4 +212,28 @@ TEST(Simulator, FillCapacityGovernsTheTransient) {
     whole.Q_fill_bytes = 0;  // the same stage filling to Q
     EXPECT_LT(predict(p, K, V, G).transient_bursts, predict(whole, K, V, G).transient_bursts) << "G=" << G;
   }
+}
+
+TEST(Simulator, FedProducersRunWhatAFixedProgramRuns) {
+  const Profile p = make_profile(300, 5e9, 60e9, 40e9, 2e6);
+  const StageConfig c = stage_from_profile(p);
+  const std::vector<Program> fixed = periodic_programs(6, 3e6, 10000, 20);
+  const SimResult a = simulate(c, fixed);
+  // The same steps handed out one pair at a time, as each producer asks.
+  std::vector<int> given(6, 0);
+  std::vector<double> asked_at;
+  const SimResult b = simulate_fed(c, 6, [&](int k, double t, std::vector<Step>& steps) {
+    asked_at.push_back(t);
+    if (given[size_t(k)]++ < 20) steps = {Step::store(3e6 / 6), Step::compute(10000)};
+  });
+  EXPECT_NEAR(b.total_ns, a.total_ns, 1e-9 * a.total_ns);
+  EXPECT_NEAR(b.drained_ns, a.drained_ns, 1e-9 * a.drained_ns);
+  EXPECT_NEAR(b.stalled_ns, a.stalled_ns, 1e-6 * a.stalled_ns + 1e-6);
+  EXPECT_EQ(b.burst_count, a.burst_count);
+  EXPECT_EQ(asked_at.size(), 6u * 21u);  // 20 refills and the last ask, that ends each producer
+  EXPECT_TRUE(std::is_sorted(asked_at.begin(), asked_at.end()));  // asked in time order
+  // Bad fed steps and sizes are refused.
+  EXPECT_THROW(simulate_fed(c, 2, [](int, double, std::vector<Step>& s) { s = {Step::compute(-1)}; }), Error);
+  EXPECT_THROW(simulate_fed(c, 0, [](int, double, std::vector<Step>&) {}), Error);
+  EXPECT_THROW(simulate_fed(c, 1, StepFeed{}), Error);
 }

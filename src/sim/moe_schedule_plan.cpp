@@ -1,0 +1,89 @@
+// The model-guided plan of the fused MoE layer: candidate plans the kernel can
+// run, simulated, the fastest predicted kept (include/xstage/moe_prediction.hpp,
+// docs/model.md section 9).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+
+#include "util/parallel_for.hpp"
+#include "xstage/moe_prediction.hpp"
+
+namespace xstage {
+
+namespace {
+
+MoeSchedulePlan share_plan(double share, int lag) {
+  MoeSchedulePlan p;
+  p.schedule = MoeSchedule::interleaved;
+  p.l2_share = share;
+  p.lag_tiles = lag;
+  return p;
+}
+
+}  // namespace
+
+std::vector<MoePlanCandidate> moe_plan_candidates(const MoeLaunch& l, const Profile& p) {
+  const int G = l.sms;
+  std::vector<MoePlanCandidate> out;
+  out.push_back({share_plan(0, G), "the even spread, lag G (the interleaved default)", 0});
+  MoeSchedulePlan wave;
+  wave.schedule = MoeSchedule::expert_wave;
+  out.push_back({wave, "expert-wave, W = 2 G: bursts onto a drained stage", 0});
+  out.push_back({share_plan(0, std::max(1, G / 2)), "the even spread, lag G/2: the first stores earlier", 0});
+  const double rho = moe_rho(l, p);
+  if (rho > 1 && 1 / rho < moe_default_l2_share(l, G))
+    out.push_back({share_plan(1 / rho, G), "L2's share capped at 1/rho: stores at the drain rate", 0});
+  // How long the default's L2 tiles wait for their L1 tiles says whether a
+  // larger lag can help.
+  double idle = 0;
+  auto run = [&](size_t begin) {
+    parallel_for(out.size() - begin, [&](size_t i) {
+      MoePlanCandidate& c = out[begin + i];
+      const MoeClaimSchedule cs = moe_claim_schedule(l, c.plan, p, false);
+      c.experts_ns = cs.drained_ns + (cs.store_bytes > 0 ? 2 * p.latency_ns : 0.0);
+      if (begin + i == 0 && cs.makespan_ns > 0) idle = cs.idle_ns / (double(G) * cs.makespan_ns);
+    });
+  };
+  run(0);
+  if (idle > kMoePlanIdle) {
+    const size_t more = out.size();
+    out.push_back({share_plan(0, 2 * G), "the even spread, lag 2 G: L2 tiles wait less for their L1 tiles", 0});
+    out.push_back({share_plan(0, 4 * G), "the even spread, lag 4 G: L2 tiles wait less for their L1 tiles", 0});
+    run(more);
+  }
+  return out;
+}
+
+MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& l, const Profile& p) {
+  const std::vector<MoePlanCandidate> cs = moe_plan_candidates(l, p);
+  const MoePlanCandidate* best = &cs.front();
+  for (const MoePlanCandidate& c : cs)
+    if (c.experts_ns < best->experts_ns) best = &c;
+  // Ties (and what the model cannot tell apart) go to the interleaved default.
+  if (best->experts_ns >= (1 - kMoePlanTie) * cs.front().experts_ns) best = &cs.front();
+  return best->plan;
+}
+
+MoeSchedulePlan moe_plan_for_config(const MoeConfig& c, const Profile& profile) {
+  MoeConfig u = c;
+  u.rows_per_rank.clear();
+  u.routing = "uniform";
+  u.plans.clear();
+  return moe_plan_for_launch(moe_config_launches(u).front(), profile);
+}
+
+MoeSchedulePlan moe_plan_schedule(const MoeShape& shape, int tokens, int P, int sms, MoeTile tile,
+                                  const Profile& profile) {
+  MoeConfig c;
+  c.shape = shape;
+  c.tokens = tokens;
+  c.P = P;
+  c.sms = sms;
+  c.tile = tile;
+  c.backend = profile.transport == "host" || profile.transport == "local" ? "emulated" : "peer";
+  c.placement = profile.transport == "local" ? "device" : "host";
+  return moe_plan_for_config(c, profile);
+}
+
+}  // namespace xstage
