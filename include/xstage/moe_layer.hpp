@@ -50,6 +50,9 @@ MoeLayerVariant parse_moe_layer_variant(std::string_view text);
 // What the fused kernel's claim policy gets (src/device/moe/fused_layer_params.hpp).
 struct MoeSchedulePlan {
   MoeSchedule schedule = MoeSchedule::interleaved;
+  // model-guided: the order the plan runs as (expert-wave or interleaved, as
+  // moe_plan_schedule chose it); `schedule` names the body.
+  MoeSchedule runs_as = MoeSchedule::interleaved;
   int wave_tiles = 0;     // expert-wave: L1 tiles a wave holds at least; 0: 2 x the grid
   double l2_share = 0;    // interleaved / model-guided: L2's share of the claimed work; 0: its share of all work
   int lag_tiles = 0;      // L1 tiles claimed past an expert's last before its L2 tiles may be claimed

@@ -178,7 +178,7 @@ nlohmann::json config_json(const MoeLayerBenchReport& rep, const MoeLayerConfigR
   nlohmann::json plans = nlohmann::json::object(), ms = nlohmann::json::object(), phases = nlohmann::json::object();
   for (const char* s : {"expert-wave", "interleaved", "model-guided"}) plans[s] = none;
   for (const auto& [s, p] : c.plans)
-    plans[to_string(s)] = {{"schedule", to_string(p.schedule)},
+    plans[to_string(s)] = {{"schedule", to_string(p.schedule == MoeSchedule::model_guided ? p.runs_as : p.schedule)},
                            {"wave_tiles", p.wave_tiles},
                            {"l2_share", p.l2_share},
                            {"lag_tiles", p.lag_tiles}};
@@ -265,8 +265,9 @@ void print_text(const MoeLayerBenchReport& rep, const MoeLayerBenchOptions& o) {
                              fmt::join(c.traffic.rows_per_rank, ", "), format_bytes(c.traffic.bytes_combine),
                              format_bytes(c.traffic.bytes_floor));
     for (const auto& [s, p] : c.plans)
-      std::cout << fmt::format("  plan {}: wave_tiles {}, l2_share {:.3f}, lag_tiles {}\n", to_string(s), p.wave_tiles,
-                               p.l2_share, p.lag_tiles);
+      std::cout << fmt::format("  plan {}: runs as {}, wave_tiles {}, l2_share {:.3f}, lag_tiles {}\n", to_string(s),
+                               to_string(p.schedule == MoeSchedule::model_guided ? p.runs_as : p.schedule),
+                               p.wave_tiles, p.l2_share, p.lag_tiles);
     if (c.check)
       std::cout << fmt::format("  check: {}, rel_err {:.3e} over {} tokens, unwritten {}, bit-exact vs unfused {}{}\n",
                                c.check->ok ? "ok" : "FAILED", c.check->rel_err, c.check->tokens_checked,

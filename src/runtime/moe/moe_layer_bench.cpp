@@ -409,6 +409,7 @@ MoeLayerBenchReport run_moe_layer_bench(MoeLayerBenchOptions o) {
         plan.schedule = s;
         if (s == MoeSchedule::model_guided) {
           plan = moe_plan_schedule(o.shape, T, P, rep.sms, layer.tile(), *prof);
+          plan.runs_as = plan.schedule;  // expert-wave or interleaved, run as chosen
           plan.schedule = MoeSchedule::model_guided;
         }
         cfg.plans.push_back({s, plan});

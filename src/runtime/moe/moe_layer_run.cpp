@@ -69,7 +69,8 @@ void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool r
   } else {
     p.out_pool = g.pool_out;  // the floor: every store local, no flags
   }
-  if (plan.schedule == MoeSchedule::expert_wave) {
+  const MoeSchedule order = plan.schedule == MoeSchedule::model_guided ? plan.runs_as : plan.schedule;
+  if (order == MoeSchedule::expert_wave) {
     p.schedule = moe::kScheduleExpertWave;
     p.wave_tiles = plan.wave_tiles;
   } else {
