@@ -7,7 +7,7 @@ Writes into --out:
   moe-schedulers.png  per configuration, the per-round ratios interleaved / expert-wave and
                       model-guided / the better of the two (median, bar: the rounds' range);
   moe-floor.png       per configuration, the best fused schedule and the unfused baseline over the
-                      floor max(compute-only, bytes_floor / R);
+                      floor max(compute-only experts phase, bytes_floor / R);
   moe-summary.json    the same numbers, and per path the geometric means the issue's bars name;
   with --trace:
   moe-store-issue.png per schedule, when L2 tiles start storing (their epilogue), a histogram over
@@ -72,7 +72,9 @@ def analyse(doc):
         R = c.get("probe_R_GBps") or doc.get("probe", {}).get("R_GBps") or doc.get("profile_R_GBps")
         fused = {s: ms.get(f"fused/{s}") for s in SCHEDULES if ms.get(f"fused/{s}")}
         best = min(fused, key=lambda s: median(fused[s])) if fused else None
-        co = ms.get("compute-only")
+        # The floor's compute: compute-only's experts phase (the fused kernel
+        # alone), else its whole run.
+        co = ((c.get("phase_ms") or {}).get("compute-only") or {}).get("experts") or ms.get("compute-only")
         floor = None
         if co and R:
             floor = max(median(co), c["bytes_floor"] / (R * 1e9) * 1e3)

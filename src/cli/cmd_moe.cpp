@@ -173,6 +173,18 @@ struct ConfigView {
 
 double floor_R(const MoeLayerBenchReport& rep) { return rep.probe_R_Bps ? *rep.probe_R_Bps : rep.profile_R_Bps; }
 
+// The floor's compute: the median of compute-only's experts phase (the fused
+// kernel alone; the run may first refill the pool an unfused run reused),
+// else of its whole run.
+double compute_only_ms(const MoeLayerConfigResult& c) {
+  for (size_t i = 0; i < c.bodies.size(); ++i)
+    if (c.bodies[i] == "compute-only") {
+      if (i < c.phase_ms.size() && !c.phase_ms[i][1].empty()) return spread(c.phase_ms[i][1]).median;
+      if (i < c.ms.size() && !c.ms[i].empty()) return spread(c.ms[i]).median;
+    }
+  return NAN;
+}
+
 nlohmann::json config_json(const MoeLayerBenchReport& rep, const MoeLayerConfigResult& c, MoeRouting routing) {
   const nlohmann::json none;
   nlohmann::json plans = nlohmann::json::object(), ms = nlohmann::json::object(), phases = nlohmann::json::object();
@@ -239,7 +251,7 @@ nlohmann::json report_json(const MoeLayerBenchReport& rep, const MoeLayerBenchOp
           {"probe",
            {{"R_GBps", rep.probe_R_Bps ? nlohmann::json(*rep.probe_R_Bps / 1e9) : none},
             {"seconds", rep.probe_R_Bps ? nlohmann::json(rep.probe_seconds) : none}}},
-          {"floor", "floor_ms = max(median compute-only ms, bytes_floor / R): R the probe's where measured in this "
+          {"floor", "floor_ms = max(median compute-only experts-phase ms, bytes_floor / R): R the probe's where measured in this "
                     "process, else the profile's"},
           {"timing", "paired rounds: every body once a round, rotated; a run timed by CUDA events on the lead "
                      "stream around fork / run / join, after a 100 us kernel that reads the SM clock and keeps the "
@@ -297,7 +309,7 @@ void print_text(const MoeLayerBenchReport& rep, const MoeLayerBenchOptions& o) {
       const auto* co = v.ms("compute-only");
       const double R = floor_R(rep);
       if (co && R > 0) {
-        const double compute = spread(*co).median, drain = c.traffic.bytes_floor / R * 1e3;
+        const double compute = compute_only_ms(c), drain = c.traffic.bytes_floor / R * 1e3;
         const double floor = std::max(compute, drain);
         std::cout << fmt::format("  {} / floor: {:.3f}; floor {:.4f} ms = max(compute-only {:.4f} ms, {} / {} = "
                                  "{:.4f} ms), R from {}\n",

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-
 #include "util/parallel_for.hpp"
 #include "xstage/moe_prediction.hpp"
 
@@ -27,10 +26,11 @@ std::vector<MoePlanCandidate> moe_plan_candidates(const MoeLaunch& l, const Prof
   const int G = l.sms;
   std::vector<MoePlanCandidate> out;
   out.push_back({share_plan(0, G), "the even spread, lag G (the interleaved default)", 0});
-  MoeSchedulePlan wave;
-  wave.schedule = MoeSchedule::expert_wave;
-  out.push_back({wave, "expert-wave, W = 2 G: bursts onto a drained stage", 0});
-  out.push_back({share_plan(0, std::max(1, G / 2)), "the even spread, lag G/2: the first stores earlier", 0});
+  // Not offered, after the first sweep (results/h200/moe-sweep, docs/design/moe-model.md):
+  // expert-wave, which the model chose on 8 host configurations (Mixtral at
+  // >= 2K tokens) where it measured 4-11% slower than the even spread (the
+  // model does not see the stage go cold again after a long L1 phase), and
+  // lag G/2, chosen on 24 and more than 2% slower than the better schedule on 12.
   const double rho = moe_rho(l, p);
   if (rho > 1 && 1 / rho < moe_default_l2_share(l, G))
     out.push_back({share_plan(1 / rho, G), "L2's share capped at 1/rho: stores at the drain rate", 0});

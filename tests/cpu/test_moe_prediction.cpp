@@ -262,7 +262,7 @@ TEST(MoePrediction, PlanIsTheFastestCandidate) {
   for (const Case& c : cases) {
     const MoeLaunch& l = c.launch;
     const std::vector<MoePlanCandidate> cands = moe_plan_candidates(l, *c.profile);
-    ASSERT_GE(cands.size(), 3u);
+    ASSERT_GE(cands.size(), 1u);
     // The default first: the even spread, lag G.
     EXPECT_EQ(cands[0].plan.schedule, MoeSchedule::interleaved);
     EXPECT_EQ(cands[0].plan.l2_share, 0);

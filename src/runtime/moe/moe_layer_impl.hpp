@@ -56,6 +56,7 @@ struct MoeLayer::Impl {
   std::vector<cudaEvent_t> copied;  // [P]: unfused, after rank r's copies (local ranks)
   uint64_t epoch = 0;
   bool dispatched = false, tracing = false, traced = false;
+  bool pool_rows_valid = false;  // pool_x holds the last dispatch's rows (an unfused run reuses it)
   std::vector<std::pair<int, void*>> device_mem;  // freed with the layer
   std::vector<void*> host_mem;
 

@@ -211,15 +211,18 @@ void MoeLayer::Impl::run(MoeLayerVariant v, const MoeSchedulePlan& plan) {
   auto mark = [&](Group& g, int i) { XSTAGE_CUDA(cudaEventRecord(g.phase[size_t(i)], g.stream)); };
 
   if (v == MoeLayerVariant::compute_only) {
-    if (!dispatched) {
-      // The pool must exist; the ranks then wait for each other, so that the
-      // next run's routes cannot overwrite what a pull still reads.
+    if (!dispatched || !pool_rows_valid) {
+      // The pool must hold the dispatched rows (an unfused run leaves its
+      // send-order L2 rows there: other data, and GEMMs draw data-dependent
+      // power under the cap); the ranks then wait for each other, so that
+      // the next run's routes cannot overwrite what a pull still reads. Not
+      // part of the experts phase the floor is taken from.
       for (Group& g : groups) {
         XSTAGE_CUDA(cudaSetDevice(g.device));
         dispatch(g);
       }
       w.barrier();
-      dispatched = true;
+      dispatched = pool_rows_valid = true;
     }
     for (Group& g : groups) {
       XSTAGE_CUDA(cudaSetDevice(g.device));
@@ -239,7 +242,7 @@ void MoeLayer::Impl::run(MoeLayerVariant v, const MoeSchedulePlan& plan) {
     mark(g, 1);
     g.phase_ran[0] = g.phase_ran[1] = g.phase_ran[2] = true;
   }
-  dispatched = true;
+  dispatched = pool_rows_valid = true;
   if (v == MoeLayerVariant::fused) {
     for (Group& g : groups) {
       XSTAGE_CUDA(cudaSetDevice(g.device));
@@ -268,6 +271,7 @@ void MoeLayer::Impl::run(MoeLayerVariant v, const MoeSchedulePlan& plan) {
     mark(g, 2);
     permute_unfused(g);
   }
+  pool_rows_valid = false;  // pool_x now holds L2's rows in send order
   exchange_unfused();
   for (Group& g : groups) {
     XSTAGE_CUDA(cudaSetDevice(g.device));
