@@ -17,6 +17,8 @@
 
 namespace xstage {
 
+class World;
+
 struct UlyssesBenchOptions {
   WorldOptions world;  // world.ranks < 1: emulated 8, peer every visible GPU, nccl WORLD_SIZE
   int64_t batch = 1, heads = 24, head_dim = 128;
@@ -149,6 +151,10 @@ Transport ulysses_floor_transport(Backend b, Placement p);
 // completion points, as `xstage probe --transport T --sweep quick` measures
 // them), fitted. Takes tens of seconds. Throws xstage::Error as the probe does.
 UlyssesFloorRate ulysses_floor_probe(Transport t, int device);
+// ulysses_floor_probe on the world leader's GPU (under nccl the other
+// processes wait for it): every process learns R, and every process throws
+// when the probe fails, the message led by "<command> --floor-probe".
+UlyssesFloorRate floor_rate_on_world(World& w, const std::string& command);
 // Throws xstage::Error when there is no GPU, a check fails, or CUDA fails.
 UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o);
 

@@ -268,24 +268,6 @@ MoeLayerCheck check_config(const MoeLayerBenchOptions& o, World& w, MoeLayer& la
   return finish();
 }
 
-// R of the floor, measured on the leader's GPU; every process learns it, and
-// every process fails when the probe does.
-double probe_rate(World& w, double& seconds) {
-  UlyssesFloorRate f;
-  std::string error;
-  if (w.leader()) {
-    try {
-      f = ulysses_floor_probe(ulysses_floor_transport(w.backend(), w.placement()), w.device_of(w.local_ranks().front()));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  if (w.max_over_ranks(error.empty() ? 0.0 : 1.0) != 0)
-    throw Error(error.empty() ? "moe --floor-probe: the probe failed on rank 0 (its message says why)"
-                              : "moe --floor-probe: " + error);
-  seconds = f.probe_seconds;
-  return w.max_over_ranks(f.R_Bps);
-}
 
 }  // namespace
 
@@ -379,7 +361,10 @@ MoeLayerBenchReport run_moe_layer_bench(MoeLayerBenchOptions o) {
   rep.profile = o.profile;
   std::optional<Profile> prof;
   if (o.profile != "none") prof = load_profile(o.profile), rep.profile_R_Bps = prof->R_Bps;
-  if (o.floor_probe) rep.probe_R_Bps = probe_rate(w, rep.probe_seconds);
+  if (o.floor_probe) {
+    const UlyssesFloorRate f = floor_rate_on_world(w, "moe");
+    rep.probe_R_Bps = f.R_Bps, rep.probe_seconds = f.probe_seconds;
+  }
 
   MoeLayerOptions lo;
   lo.shape = o.shape;

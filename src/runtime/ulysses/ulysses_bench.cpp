@@ -121,10 +121,7 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
   }
 }
 
-namespace {
-// The probe on the leader's GPU (under nccl the other processes wait for it);
-// every process learns R, and every process fails when the probe does.
-UlyssesFloorRate floor_rate_from_probe(World& w) {
+UlyssesFloorRate floor_rate_on_world(World& w, const std::string& command) {
   UlyssesFloorRate f;
   std::string error;
   if (w.leader()) {
@@ -135,12 +132,13 @@ UlyssesFloorRate floor_rate_from_probe(World& w) {
     }
   }
   if (w.max_over_ranks(error.empty() ? 0.0 : 1.0) != 0)
-    throw Error(error.empty() ? "ulysses --floor-probe: the probe failed on rank 0 (its message says why)" : error);
+    throw Error(error.empty() ? command + " --floor-probe: the probe failed on rank 0 (its message says why)"
+                              : command + " --floor-probe: " + error);
   f.R_Bps = w.max_over_ranks(f.R_Bps);
+  f.probe_seconds = w.max_over_ranks(f.probe_seconds);
   if (!w.leader()) f.source = "probe";
   return f;
 }
-}  // namespace
 
 UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   validate_ulysses_options(o);
@@ -179,7 +177,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   rep.local_profile = local ? local->name : "none";
   rep.device = device_info(w.device_of(w.local_ranks().front()));
   if (o.floor_probe) {
-    rep.floor = floor_rate_from_probe(w);
+    rep.floor = floor_rate_on_world(w, "ulysses");
   } else if (profile) {
     UlyssesFloorRate f;
     f.R_Bps = profile->R_Bps, f.source = "profile", f.profile = profile->name, f.transport = profile->transport;
