@@ -366,7 +366,9 @@ MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profil
     else if (s == MoeSchedule::model_guided)
       given = moe_plan_for_config(c, profile);
     for (size_t i = 0; i < launches.size(); ++i) {
-      const MoeSchedulePlan plan = given ? *given : default_plan(s, launches[i]);
+      MoeSchedulePlan plan = given ? *given : default_plan(s, launches[i]);
+      // As the layer runs it (moe_layer_run.cpp): interleaved with lag 0 waits the grid's SM count.
+      if (plan.schedule == MoeSchedule::interleaved && plan.lag_tiles == 0) plan.lag_tiles = launches[i].sms;
       const MoeExpertsPrediction e = moe_predict_experts(launches[i], plan, profile);
       if (i == 0 || e.experts_ns > p.experts_ns) {
         p.experts_ns = e.experts_ns;

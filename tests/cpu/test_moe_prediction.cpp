@@ -423,6 +423,25 @@ TEST(MoePrediction, FusedDispatchPlansOnlyAndTheExpertsReadTheRows) {
   }
 }
 
+// A recorded interleaved plan with lag 0 runs lag = the grid's SM count
+// (moe_layer.hpp, moe_layer_run.cpp); the prediction mirrors that.
+TEST(MoePrediction, RecordedInterleavedLagZeroIsTheGrid) {
+  MoeConfig c;
+  c.shape = moe_prediction_shape("qwen3-30b-a3b");
+  c.tokens = 2048;
+  c.P = 2;
+  c.placement = "device";
+  const Profile& local = *find_embedded_profile("h200-local");
+  const MoeConfigPrediction def = predict_moe_config(c, local);
+  c.plans[MoeSchedule::interleaved] = plan_of(MoeSchedule::interleaved, 0, 0, 0);
+  const MoeConfigPrediction rec = predict_moe_config(c, local);
+  EXPECT_EQ(rec.schedulers.at(MoeSchedule::interleaved).plan.lag_tiles, c.sms);
+  EXPECT_DOUBLE_EQ(rec.schedulers.at(MoeSchedule::interleaved).experts_ns,
+                   def.schedulers.at(MoeSchedule::interleaved).experts_ns);
+  c.plans[MoeSchedule::interleaved] = plan_of(MoeSchedule::interleaved, 0, 0, 7);
+  EXPECT_EQ(predict_moe_config(c, local).schedulers.at(MoeSchedule::interleaved).plan.lag_tiles, 7);
+}
+
 TEST(MoePrediction, ShapesAndTable) {
   EXPECT_EQ(moe_prediction_shapes().size(), 6u);
   const MoeShape d = moe_prediction_shape("deepseek-v3");
