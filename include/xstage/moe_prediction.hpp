@@ -7,8 +7,11 @@
 // tiles from two counters by the kernel's claim rules (the schedule), an L2
 // tile waits for its expert's L1 tiles, computes, then its epilogue stores the
 // rows that leave the GPU's memory into the X-Stage (src/sim/simulator.cpp);
-// an SM whose store stalls is stalled. Dispatch and combine are their bytes
-// over the path's rate plus fixed costs.
+// an SM whose store stalls is stalled. The fused kernel also copies the
+// dispatched rows itself (spare producer warps, pool order, from the launch's
+// start): an L1 tile waits until its expert's rows are all read. Dispatch
+// (route and plan) and combine are their bytes over the path's rate plus
+// fixed costs.
 //
 // Paths. emulated (one GPU runs all P ranks, every symmetric buffer in the
 // placement's memory): the launch holds every rank's experts and every L2 row
@@ -59,6 +62,15 @@ struct MoeLaunch {
   // Multiplies the table's tile times (1: the table; from a measured
   // compute-only time otherwise, see moe_scale_to_compute_only).
   double compute_scale = 1;
+  // The dispatched rows the kernel reads itself (the fused variant; 0 and 0:
+  // the pull kernel copied them before the launch, as for the unfused and
+  // compute-only variants): shares of the launch's rows (hidden x 2 bytes
+  // each) read over the path at the profile's R (its read direction; the
+  // profiles have no separate read rate) and from the GPU's own memory at
+  // h200-local's R. The copies run in pool order (the launch's expert order)
+  // from the launch's start, independent of L2's stores.
+  double copy_path_fraction = 0;
+  double copy_local_fraction = 0;
 };
 
 double moe_l1_tile_ns(const MoeLaunch& l, int expert);
@@ -72,7 +84,7 @@ struct MoeClaimedTile {
   int rows = 0;        // rows of its m-block
   int sm = 0;
   double claim_ns = 0;   // the SM claims it
-  double start_ns = 0;   // compute starts (L2: after its expert's L1 tiles are done)
+  double start_ns = 0;   // compute starts (L1: once its expert's rows are copied; L2: after its expert's L1 tiles are done)
   double end_ns = 0;     // the SM is free again (L2: its store accepted by the stage)
   double store_bytes = 0;  // L2: bytes through the stage
 };
@@ -83,9 +95,16 @@ struct MoeClaimSchedule {
   double drained_ns = 0;    // the stage is empty again after the last store (>= makespan)
   double stalled_ns = 0;    // summed over L2 tiles: time their SMs lost to a full stage
   double idle_ns = 0;       // summed over L2 tiles: time their SMs waited for the expert's L1 tiles
+  double rows_wait_ns = 0;  // summed over L1 tiles: time their SMs waited for the expert's rows to be copied
   double max_occupancy = 0, store_bytes = 0;
   double l1_tiles = 0, l2_tiles = 0;
 };
+
+// When each expert's rows are all in the pool (ns from the launch's start):
+// the copies in pool order, the path's share at profile.R_Bps and the local
+// share at h200-local's R, each a stream of its own; 0 for every expert when
+// the launch copies nothing.
+std::vector<double> moe_rows_ready_ns(const MoeLaunch& launch, const Profile& profile);
 
 // The kernel's claim rules (sched/layer_claims.cuh; docs/design/scheduler.md)
 // and the X-Stage in one event loop (simulate_fed): an SM claims its next
@@ -110,12 +129,14 @@ struct MoeExpertsPrediction {
   double compute_ns = 0;   // the same claim schedule with no stores (the floor)
   double stalled_ns = 0;   // summed over L2 tiles: time their SMs lost to a full stage
   double idle_ns = 0;      // summed over L2 tiles: time their SMs waited for L1 tiles
+  double rows_wait_ns = 0; // summed over L1 tiles: time their SMs waited for their expert's rows
   double max_occupancy = 0;
   double store_bytes = 0;
 };
 MoeExpertsPrediction moe_predict_experts(const MoeLaunch& launch, const MoeSchedulePlan& plan, const Profile& profile);
 
-// The makespan of the launch with no stores, for the given compute scale.
+// The makespan of the launch with no stores and no copies (the compute-only
+// variant: the pull kernel copied the rows), for the given compute scale.
 double moe_compute_only_ns(const MoeLaunch& launch);
 // compute_scale so that the compute-only makespan equals `measured_ns`.
 double moe_scale_to_compute_only(const MoeLaunch& launch, double measured_ns);
@@ -196,8 +217,9 @@ struct MoeConfig {
 
 struct MoeLayerPrediction {
   MoeSchedulePlan plan;
-  double dispatch_ns = 0, experts_ns = 0, combine_ns = 0;
+  double dispatch_ns = 0, experts_ns = 0, combine_ns = 0;  // experts: the fused kernel, its row copies included
   double stalled_ns = 0;
+  double rows_wait_ns = 0;  // summed over L1 tiles: their SMs waited for the expert's rows
   double total_ns() const { return dispatch_ns + experts_ns + combine_ns; }
 };
 

@@ -39,7 +39,8 @@ double moe_median(std::vector<double> v);
 
 // The measured time of the fused kernel alone without remote stores, in ms:
 // the compute-only variant's "experts" phase, else its whole time less its
-// (or else a fused variant's) measured dispatch phase. nullopt when the
+// (or else the unfused variant's: both copy the rows in the pull kernel)
+// measured dispatch phase. nullopt when the
 // record has neither; `source` says which was used.
 std::optional<double> moe_compute_only_experts_ms(const RecordedMoeConfig& c, std::string* source = nullptr);
 

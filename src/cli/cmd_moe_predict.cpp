@@ -83,7 +83,19 @@ struct Row {
   MoeConfigPrediction pred;
   std::string profile, compute_source;
   std::map<MoeSchedule, double> measured_ms;  // medians (NaN: not measured)
+  std::map<MoeSchedule, std::map<std::string, double>> measured_phase_ms;  // dispatch, experts, combine (medians)
 };
+
+constexpr const char* kPhases[] = {"dispatch", "experts", "combine"};
+double predicted_phase_ms(const MoeLayerPrediction& p, const std::string& phase) {
+  return 1e-6 * (phase == "dispatch" ? p.dispatch_ns : phase == "experts" ? p.experts_ns : p.combine_ns);
+}
+double measured_phase(const Row& r, MoeSchedule s, const std::string& phase) {
+  auto it = r.measured_phase_ms.find(s);
+  if (it == r.measured_phase_ms.end()) return NAN;
+  auto p = it->second.find(phase);
+  return p == it->second.end() ? NAN : p->second;
+}
 
 // Which of expert-wave and interleaved is faster: -1 expert-wave, +1
 // interleaved, 0 within `tie` of each other (or not measured).
@@ -99,13 +111,17 @@ nlohmann::json row_json(const Row& r, double tie) {
   for (MoeSchedule s : kSchedules) {
     const MoeLayerPrediction& p = r.pred.schedulers.at(s);
     const double m = r.measured_ms.count(s) ? r.measured_ms.at(s) : NAN;
+    nlohmann::json measured_phases = nlohmann::json::object();
+    for (const char* ph : kPhases) measured_phases[ph] = num_or_null(measured_phase(r, s, ph));
     sch[moe_schedule_name(s)] = {{"measured_ms", num_or_null(m)},
                                  {"predicted_ms", p.total_ns() * 1e-6},
                                  {"error", num_or_null((p.total_ns() * 1e-6 - m) / m)},
                                  {"dispatch_ms", p.dispatch_ns * 1e-6},
                                  {"experts_ms", p.experts_ns * 1e-6},
                                  {"combine_ms", p.combine_ns * 1e-6},
+                                 {"measured_phase_ms", measured_phases},
                                  {"stalled_ms", p.stalled_ns * 1e-6},
+                                 {"rows_wait_ms", p.rows_wait_ns * 1e-6},
                                  {"plan", plan_json(p.plan)}};
   }
   auto get = [&](MoeSchedule s) { return r.measured_ms.count(s) ? r.measured_ms.at(s) : NAN; };
@@ -144,10 +160,17 @@ nlohmann::json row_json(const Row& r, double tie) {
           {"faster_predicted", faster_name(fp)}};
 }
 
+struct PathSummary {
+  std::vector<double> abs_err;
+  std::map<std::string, std::vector<double>> phase_abs_err;
+  int resolved = 0, named = 0;
+};
+
 struct Summary {
   std::vector<double> abs_err;
   int resolved = 0, named = 0;
   std::map<std::string, int> configs, contended, gains;  // gains: interleaved predicted > tie faster than expert-wave
+  std::map<std::string, PathSummary> paths;
 };
 
 Summary summarize(const std::vector<Row>& rows, double tie) {
@@ -159,18 +182,29 @@ Summary summarize(const std::vector<Row>& rows, double tie) {
     if (r.pred.schedulers.at(MoeSchedule::expert_wave).total_ns() >
         (1 + tie) * r.pred.schedulers.at(MoeSchedule::interleaved).total_ns())
       ++s.gains[path];
+    PathSummary& ps = s.paths[path];
     for (MoeSchedule k : kSchedules) {
       auto it = r.measured_ms.find(k);
-      if (it == r.measured_ms.end() || !std::isfinite(it->second) || !(it->second > 0)) continue;
-      s.abs_err.push_back(std::abs(r.pred.schedulers.at(k).total_ns() * 1e-6 - it->second) / it->second);
+      if (it != r.measured_ms.end() && std::isfinite(it->second) && it->second > 0) {
+        const double e = std::abs(r.pred.schedulers.at(k).total_ns() * 1e-6 - it->second) / it->second;
+        s.abs_err.push_back(e);
+        ps.abs_err.push_back(e);
+      }
+      for (const char* ph : kPhases) {
+        const double m = measured_phase(r, k, ph);
+        if (std::isfinite(m) && m > 0)
+          ps.phase_abs_err[ph].push_back(std::abs(predicted_phase_ms(r.pred.schedulers.at(k), ph) - m) / m);
+      }
     }
     auto get = [&](MoeSchedule k) { return r.measured_ms.count(k) ? r.measured_ms.at(k) : NAN; };
     const int fm = faster(get(MoeSchedule::expert_wave), get(MoeSchedule::interleaved), tie);
     if (fm == 0) continue;
     ++s.resolved;
+    ++ps.resolved;
     const int fp = faster(r.pred.schedulers.at(MoeSchedule::expert_wave).total_ns(),
                           r.pred.schedulers.at(MoeSchedule::interleaved).total_ns(), 0);
     s.named += fp == fm;
+    ps.named += fp == fm;
   }
   return s;
 }
@@ -182,10 +216,22 @@ void print(const std::vector<Row>& rows, const MoePredictArgs& a, bool measured)
     nlohmann::json list = nlohmann::json::array();
     for (const Row& r : rows) list.push_back(row_json(r, a.tie));
     nlohmann::json per_path = nlohmann::json::object();
-    for (const auto& [path, n] : s.configs)
+    for (const auto& [path, n] : s.configs) {
+      const PathSummary& ps = s.paths.at(path);
+      nlohmann::json phases = nlohmann::json::object();
+      for (const char* ph : kPhases) {
+        auto it = ps.phase_abs_err.find(ph);
+        phases[ph] = num_or_null(it == ps.phase_abs_err.end() ? NAN : moe_median(it->second));
+      }
       per_path[path] = {{"configs", n},
                         {"contended", s.contended.count(path) ? s.contended.at(path) : 0},
-                        {"predicted_gain", s.gains.count(path) ? s.gains.at(path) : 0}};
+                        {"predicted_gain", s.gains.count(path) ? s.gains.at(path) : 0},
+                        {"median_abs_error", num_or_null(moe_median(ps.abs_err))},
+                        {"errors", ps.abs_err.size()},
+                        {"phase_median_abs_error", phases},
+                        {"resolved_pairs", ps.resolved},
+                        {"named_faster", ps.named}};
+    }
     std::cout << nlohmann::json{{"sweep", a.sweep.empty() ? nlohmann::json() : nlohmann::json(a.sweep)},
                                 {"configs", list},
                                 {"summary",
@@ -242,6 +288,19 @@ void print(const std::vector<Row>& rows, const MoePredictArgs& a, bool measured)
                              path, c, n, c < 10 ? " -- fewer than the 10 the issue asks for" : "", 100 * a.tie,
                              s.gains.count(path) ? s.gains.at(path) : 0);
   }
+  auto pct_of = [](double v) { return std::isfinite(v) ? fmt::format("{:.1f}%", 100 * v) : std::string("-"); };
+  if (measured)
+    for (const auto& [path, ps] : s.paths) {
+      if (ps.abs_err.empty()) continue;
+      std::string phases;
+      for (const char* ph : kPhases) {
+        auto it = ps.phase_abs_err.find(ph);
+        phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", ph,
+                              pct_of(it == ps.phase_abs_err.end() ? NAN : moe_median(it->second)));
+      }
+      std::cout << fmt::format("{}: median |error| {} over {} times ({}); names the faster in {} of {}\n", path,
+                               pct_of(moe_median(ps.abs_err)), ps.abs_err.size(), phases, ps.named, ps.resolved);
+    }
   if (measured)
     std::cout << fmt::format(
         "median |error| {} over {} scheduler times; names the faster of expert-wave and interleaved in {} of {} "
@@ -303,6 +362,10 @@ void run_moe_predict(const MoePredictArgs& a) {
       for (MoeSchedule k : kSchedules) {
         auto it = rc.ms.find("fused/" + moe_schedule_name(k));
         r.measured_ms[k] = it == rc.ms.end() ? NAN : moe_median(it->second);
+        auto ph = rc.phase_ms.find("fused/" + moe_schedule_name(k));
+        if (ph != rc.phase_ms.end())
+          for (const auto& [name, v] : ph->second)
+            if (!v.empty()) r.measured_phase_ms[k][name] = moe_median(v);
       }
       rows.push_back(std::move(r));
     }

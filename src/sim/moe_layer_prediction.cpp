@@ -278,6 +278,7 @@ std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c) {
   if (c.emulated()) {
     MoeLaunch l = base;
     l.remote_fraction = 1;  // every combine buffer sits in the placement's memory
+    l.copy_path_fraction = 1;  // so does every send buffer the kernel reads its rows from
     for (int r = 0; r < c.P; ++r) {
       const std::vector<int> rows = rank_expert_rows(c, r);
       l.expert_rows.insert(l.expert_rows.end(), rows.begin(), rows.end());
@@ -287,6 +288,8 @@ std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c) {
     for (int r = 0; r < c.P; ++r) {
       MoeLaunch l = base;
       l.remote_fraction = double(c.P - 1) / c.P;  // rows of other ranks' tokens
+      l.copy_path_fraction = l.remote_fraction;  // read from the other ranks' send buffers
+      l.copy_local_fraction = 1.0 / c.P;         // the rank's own tokens
       l.expert_rows = rank_expert_rows(c, r);
       out.push_back(std::move(l));
     }
@@ -320,25 +323,32 @@ MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profil
   out.compute_ns = moe_compute_only_ns(launches[big]);
   out.regime = moe_classify_regime(launches[big], profile);
 
-  // Dispatch: the pull reads every routed row from the source's send buffer
-  // (through the path where the source is another GPU, or where the emulated
-  // buffers sit in host memory) and writes it into the local pool. Combine:
-  // each token's k rows read from the combine buffer (the path's memory when
-  // emulated, local memory otherwise) and the output written locally.
+  // Dispatch (the fused variant): route and plan only; the fused kernel
+  // copies the rows (moe_rows_ready_ns). The route stores each pair's token
+  // slot and weight (8 bytes) into its owner's routes and the pull reads them
+  // back: through the path where the routes sit there (emulated: the
+  // placement's memory; one rank a GPU: the route's stores cross for (P-1)/P
+  // of the pairs, the pull reads its own memory), plus the plan's local
+  // writes (per row 16 bytes of destination and weight, per pair 12 bytes of
+  // id, weight and position). Combine: each token's k rows read from the
+  // combine buffer (the path's memory when emulated, local memory otherwise)
+  // and the output written locally.
   const double row = double(c.shape.hidden) * 2;
   const double R = profile.R_Bps;
+  constexpr double kRouteBytes = 8, kPlanLocalBytes = 16 + 12;
   double dispatch = 0, combine = 0;
   if (c.emulated()) {
     const double all = double(rows[0]) * row;
     out.bytes_dispatch = all;
     out.bytes_combine = all;
-    dispatch = all / R + all / kLocalBps;
+    const double pairs = double(rows[0]);
+    dispatch = 2 * pairs * kRouteBytes / R + pairs * kPlanLocalBytes / kLocalBps;
     combine = all / R + double(c.tokens) * c.P * row / kLocalBps;
   } else {
     for (size_t i = 0; i < launches.size(); ++i) {
-      const double mine = double(rows[i]) * row, crossing = mine * double(c.P - 1) / c.P;
-      out.bytes_dispatch = std::max(out.bytes_dispatch, crossing);
-      dispatch = std::max(dispatch, crossing / R + (2 * mine - crossing) / kLocalBps);
+      const double pairs = double(rows[i]), crossing = pairs * double(c.P - 1) / c.P;
+      out.bytes_dispatch = std::max(out.bytes_dispatch, crossing * row);
+      dispatch = std::max(dispatch, crossing * kRouteBytes / R + pairs * (kRouteBytes + kPlanLocalBytes) / kLocalBps);
     }
     out.bytes_combine = double(c.tokens) * c.shape.topk * row;
     combine = (out.bytes_combine + double(c.tokens) * row) / kLocalBps;
@@ -356,11 +366,14 @@ MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profil
     else if (s == MoeSchedule::model_guided)
       given = moe_plan_for_config(c, profile);
     for (size_t i = 0; i < launches.size(); ++i) {
-      const MoeSchedulePlan plan = given ? *given : default_plan(s, launches[i]);
+      MoeSchedulePlan plan = given ? *given : default_plan(s, launches[i]);
+      // As the layer runs it (moe_layer_run.cpp): interleaved with lag 0 waits the grid's SM count.
+      if (plan.schedule == MoeSchedule::interleaved && plan.lag_tiles == 0) plan.lag_tiles = launches[i].sms;
       const MoeExpertsPrediction e = moe_predict_experts(launches[i], plan, profile);
       if (i == 0 || e.experts_ns > p.experts_ns) {
         p.experts_ns = e.experts_ns;
         p.stalled_ns = e.stalled_ns;
+        p.rows_wait_ns = e.rows_wait_ns;
         p.plan = plan;
       }
       out.bytes_stored = std::max(out.bytes_stored, e.store_bytes);

@@ -220,12 +220,13 @@ std::optional<double> moe_compute_only_experts_ms(const RecordedMoeConfig& c, st
   }
   auto all = c.ms.find("compute-only");
   if (all == c.ms.end() || all->second.empty()) return std::nullopt;
+  // A compute-only run that dispatches copies the rows in the pull kernel, as
+  // the unfused variant does (the fused variant's dispatch phase plans only).
   std::optional<double> dispatch = phase("compute-only", "dispatch");
   std::string from = "compute-only less its dispatch phase";
-  for (const char* v : {"fused/expert-wave", "fused/interleaved", "fused/model-guided"}) {
-    if (dispatch) break;
-    dispatch = phase(v, "dispatch");
-    from = fmt::format("compute-only less the {} dispatch phase", v);
+  if (!dispatch || !(*dispatch > 0)) {
+    dispatch = phase("unfused", "dispatch");
+    from = "compute-only less the unfused dispatch phase";
   }
   if (!dispatch) return std::nullopt;
   const double experts = moe_median(all->second) - *dispatch;

@@ -46,7 +46,30 @@ void check_launch(const MoeLaunch& l) {
     throw Error(fmt::format("moe launch: remote fraction {} outside [0, 1]", l.remote_fraction));
   if (!(l.compute_scale > 0) || !std::isfinite(l.compute_scale))
     throw Error(fmt::format("moe launch: compute scale must be positive, got {}", l.compute_scale));
+  if (!(l.copy_path_fraction >= 0 && l.copy_local_fraction >= 0 &&
+        l.copy_path_fraction + l.copy_local_fraction <= 1 + 1e-12))
+    throw Error(fmt::format("moe launch: copied shares {} (path) and {} (local): expected >= 0, at most 1 together",
+                            l.copy_path_fraction, l.copy_local_fraction));
+}
 
+// The rows' copy times (moe_rows_ready_ns), without the launch check.
+std::vector<double> rows_ready(const MoeLaunch& l, double path_Bps, double local_Bps) {
+  std::vector<double> out(l.expert_rows.size(), 0.0);
+  const bool path = l.copy_path_fraction > 0, local = l.copy_local_fraction > 0;
+  if (!path && !local) return out;
+  if ((path && !(path_Bps > 0)) || (local && !(local_Bps > 0)))
+    throw Error("moe launch: copies need a positive read rate (the profile's R, h200-local's R)");
+  // Pool order is the launch's expert order; each stream reads its share of
+  // every expert's rows in that order.
+  double rows = 0;
+  for (size_t e = 0; e < out.size(); ++e) {
+    rows += double(l.expert_rows[e]);
+    const double bytes = rows * l.hidden * 2.0;
+    const double p = path ? bytes * l.copy_path_fraction / path_Bps : 0.0;
+    const double q = local ? bytes * l.copy_local_fraction / local_Bps : 0.0;
+    out[e] = std::max(p, q) * 1e9;
+  }
+  return out;
 }
 
 // What the claim policy sees: the two counters and the work claimed so far
@@ -148,9 +171,10 @@ class Claims {
 // they are claimed: an L1 tile stores nothing through the stage).
 class TileClaimer {
  public:
-  TileClaimer(const MoeLaunch& l, const MoeSchedulePlan& plan)
+  TileClaimer(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile)
       : l_(l), l1_(gemm_tiles(l, 2 * l.inter)), l2_(gemm_tiles(l, l.hidden)), claims_(l, plan, l1_, l2_),
-        local_(find_embedded_profile(kLocalProfile)) {
+        local_(find_embedded_profile(kLocalProfile)),
+        ready_(rows_ready(l, profile.R_Bps, local_ ? local_->R_Bps : 0.0)) {
     const size_t E = l.expert_rows.size();
     t1_.resize(E);
     t2_.resize(E);
@@ -182,7 +206,7 @@ class TileClaimer {
       c.index = int(i1);
       c.expert = r.expert;
       c.rows = r.rows;
-      c.start_ns = t;
+      c.start_ns = std::max(t, ready_[e]);  // the producer waits for the expert's rows
       compute_ns = t1_[e];
       c.end_ns = t + compute_ns;
       l1_done_[e] = std::max(l1_done_[e], c.end_ns);
@@ -213,6 +237,7 @@ class TileClaimer {
   const std::vector<TileRef> l1_, l2_;
   Claims claims_;
   const Profile* local_;
+  const std::vector<double> ready_;        // the expert's rows are in the pool
   std::vector<double> t1_, t2_, l1_done_;  // l1_done: the latest end of the expert's L1 tiles claimed so far
   std::vector<int> l1_left_;
 };
@@ -222,13 +247,13 @@ class TileClaimer {
 // included) is done, so the order follows the stalls.
 MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record) {
   check_launch(l);
-  TileClaimer claimer(l, plan);
+  TileClaimer claimer(l, plan, profile);
   MoeClaimSchedule out;
   out.l1_tiles = double(claimer.l1_tiles());
   out.l2_tiles = double(claimer.l2_tiles());
   if (record) out.tiles.reserve(claimer.l1_tiles() + claimer.l2_tiles());
   auto keep = [&](const MoeClaimedTile& c) {
-    if (c.gemm == 2) out.idle_ns += c.start_ns - c.claim_ns;
+    (c.gemm == 2 ? out.idle_ns : out.rows_wait_ns) += c.start_ns - c.claim_ns;
     out.store_bytes += c.store_bytes;
     if (record) out.tiles.push_back(c);
   };
@@ -300,9 +325,16 @@ long moe_share_start_tiles(const MoeLaunch& l, int lag_tiles) {
   return Claims::share_start(l1, last, std::max(0, lag_tiles));
 }
 
+std::vector<double> moe_rows_ready_ns(const MoeLaunch& l, const Profile& profile) {
+  check_launch(l);
+  const Profile* local = find_embedded_profile(kLocalProfile);
+  return rows_ready(l, profile.R_Bps, local ? local->R_Bps : 0.0);
+}
+
 double moe_compute_only_ns(const MoeLaunch& launch) {
   MoeLaunch local = launch;
   local.remote_fraction = 0;
+  local.copy_path_fraction = local.copy_local_fraction = 0;
   MoeSchedulePlan plan;
   plan.schedule = MoeSchedule::interleaved;
   plan.lag_tiles = launch.sms;
@@ -330,6 +362,7 @@ MoeExpertsPrediction moe_predict_experts(const MoeLaunch& l, const MoeSchedulePl
   out.experts_ns = cs.drained_ns + 2 * latency;
   out.stalled_ns = cs.stalled_ns;
   out.idle_ns = cs.idle_ns;
+  out.rows_wait_ns = cs.rows_wait_ns;
   out.max_occupancy = cs.max_occupancy;
   return out;
 }

@@ -340,6 +340,108 @@ TEST(MoePrediction, ComputeScaleMatchesMeasuredTime) {
   EXPECT_THROW(moe_scale_to_compute_only(l, 0), Error);
 }
 
+// The fused kernel's own row copies: each expert's rows are in the pool once
+// the bytes before and of it (pool order) have been read at the path's R
+// (and the local share at h200-local's R); an L1 tile waits for them.
+TEST(MoePrediction, InKernelCopiesGateL1Tiles) {
+  const Profile p = slow_stage();
+  MoeLaunch l = toy_launch({300, 0, 500, 128}, 4);
+  for (double r : moe_rows_ready_ns(l, p)) EXPECT_EQ(r, 0.0);  // the pull kernel copied them
+  l.copy_path_fraction = 1;
+  const std::vector<double> ready = moe_rows_ready_ns(l, p);
+  ASSERT_EQ(ready.size(), 4u);
+  const double row_ns = 512 * 2.0 / p.R_Bps * 1e9;
+  EXPECT_NEAR(ready[0], 300 * row_ns, 1e-9);
+  EXPECT_NEAR(ready[1], 300 * row_ns, 1e-9);  // no rows: ready with the expert before
+  EXPECT_NEAR(ready[2], 800 * row_ns, 1e-9);
+  EXPECT_NEAR(ready[3], 928 * row_ns, 1e-9);
+  // Half the rows local (one rank a GPU, P = 2): two streams, the slower sets the time.
+  MoeLaunch half = l;
+  half.copy_path_fraction = half.copy_local_fraction = 0.5;
+  EXPECT_NEAR(moe_rows_ready_ns(half, p)[3], 464 * row_ns, 1e-6 * 464 * row_ns);
+
+  for (MoeSchedule s : {MoeSchedule::expert_wave, MoeSchedule::interleaved}) {
+    const MoeSchedulePlan plan = plan_of(s, 0, 0, s == MoeSchedule::expert_wave ? 0 : 4);
+    const MoeClaimSchedule cs = moe_claim_schedule(l, plan, p);
+    expect_dependencies(cs, 4);
+    double first_l1 = 1e300;
+    for (const MoeClaimedTile& t : cs.tiles) {
+      if (t.gemm != 1) continue;
+      EXPECT_GE(t.start_ns, ready[size_t(t.expert)] - 1e-9) << "L1 tile " << t.index << " before its rows";
+      EXPECT_GE(t.start_ns, t.claim_ns);
+      first_l1 = std::min(first_l1, t.start_ns);
+    }
+    EXPECT_NEAR(first_l1, ready[0], 1e-9);
+    EXPECT_GT(cs.rows_wait_ns, 0);
+    // The last expert's L1 and L2 tiles come after its rows.
+    EXPECT_GT(cs.makespan_ns, ready[3] + moe_l1_tile_ns(l, 3) + moe_l2_tile_ns(l, 3) - 1e-6);
+    // Without copies the same plan never waits for rows and ends earlier.
+    MoeLaunch none = l;
+    none.copy_path_fraction = 0;
+    const MoeClaimSchedule base = moe_claim_schedule(none, plan, p);
+    EXPECT_EQ(base.rows_wait_ns, 0);
+    EXPECT_LT(base.drained_ns, cs.drained_ns);
+    // The floor (compute-only) copies nothing: the pull kernel did.
+    EXPECT_EQ(moe_compute_only_ns(l), moe_compute_only_ns(none));
+  }
+  // Copies much faster than the compute cost almost nothing.
+  Profile fast = p;
+  fast.R_Bps = 1e15;
+  MoeLaunch quick = l;
+  const MoeClaimSchedule a = moe_claim_schedule(quick, plan_of(MoeSchedule::interleaved, 0, 0, 4), fast);
+  quick.copy_path_fraction = 0;
+  const MoeClaimSchedule b = moe_claim_schedule(quick, plan_of(MoeSchedule::interleaved, 0, 0, 4), fast);
+  EXPECT_NEAR(a.drained_ns, b.drained_ns, 1e-3 * b.drained_ns);
+
+  MoeLaunch bad = l;
+  bad.copy_local_fraction = 0.5;  // 1.5 of the rows
+  EXPECT_THROW(moe_claim_schedule(bad, plan_of(MoeSchedule::interleaved, 0, 0, 4), p), Error);
+  EXPECT_THROW(moe_rows_ready_ns(bad, p), Error);
+}
+
+// The fused variant's dispatch phase only routes and plans; its rows are
+// read in the experts phase. Emulated host: all of them over PCIe there.
+TEST(MoePrediction, FusedDispatchPlansOnlyAndTheExpertsReadTheRows) {
+  MoeConfig c;
+  c.shape = moe_prediction_shape("qwen3-30b-a3b");
+  c.tokens = 4096;
+  c.P = 2;
+  const Profile& host = *find_embedded_profile("h200-host-pcie");
+  const MoeConfigPrediction pr = predict_moe_config(c, host);
+  const MoeLayerPrediction& il = pr.schedulers.at(MoeSchedule::interleaved);
+  const double rows_over_R_ns = pr.bytes_dispatch / host.R_Bps * 1e9;
+  EXPECT_LT(il.dispatch_ns, 0.1 * rows_over_R_ns);
+  EXPECT_GT(il.experts_ns, rows_over_R_ns);  // the last expert's L1, L2 and stores follow its rows
+  EXPECT_GT(il.rows_wait_ns, 0);
+  const std::vector<MoeLaunch> ls = moe_config_launches(c);
+  ASSERT_EQ(ls.size(), 1u);
+  EXPECT_EQ(ls[0].copy_path_fraction, 1);
+  c.backend = "peer";
+  for (const MoeLaunch& l : moe_config_launches(c)) {
+    EXPECT_DOUBLE_EQ(l.copy_path_fraction, 0.5);
+    EXPECT_DOUBLE_EQ(l.copy_local_fraction, 0.5);
+  }
+}
+
+// A recorded interleaved plan with lag 0 runs lag = the grid's SM count
+// (moe_layer.hpp, moe_layer_run.cpp); the prediction mirrors that.
+TEST(MoePrediction, RecordedInterleavedLagZeroIsTheGrid) {
+  MoeConfig c;
+  c.shape = moe_prediction_shape("qwen3-30b-a3b");
+  c.tokens = 2048;
+  c.P = 2;
+  c.placement = "device";
+  const Profile& local = *find_embedded_profile("h200-local");
+  const MoeConfigPrediction def = predict_moe_config(c, local);
+  c.plans[MoeSchedule::interleaved] = plan_of(MoeSchedule::interleaved, 0, 0, 0);
+  const MoeConfigPrediction rec = predict_moe_config(c, local);
+  EXPECT_EQ(rec.schedulers.at(MoeSchedule::interleaved).plan.lag_tiles, c.sms);
+  EXPECT_DOUBLE_EQ(rec.schedulers.at(MoeSchedule::interleaved).experts_ns,
+                   def.schedulers.at(MoeSchedule::interleaved).experts_ns);
+  c.plans[MoeSchedule::interleaved] = plan_of(MoeSchedule::interleaved, 0, 0, 7);
+  EXPECT_EQ(predict_moe_config(c, local).schedulers.at(MoeSchedule::interleaved).plan.lag_tiles, 7);
+}
+
 TEST(MoePrediction, ShapesAndTable) {
   EXPECT_EQ(moe_prediction_shapes().size(), 6u);
   const MoeShape d = moe_prediction_shape("deepseek-v3");
