@@ -165,7 +165,7 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
   tail -12 "$OUT/r/moe-bench.log" >"$OUT/r/moe-summary.txt"
 fi
 
-# The expert-parallel MoE layer (issue 23): its GPU tests (2-GPU peer and nccl ones where there are two
+# The expert-parallel MoE layer: its GPU tests (2-GPU peer and nccl ones where there are two
 # GPUs), compute-sanitizer on one small checked run each (host and device placement, every variant and
 # schedule), and a quick checked bench with per-tile traces: results/<machine>/moe-layer.
 if has moel; then

@@ -70,7 +70,9 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
             const int64_t pair = pairs + int64_t(t) * p.k + j;
             const int e = p.topk_ids[pair];
             if (e < 0 || e >= p.E) continue;  // a bad id routed nothing (the route kernel recorded it)
-            row = int64_t(send_base[e]) + p.pos[pair];
+            const int32_t i = p.pos[pair];
+            if (i < 0) continue;  // a repeated id: only its first slot was routed
+            row = int64_t(send_base[e]) + i;
           }
           x[u] = __ldcg(reinterpret_cast<const uint4*>(rows + row * p.H) + v);
           have[u] = true;

@@ -52,8 +52,10 @@ __global__ void __launch_bounds__(kRouteThreads) sm90_moe_route(RouteParams p) {
         if (id == e) {
           if (slot < 0)
             slot = j;
-          else  // the first slot keeps the pair; the host reports the input
+          else {  // the first slot keeps the pair; the host reports the input
             record_input_error(p.input_error, kRouteIdRepeated, s, t, j, id);
+            pos[int64_t(t) * k + j] = -1;  // routed nowhere: the unfused combine skips it (only CTA e sees this pair)
+          }
         }
         if (e == 0 && (id < 0 || id >= p.E)) record_input_error(p.input_error, kRouteIdOutOfRange, s, t, j, id);
       };

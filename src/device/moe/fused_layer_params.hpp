@@ -76,9 +76,10 @@ struct FusedLayerParams {
   int done_flag = 0, rank0 = 0, local_ranks = 1, world = 1;
   uint64_t epoch = 0;
 
-  // Waits inside the kernel (an L2 tile on its expert's L1 tiles) time out
-  // after timeout_ns and fill timeout_record (rank = -1: a local dependency;
-  // flag = the expert; expected / seen = tiles).
+  // Waits inside the kernel (an L2 tile on its expert's L1 tiles, rank = -1;
+  // an L1 tile on its expert's rows copied, rank = -2) time out after
+  // timeout_ns and fill timeout_record (flag = the expert; expected / seen =
+  // tiles or rows); once it is set, every later wait stops at once.
   uint64_t timeout_ns = 10'000'000'000ull;
   remote::FlagTimeoutRecord* timeout_record = nullptr;
 

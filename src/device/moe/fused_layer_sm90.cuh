@@ -72,9 +72,12 @@ __device__ __forceinline__ void wait_count(const FusedLayerParams& p, const int3
     const uint64_t start = ptx::globaltimer_ns();
     while (seen < need) {
       const uint64_t waited = ptx::globaltimer_ns() - start;
-      if (waited > p.timeout_ns) {
-        remote::FlagTimeoutRecord* r = p.timeout_record;
-        if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
+      remote::FlagTimeoutRecord* r = p.timeout_record;
+      // Once a wait of the launch has timed out the run is lost: later tiles
+      // stop waiting at once instead of each waiting the full timeout.
+      const bool given_up = r != nullptr && *static_cast<volatile unsigned int*>(&r->set) != 0u;
+      if (waited > p.timeout_ns || given_up) {
+        if (!given_up && r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
           r->rank = kind, r->flag = expert, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
           r->waited_ns = waited, r->expected = uint64_t(need), r->seen = uint64_t(seen);
         }

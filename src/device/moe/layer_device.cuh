@@ -48,8 +48,11 @@ __device__ __forceinline__ bool wait_flags_geq(int count, FlagOf flag_of, uint64
     uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
     while (seen < expected) {
       const uint64_t waited = ptx::globaltimer_ns() - start;
-      if (waited > timeout_ns) {
-        if (record != nullptr && atomicCAS(&record->set, 0u, 1u) == 0u) {
+      // Once any wait of the launch has timed out the run is lost: the CTAs
+      // still to come stop at once instead of each waiting the full timeout.
+      const bool given_up = record != nullptr && *static_cast<volatile unsigned int*>(&record->set) != 0u;
+      if (waited > timeout_ns || given_up) {
+        if (!given_up && record != nullptr && atomicCAS(&record->set, 0u, 1u) == 0u) {
           record->rank = rank, record->flag = index, record->block = int(blockIdx.x), record->thread = int(threadIdx.x);
           record->waited_ns = waited, record->expected = expected, record->seen = seen;
         }

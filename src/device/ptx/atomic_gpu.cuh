@@ -1,7 +1,7 @@
 #pragma once
 // Counters shared by the CTAs of one GPU (GPU scope): work claimed from a
 // global counter, tiles counted done. A relaxed load reads a counter that may
-// be stale (the claim's compare-and-swap settles it); a release add after a
+// be stale (a decision only: the atomic add that follows gives the tile); a release add after a
 // tile's stores and an acquire load before its consumer's reads carry the
 // data between CTAs.
 #include <cstdint>

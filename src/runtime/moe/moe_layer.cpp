@@ -94,6 +94,17 @@ T* MoeLayer::Impl::alloc(int device, size_t count) {
 }
 
 MoeLayer::Impl::Impl(World& world, const MoeLayerOptions& options) : w(world), o(options) {
+  // A failed allocation or event throws out of a half-built object, whose
+  // destructor never runs: what was made so far is released here.
+  try {
+    init();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void MoeLayer::Impl::init() {
   P = w.size();
   tile = moe_layer_tile(o, P);  // validates
   z = moe_layer_sizes(o, P);
@@ -183,7 +194,9 @@ MoeLayer::Impl::Impl(World& world, const MoeLayerOptions& options) : w(world), o
   }
 }
 
-MoeLayer::Impl::~Impl() {
+MoeLayer::Impl::~Impl() { release(); }
+
+void MoeLayer::Impl::release() noexcept {
   // Errors are ignored: after a trapped kernel every call fails, and the
   // process must still end cleanly.
   for (const Group& g : groups) {

@@ -62,6 +62,8 @@ struct MoeLayer::Impl {
 
   Impl(World& world, const MoeLayerOptions& options);
   ~Impl();
+  void init();              // the constructor's work
+  void release() noexcept;  // frees what init made so far (the destructor, or init throwing)
 
   Group& group_of(int rank);
   int local_in_group(int rank) { return rank - group_of(rank).rank0; }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/layer_comm_params.hpp"
 #include "device/remote/flag_timeout_record.hpp"
 #include "xstage/error.hpp"
@@ -18,19 +19,13 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 // The fused kernel and the unfused baseline's GEMMs both take 256 columns a
 // tile: L2's N is hidden, L1's is 2 inter (gate and up interleaved).
-constexpr int kTileN = 256;
+constexpr int kTileN = moe::kFusedBlockN;
 // Longest wait the kernels' nanosecond clocks are asked to count.
 constexpr double kMaxTimeoutS = 86400;
 
 int64_t rows_cap_of(const MoeLayerOptions& o, int P) {
   const int64_t e_loc = o.shape.experts / P;
   return int64_t(P) * o.tokens_max * std::min<int64_t>(o.shape.topk, e_loc);
-}
-
-// Tiles one GEMM of one rank may have: every expert's rows rounded up to the
-// tile, n-blocks of 256 columns (as moe_gemm sizes its split-K workspace).
-int64_t max_tiles(int64_t rows, int64_t experts, int block_m, int64_t n) {
-  return (rows / block_m + experts) * (n / kTileN);
 }
 
 }  // namespace
@@ -101,9 +96,10 @@ MoeLayerSizes moe_layer_sizes(const MoeLayerOptions& o, int P) {
   z.pool_out = rows * H * 2;
   z.row_meta = rows * 4 * sizeof(int32_t) + T * k * 3 * sizeof(int32_t) + (E_loc + E + 1 + 1) * sizeof(int32_t);
   z.weights = E_loc * (2 * I * H + H * I) * 2;
-  const int64_t tiles = std::max(max_tiles(z.rows_cap, int64_t(E_loc), block_m, 2 * int64_t(I)),
-                                 max_tiles(z.rows_cap, int64_t(E_loc), block_m, int64_t(H)));
-  z.workspace = (4 + E_loc) * sizeof(int32_t)  // the fused kernel's claim counters
+  // Tiles one GEMM of one rank may have: every expert's rows rounded up to the tile.
+  const int64_t tiles = std::max(moe::fused_layer_max_tiles(z.rows_cap, int(E_loc), block_m, 2 * int(I)),
+                                 moe::fused_layer_max_tiles(z.rows_cap, int(E_loc), block_m, int(H)));
+  z.workspace = moe::fused_layer_counter_ints(int(E_loc)) * sizeof(int32_t)  // the fused kernel's counters
                 + sizeof(int32_t)              // the route kernel's finished CTAs
                 + 3 * sizeof(remote::FlagTimeoutRecord) + sizeof(moe::RouteInputError)  // wait records
                 + 2 * size_t(tiles) * 4 * sizeof(uint64_t);                             // the trace: [2][tiles][4]
