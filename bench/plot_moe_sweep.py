@@ -132,35 +132,31 @@ def plot_configs(rows, out):
         print("no benched configurations: no sweep plots")
         return
     rows = sorted(rows, key=lambda r: (r["path"] != "emulated/host", r["path"], r["shape"], r["P"], r["tokens"]))
-    w = max(8, 0.16 * len(rows))
-    fig, ax = plt.subplots(figsize=(w, 4.2))
-    bars(ax, rows, "il_over_ew", "tab:blue", "interleaved / expert-wave", -0.15)
-    bars(ax, rows, "mg_over_best2", "tab:red", "model-guided / better of the two", 0.15)
-    ax.axhline(1, color="k", lw=0.6)
-    ax.axhline(1.02, color="tab:red", lw=0.5, ls=":")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([f"{r['path']} {r['config']}" for r in rows], rotation=90, fontsize=5)
-    ax.set_ylabel("time ratio (per round, median; bar: range)")
-    ax.set_title("Fused MoE layer: schedules per configuration", fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "moe-schedulers.png"), dpi=150)
-    plt.close(fig)
+    ratio_figure(rows, out, "moe-schedulers.png", "Fused MoE layer: schedules per configuration",
+                 "time ratio (per round, median; bar: range)", 1.02, "tab:red",
+                 [("il_over_ew", "tab:blue", "interleaved / expert-wave"),
+                  ("mg_over_best2", "tab:red", "model-guided / better of the two")])
+    ratio_figure(rows, out, "moe-floor.png", "Fused MoE layer against its floor, unfused beside it",
+                 "time / max(compute-only, bytes / R)", 1.15, "tab:green",
+                 [("best_over_floor", "tab:green", "best fused / floor"),
+                  ("unfused_over_floor", "tab:gray", "unfused / floor")])
 
-    fig, ax = plt.subplots(figsize=(w, 4.2))
-    bars(ax, rows, "best_over_floor", "tab:green", "best fused / floor", -0.15)
-    bars(ax, rows, "unfused_over_floor", "tab:gray", "unfused / floor", 0.15)
+
+def ratio_figure(rows, out, name, title, ylabel, bar_line, bar_color, series):
+    """Two ratio series per configuration, a line at 1 and one at the issue's bar."""
+    fig, ax = plt.subplots(figsize=(max(8, 0.16 * len(rows)), 4.2))
+    for (key, color, label), shift in zip(series, (-0.15, 0.15)):
+        bars(ax, rows, key, color, label, shift)
     ax.axhline(1, color="k", lw=0.6)
-    ax.axhline(1.15, color="tab:green", lw=0.5, ls=":")
+    ax.axhline(bar_line, color=bar_color, lw=0.5, ls=":")
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([f"{r['path']} {r['config']}" for r in rows], rotation=90, fontsize=5)
-    ax.set_ylabel("time / max(compute-only, bytes / R)")
-    ax.set_title("Fused MoE layer against its floor, unfused beside it", fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "moe-floor.png"), dpi=150)
+    fig.savefig(os.path.join(out, name), dpi=150)
     plt.close(fig)
 
 
