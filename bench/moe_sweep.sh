@@ -9,7 +9,7 @@
 # (copy the parts of an earlier call there), no part starts after MOE_BUDGET_S seconds, and each part
 # gets the time left. Environment (defaults in brackets):
 #   XSTAGE [build/xstage]   MOE_BACKEND [emulated] (peer, nccl: P = 2 on two GPUs)
-#   MOE_PLACEMENTS [host device]   MOE_SHAPES [the six]   MOE_P [2 4]
+#   MOE_PLACEMENTS [host device]   MOE_SHAPES [the six; names or hidden/inter/experts/topk]   MOE_P [2 4]
 #   MOE_TOKENS [256,512,1024,2048,4096,8192,16384]   MOE_ROUNDS [11]   MOE_BUDGET_S [540]
 #   MOE_CHECK [1]: --check with one sampled token a rank (plus the first, the last and a one-rank token)
 #   MOE_PROBE [1]: --floor-probe in the first part of each placement (R measured in this sweep)
@@ -32,7 +32,7 @@ for pl in $placements; do
   probe=${MOE_PROBE:-1}
   for shape in $shapes; do
     for P in $ranks; do
-      part="$out/parts/moe-$backend-$pl-$shape-P$P.json"
+      part="$out/parts/moe-$backend-$pl-${shape//\//x}-P$P.json"  # custom shapes: 2048/512/128/8 -> 2048x512x128x8
       if [ -s "$part" ]; then
         echo "== $part: done before, skipped"
         probe=0

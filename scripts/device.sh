@@ -170,7 +170,7 @@ fi
 # schedule), and a quick checked bench with per-tile traces: results/<machine>/moe-layer.
 if has moel; then
   mkdir -p "$OUT/r/moe-layer"
-  gpu_tests moel-tests 420 MoeLayer
+  gpu_tests moel-tests 420 "MoeLayer|FusedLayer"
   moe_small="moe --shape 512/256/8/2 --tokens 77 --routing zipf --check --check-tokens 2 --timeout 100"
   for tool in memcheck racecheck synccheck; do
     san "san-$tool-moel" $tool $X $moe_small --ranks 2 --placement host

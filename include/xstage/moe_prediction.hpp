@@ -171,22 +171,31 @@ double moe_rho(const MoeLaunch& launch, const Profile& profile);
 // lag = grid) unless another is more than kMoePlanTie faster (the model's
 // differences below that are not worth a change of plan). The candidates:
 //   - the interleaved default;
-//   - expert-wave, W = 2 G: bursts that find the stage drained;
-//   - the even spread with lag G/2: the first stores earlier;
 //   - where the default's L2 tiles wait for their L1 tiles more than
 //     kMoePlanIdle of the SM time: lag 2 G and 4 G;
 //   - where rho > 1 and 1/rho is below the even spread: L2's share capped at
 //     1/rho (the share at which G SMs' L2 stores arrive at R), lag G.
-// The candidates are simulated in parallel, one a core. The plan's schedule
-// is expert_wave or interleaved (the kernel runs kScheduleExpertWave or
+// Where rho <= 1 the stage never holds an issuer back, so the schedules
+// differ only in compute order, which the tile-time table does not see: there
+// a launch whose experts average at most kMoeWaveExpertTiles x G L1 tiles
+// (short experts; an expert-wave wave of 2 G L1 tiles holds eight or more of
+// them) runs expert-wave, W = 2 G, which measured 1-4% faster than the even
+// spread on device memory and over NVLink at those sizes
+// (docs/design/moe-model.md, "Compute order where the stage is free"). The
+// candidates are simulated in parallel, one a core. The plan's schedule is
+// expert_wave or interleaved (the kernel runs kScheduleExpertWave or
 // kScheduleShare); the caller labels it model-guided.
 inline constexpr double kMoePlanTie = 0.01;
 inline constexpr double kMoePlanIdle = 0.001;
+inline constexpr double kMoeWaveExpertTiles = 0.25;
 struct MoePlanCandidate {
   MoeSchedulePlan plan;
   std::string why;          // what the candidate tries
   double experts_ns = 0;    // predicted, as moe_predict_experts does
 };
+// Mean L1 tiles (m-blocks x n-blocks of 2 x inter) an expert, over the
+// launch's experts with rows (0 if none).
+double moe_mean_l1_tiles(const MoeLaunch& launch);
 std::vector<MoePlanCandidate> moe_plan_candidates(const MoeLaunch& launch, const Profile& profile);
 MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& launch, const Profile& profile);
 // The plan for a configuration's expected uniform rows per expert (tokens * k

@@ -26,11 +26,12 @@ std::vector<MoePlanCandidate> moe_plan_candidates(const MoeLaunch& l, const Prof
   const int G = l.sms;
   std::vector<MoePlanCandidate> out;
   out.push_back({share_plan(0, G), "the even spread, lag G (the interleaved default)", 0});
-  // Not offered, after the first sweep (results/h200/moe-sweep, docs/design/moe-model.md):
+  // Not offered as simulated candidates (results/h200/moe-sweep, docs/design/moe-model.md):
   // expert-wave, which the model chose on 8 host configurations (Mixtral at
   // >= 2K tokens) where it measured 4-11% slower than the even spread (the
   // model does not see the stage go cold again after a long L1 phase), and
   // lag G/2, chosen on 24 and more than 2% slower than the better schedule on 12.
+  // Expert-wave comes back only where the stage is free (moe_plan_for_launch).
   const double rho = moe_rho(l, p);
   if (rho > 1 && 1 / rho < moe_default_l2_share(l, G))
     out.push_back({share_plan(1 / rho, G), "L2's share capped at 1/rho: stores at the drain rate", 0});
@@ -62,7 +63,25 @@ MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& l, const Profile& p) {
     if (c.experts_ns < best->experts_ns) best = &c;
   // Ties (and what the model cannot tell apart) go to the interleaved default.
   if (best->experts_ns >= (1 - kMoePlanTie) * cs.front().experts_ns) best = &cs.front();
+  // A free stage leaves only compute order to choose (moe_prediction.hpp).
+  if (best == &cs.front() && moe_rho(l, p) <= 1 && moe_mean_l1_tiles(l) > 0 &&
+      moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) {
+    MoeSchedulePlan wave;
+    wave.schedule = MoeSchedule::expert_wave;
+    return wave;
+  }
   return best->plan;
+}
+
+double moe_mean_l1_tiles(const MoeLaunch& l) {
+  const long n_blocks = (2L * l.inter + l.block_n - 1) / l.block_n;
+  long tiles = 0, experts = 0;
+  for (int rows : l.expert_rows)
+    if (rows > 0) {
+      tiles += (rows + l.block_m - 1) / l.block_m * n_blocks;
+      ++experts;
+    }
+  return experts > 0 ? double(tiles) / double(experts) : 0.0;
 }
 
 MoeSchedulePlan moe_plan_for_config(const MoeConfig& c, const Profile& profile) {

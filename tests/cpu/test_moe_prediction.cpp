@@ -285,7 +285,9 @@ TEST(MoePrediction, PlanIsTheFastestCandidate) {
     for (const MoePlanCandidate& k : cands)
       if (k.experts_ns < best->experts_ns) best = &k;
     const bool keep_default = best->experts_ns >= (1 - kMoePlanTie) * cands[0].experts_ns;
-    const MoeSchedulePlan& want = keep_default ? cands[0].plan : best->plan;
+    MoeSchedulePlan want = keep_default ? cands[0].plan : best->plan;
+    // A free stage and short experts: compute order alone, expert-wave.
+    if (keep_default && rho <= 1 && moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) want = MoeSchedulePlan{};
     EXPECT_EQ(plan.schedule, want.schedule);
     EXPECT_EQ(plan.l2_share, want.l2_share);
     EXPECT_EQ(plan.lag_tiles, want.lag_tiles);
@@ -305,6 +307,35 @@ TEST(MoePrediction, PlanIsTheFastestCandidate) {
   }
 }
 
+TEST(MoePrediction, FreeStageAndShortExpertsRunExpertWave) {
+  const Profile host = *find_embedded_profile("h200-host-pcie");
+  const Profile local = *find_embedded_profile("h200-local");
+  // inter 1536: 12 n-blocks of L1. Experts of 1 and 3 m-blocks (100, 300
+  // rows) and an empty one: 24 L1 tiles an expert on average, <= 132 / 4;
+  // rho <= 1 on the GPU's own memory: expert-wave.
+  const MoeLaunch shortl = toy_launch({100, 300, 0, 256, 256}, 132, 4096, 1536);
+  EXPECT_DOUBLE_EQ(moe_mean_l1_tiles(shortl), 24.0);
+  ASSERT_LE(moe_rho(shortl, local), 1);
+  const MoeSchedulePlan a = moe_plan_for_launch(shortl, local);
+  EXPECT_EQ(a.schedule, MoeSchedule::expert_wave);
+  EXPECT_EQ(a.wave_tiles, 0);
+  // Three m-blocks an expert: 36 > 33 L1 tiles, the interleaved default again.
+  const MoeLaunch longer = toy_launch({300, 300, 300, 300}, 132, 4096, 1536);
+  EXPECT_DOUBLE_EQ(moe_mean_l1_tiles(longer), 36.0);
+  ASSERT_LE(moe_rho(longer, local), 1);
+  EXPECT_EQ(moe_plan_for_launch(longer, local).schedule, MoeSchedule::interleaved);
+  // The short experts where the stage limits (PCIe, rho > 1): the model's candidates decide, never this rule.
+  ASSERT_GT(moe_rho(shortl, host), 1);
+  const MoeSchedulePlan h = moe_plan_for_launch(shortl, host);
+  bool from_candidates = false;
+  for (const MoePlanCandidate& k : moe_plan_candidates(shortl, host))
+    from_candidates = from_candidates || (k.plan.schedule == h.schedule && k.plan.lag_tiles == h.lag_tiles &&
+                                          k.plan.l2_share == h.l2_share);
+  EXPECT_TRUE(from_candidates);
+  EXPECT_EQ(h.schedule, MoeSchedule::interleaved);
+  EXPECT_EQ(moe_mean_l1_tiles(toy_launch({0, 0}, 4)), 0.0);
+}
+
 TEST(MoePrediction, ModelGuidedIsPredictedAtLeastAsFastAsBoth) {
   // Without a recorded plan the model-guided scheduler runs moe_plan_schedule's
   // plan: predicted within the tie of the better of expert-wave and interleaved.
@@ -321,7 +352,11 @@ TEST(MoePrediction, ModelGuidedIsPredictedAtLeastAsFastAsBoth) {
         const double ew = r.schedulers.at(MoeSchedule::expert_wave).experts_ns;
         const double il = r.schedulers.at(MoeSchedule::interleaved).experts_ns;
         const MoeLayerPrediction& mg = r.schedulers.at(MoeSchedule::model_guided);
-        EXPECT_LE(mg.experts_ns, std::min(ew, il) * (1 + kMoePlanTie) + 1e-6) << shape << " T " << T << " " << placement;
+        if (mg.plan.schedule == MoeSchedule::expert_wave)  // the free stage's compute-order rule
+          EXPECT_EQ(r.regime.name, "free") << shape << " T " << T << " " << placement;
+        else
+          EXPECT_LE(mg.experts_ns, std::min(ew, il) * (1 + kMoePlanTie) + 1e-6)
+              << shape << " T " << T << " " << placement;
         const MoeSchedulePlan direct = moe_plan_schedule(c.shape, T, 2, 132, MoeTile::automatic, p);
         EXPECT_EQ(mg.plan.schedule, direct.schedule);
         EXPECT_EQ(mg.plan.lag_tiles, direct.lag_tiles);
