@@ -30,7 +30,9 @@ def main():
         doc = json.load(open(f))
         pred = json.loads(subprocess.run([a.xstage, "moe-predict", f, "--json"], check=True, capture_output=True,
                                          text=True).stdout)
-        contended = {(p["shape"], p["tokens"], p["P"], p["backend"], p["placement"]): p["regime"]["contended"]
+        # Keyed by the shape's numbers: moe-predict names a custom shape "custom".
+        shape_of = lambda c: (c["hidden"], c["inter"], c["experts"], c["topk"])
+        contended = {(shape_of(p), p["tokens"], p["P"], p["backend"], p["placement"]): p["regime"]["contended"]
                      for p in pred["configs"]}
         R = (doc.get("probe") or {}).get("R_GBps")
         for c in doc["configs"]:
@@ -45,7 +47,7 @@ def main():
             r = c.get("probe_R_GBps") or R
             floor = max(co, c["bytes_floor"] / (r * 1e9) * 1e3)
             best = min(ew, il, mg)
-            key = (c["shape"], c["tokens"], c["P"], c["backend"], c["placement"])
+            key = (shape_of(c), c["tokens"], c["P"], c["backend"], c["placement"])
             rows.setdefault(path_of(c), []).append({
                 "ew_il": ew / il, "ew_il_exp": exp(need[0]) / exp(need[1]),
                 "mg_best2": mg / min(ew, il), "best_floor": best / floor, "unf_floor": ms["unfused"] / floor,

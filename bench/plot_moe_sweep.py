@@ -54,8 +54,15 @@ def geomean(v):
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
 
 
+def shape_name(c):
+    """A named shape, or its numbers where the record says "custom"."""
+    if c["shape"] != "custom":
+        return c["shape"]
+    return f"{c['hidden']}/{c['inter']}/{c['experts']}/{c['topk']}"
+
+
 def label(c):
-    return f"{c['shape']} T={c['tokens']} P={c['P']}"
+    return f"{shape_name(c)} T={c['tokens']} P={c['P']}"
 
 
 def path(c):
@@ -79,7 +86,7 @@ def analyse(doc):
         if co and R:
             floor = max(median(co), c["bytes_floor"] / (R * 1e9) * 1e3)
         r = {
-            "config": label(c), "path": path(c), "shape": c["shape"], "tokens": c["tokens"], "P": c["P"],
+            "config": label(c), "path": path(c), "shape": shape_name(c), "tokens": c["tokens"], "P": c["P"],
             "il_over_ew": spread(per_round(fused.get("interleaved"), fused.get("expert-wave"))),
             "mg_over_best2": spread(per_round(fused.get("model-guided"), fused.get("interleaved"),
                                               fused.get("expert-wave"))),
