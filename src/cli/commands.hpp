@@ -22,6 +22,7 @@ void add_moe_gemm_command(CLI::App& app);
 void add_moe_predict_command(CLI::App& app);
 void add_moe_command(CLI::App& app);
 void add_visible_command(CLI::App& app);
+void add_duplex_command(CLI::App& app);
 
 // --json / --csv flags shared by every command that prints results.
 struct OutputFlags {

@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   add_moe_predict_command(app);
   add_moe_command(app);
   add_visible_command(app);
+  add_duplex_command(app);
   app.set_version_flag("--version", std::string("xstage ") + XSTAGE_VERSION + " (" + xstage::build_commit() + ")");
   if (argc >= 2 && std::string(argv[1]) == "help") {  // `xstage help [command]`, as people type it
     CLI::App* sub = argc >= 3 ? find_command(app, argv[2]) : nullptr;

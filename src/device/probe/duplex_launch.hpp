@@ -1,0 +1,15 @@
+#pragma once
+// The duplex probe's launch, callable from host C++ (returns the cudaError_t
+// as an int, 0 on success).
+#include <cuda_runtime_api.h>
+
+#include "device/probe/duplex_params.hpp"
+
+namespace xstage::probe {
+
+inline constexpr int kDuplexThreads = 256;  // 8 warps a block
+inline constexpr int kDuplexWarps = kDuplexThreads / 32;
+
+int launch_duplex(const DuplexParams& p, int blocks, cudaStream_t stream);
+
+}  // namespace xstage::probe
