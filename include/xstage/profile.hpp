@@ -77,6 +77,12 @@ struct Profile {
   // What an empty stage offers a burst after `stored_bytes` have been stored since the cold start.
   double empty_capacity(double stored_bytes) const;
   double latency_ns = 0.0;  // empty-stage store-to-visibility latency (completion-coupled counterfactual)
+  // Both directions of the path at once (`xstage duplex`): the rate of far
+  // reads while stores into the path run, and the stores' drain while the
+  // reads run. 0 and 0: not measured, and the MoE model takes the two
+  // directions as independent, each at R (docs/model.md, section 9).
+  double duplex_read_Bps = 0.0, duplex_store_Bps = 0.0;
+  bool has_duplex() const { return duplex_read_Bps > 0 && duplex_store_Bps > 0; }
   std::optional<Range> K_range;  // what the fit saw; predictions outside get a warning
   std::optional<Range> V_range;
   std::optional<Uncertainty> sigma;

@@ -58,6 +58,11 @@ struct StageConfig {
   //       draining at R/K (per-SM or per-queue limits); Q_cold too is split.
   bool per_producer_capacity = false;
   bool record_timeline = false;  // keep the occupancy at every event
+  // A drain slower at first: R_early_Bps until R_early_until_ns, R after
+  // (0, 0: R throughout). The MoE model's fused kernel stores while its row
+  // copies read the same link's other direction (Profile::duplex_store_Bps).
+  double R_early_Bps = 0;
+  double R_early_until_ns = 0;
 };
 StageConfig stage_from_profile(const Profile& p);
 

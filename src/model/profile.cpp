@@ -62,6 +62,10 @@ void Profile::validate() const {
                             Q_cold_bytes));
   if (!(Q_warm_per_byte >= 0) || !std::isfinite(Q_warm_per_byte))
     throw Error(fmt::format("profile '{}': Q_warm_per_byte must be >= 0, got {}", name, Q_warm_per_byte));
+  if (duplex_read_Bps != 0 || duplex_store_Bps != 0) {
+    rate(duplex_read_Bps, "duplex.read_Bps (with duplex.store_Bps)");
+    rate(duplex_store_Bps, "duplex.store_Bps (with duplex.read_Bps)");
+  }
 }
 
 double Profile::empty_capacity(double stored_bytes) const {
@@ -141,6 +145,7 @@ json to_json(const Profile& p) {
           {"Q_cold_bytes", cold(p.Q_cold_bytes)},
           {"Q_warm_per_byte", cold(p.Q_warm_per_byte)},
           {"latency_ns", p.latency_ns},
+          {"duplex", p.has_duplex() ? json{{"read_Bps", p.duplex_read_Bps}, {"store_Bps", p.duplex_store_Bps}} : none},
           {"K_range", range_json(p.K_range)},
           {"V_range", range_json(p.V_range)},
           {"sigma", sigma},
@@ -174,6 +179,13 @@ Profile profile_from_json(const json& j, const std::string& where) {
   // Optional (absent or null: no cold start).
   p.Q_cold_bytes = optional_number_at(j, "Q_cold_bytes", where);
   p.Q_warm_per_byte = optional_number_at(j, "Q_warm_per_byte", where);
+  // Optional (absent or null: not measured, the directions independent).
+  if (j.contains("duplex") && !j["duplex"].is_null()) {
+    if (!j["duplex"].is_object())
+      throw Error(fmt::format("{}: 'duplex' must be an object (read_Bps, store_Bps) or null", where));
+    p.duplex_read_Bps = number_at(j["duplex"], "read_Bps", where + ": duplex");
+    p.duplex_store_Bps = number_at(j["duplex"], "store_Bps", where + ": duplex");
+  }
   p.K_range = range_from(j, "K_range", where);
   p.V_range = range_from(j, "V_range", where);
   if (j.contains("sigma") && !j["sigma"].is_null() && !j["sigma"].is_object())

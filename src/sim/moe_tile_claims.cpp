@@ -2,6 +2,7 @@
 // the X-Stage simulator (include/xstage/moe_prediction.hpp).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <queue>
 
 #include <fmt/format.h>
@@ -68,6 +69,80 @@ std::vector<double> rows_ready(const MoeLaunch& l, double path_Bps, double local
     const double p = path ? bytes * l.copy_path_fraction / path_Bps : 0.0;
     const double q = local ? bytes * l.copy_local_fraction / local_Bps : 0.0;
     out[e] = std::max(p, q) * 1e9;
+  }
+  return out;
+}
+
+// The local share's copy times alone (rows_ready's second stream).
+std::vector<double> rows_ready_local(const MoeLaunch& l, double local_Bps) {
+  MoeLaunch only = l;
+  only.copy_path_fraction = 0;
+  return rows_ready(only, 1.0, local_Bps);
+}
+
+// Whether the launch's row copies read the path while its L2 stores drain
+// into it, and the profile measured both directions at once
+// (Profile::duplex_read_Bps): then the two share the link.
+bool duplex_applies(const MoeLaunch& l, const Profile& p) {
+  return p.has_duplex() && l.copy_path_fraction > 0 && l.remote_fraction > 0;
+}
+
+// The copies' times when they share the link with the stores (duplex): the
+// stores take what they move, up to duplex_store_Bps; the reads get the rest
+// of the two directions' measured sum, duplex_read + duplex_store, at most R
+// (so R alone, duplex_read under a full drain, as the probe measured). The
+// stores move the drain rate while the stage holds bytes, else what they
+// issue (their bursts' bytes over their issue spans, summed).
+std::vector<double> shared_rows_ready(const MoeLaunch& l, const Profile& p, const std::vector<BurstSpan>& spans,
+                                      const std::vector<OccupancySample>& level, double local_Bps) {
+  struct Ev {
+    double t;
+    double rate;   // change of the issued rate (bytes per ns), for a span's start or end
+    double level;  // the stage's level from here (a sample), else -1
+  };
+  std::vector<Ev> ev;
+  ev.reserve(2 * spans.size() + level.size());
+  for (const BurstSpan& b : spans)
+    if (b.end_ns > b.start_ns && b.bytes > 0) {
+      const double r = b.bytes / (b.end_ns - b.start_ns);
+      ev.push_back({b.start_ns, r, -1});
+      ev.push_back({b.end_ns, -r, -1});
+    }
+  for (const OccupancySample& o : level) ev.push_back({o.t_ns, 0, o.bytes});
+  std::stable_sort(ev.begin(), ev.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
+  const double R = p.R_Bps * 1e-9, cap_store = std::min(p.duplex_store_Bps, p.R_Bps) * 1e-9;
+  const double both = (p.duplex_read_Bps + p.duplex_store_Bps) * 1e-9;
+  std::vector<double> out(l.expert_rows.size(), 0.0);
+  double need = 0, done = 0, t = 0, issued = 0, held = 0;
+  size_t k = 0;
+  for (size_t e = 0; e < out.size(); ++e) {
+    need += double(l.expert_rows[e]) * l.hidden * 2.0 * l.copy_path_fraction;
+    while (done < need) {
+      while (k < ev.size() && ev[k].t <= t) {
+        issued += ev[k].rate;
+        if (ev[k].level >= 0) held = ev[k].level;
+        ++k;
+      }
+      const double stores = held > 1e-6 ? cap_store : std::min(std::max(0.0, issued), cap_store);
+      const double r = std::clamp(both - stores, 1e-12, R);
+      // After the last event the stage drains what it holds at R, then the reads are alone.
+      double next = k < ev.size() ? ev[k].t : held > 1e-6 ? t + held / R : std::numeric_limits<double>::infinity();
+      if (k >= ev.size() && held > 1e-6 && next <= t) next = t;
+      const double finish = t + (need - done) / r;
+      if (finish <= next) {
+        done = need;
+        t = finish;
+      } else {
+        done += (next - t) * r;
+        if (k >= ev.size()) held = 0, issued = 0;
+        t = next;
+      }
+    }
+    out[e] = t;
+  }
+  if (l.copy_local_fraction > 0) {
+    const std::vector<double> loc = rows_ready_local(l, local_Bps);
+    for (size_t e = 0; e < out.size(); ++e) out[e] = std::max(out[e], loc[e]);
   }
   return out;
 }
@@ -171,10 +246,9 @@ class Claims {
 // they are claimed: an L1 tile stores nothing through the stage).
 class TileClaimer {
  public:
-  TileClaimer(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile)
+  TileClaimer(const MoeLaunch& l, const MoeSchedulePlan& plan, std::vector<double> ready)
       : l_(l), l1_(gemm_tiles(l, 2 * l.inter)), l2_(gemm_tiles(l, l.hidden)), claims_(l, plan, l1_, l2_),
-        local_(find_embedded_profile(kLocalProfile)),
-        ready_(rows_ready(l, profile.R_Bps, local_ ? local_->R_Bps : 0.0)) {
+        local_(find_embedded_profile(kLocalProfile)), ready_(std::move(ready)) {
     const size_t E = l.expert_rows.size();
     t1_.resize(E);
     t2_.resize(E);
@@ -245,9 +319,13 @@ class TileClaimer {
 // The claims and, where L2 tiles store through the stage, the stage itself in
 // one event loop: an SM claims its next tile when its last one (store
 // included) is done, so the order follows the stalls.
-MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record) {
-  check_launch(l);
-  TileClaimer claimer(l, plan, profile);
+// `ready`: when each expert's rows are copied; `spans` and `level`, if
+// given, get the stores' issue spans and the stage's level over time.
+MoeClaimSchedule run_claims_once(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record,
+                                 std::vector<double> ready, std::vector<BurstSpan>* spans = nullptr,
+                                 std::vector<OccupancySample>* level = nullptr) {
+  const double copies_end = ready.empty() ? 0.0 : *std::max_element(ready.begin(), ready.end());
+  TileClaimer claimer(l, plan, std::move(ready));
   MoeClaimSchedule out;
   out.l1_tiles = double(claimer.l1_tiles());
   out.l2_tiles = double(claimer.l2_tiles());
@@ -281,6 +359,10 @@ MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, con
   // whatever the stage holds: it joins the compute before it (one event fewer
   // a tile; the same times up to rounding).
   StageConfig stage = stage_from_profile(profile);
+  if (duplex_applies(l, profile)) {  // the stores drain slower while the copies read
+    stage.R_early_Bps = std::min(profile.duplex_store_Bps, profile.R_Bps);
+    stage.R_early_until_ns = copies_end;
+  }
   const double fixed = stage.issue.fixed_ns;
   stage.issue.fixed_ns = 0;
   std::vector<long> last(size_t(l.sms), -1);  // each SM's last recorded tile
@@ -293,12 +375,49 @@ MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, con
     steps.push_back(Step::compute(c.start_ns - t + compute + (store ? fixed : 0.0)));
     if (store) steps.push_back(Step::store(c.store_bytes));
   };
-  const SimResult sim = simulate_fed(stage, l.sms, feed);
+  SimObserver watch;
+  if (spans) watch.on_burst = [spans](const BurstSpan& b) { spans->push_back(b); };
+  if (level) {
+    stage.record_timeline = true;
+    watch.on_sample = [level](const OccupancySample& o) { level->push_back(o); };
+  }
+  const SimResult sim = simulate_fed(stage, l.sms, feed, watch);
   out.makespan_ns = sim.total_ns;
   out.drained_ns = std::max(sim.total_ns, sim.drained_ns);
   out.stalled_ns = sim.stalled_ns;
   out.max_occupancy = sim.max_occupancy;
   return out;
+}
+
+// The copies and the stores depend on each other where they share the link:
+// the copies' times gate L1, hence when L2 stores; the stores' rate sets the
+// copies' share. From the copies alone at R, alternately simulate and
+// re-time the copies until their times move by less than kCopiesSettle
+// (kCopiesRounds at most).
+constexpr int kCopiesRounds = 4;
+constexpr double kCopiesSettle = 1e-3;
+
+MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record) {
+  check_launch(l);
+  const Profile* local = find_embedded_profile(kLocalProfile);
+  const double local_Bps = local ? local->R_Bps : 0.0;
+  std::vector<double> ready = rows_ready(l, profile.R_Bps, local_Bps);
+  if (duplex_applies(l, profile)) {
+    std::vector<BurstSpan> spans;
+    std::vector<OccupancySample> level;
+    for (int round = 0; round < kCopiesRounds; ++round) {
+      spans.clear();
+      level.clear();
+      run_claims_once(l, plan, profile, false, ready, &spans, &level);
+      std::vector<double> next = shared_rows_ready(l, profile, spans, level, local_Bps);
+      double moved = 0;
+      for (size_t e = 0; e < next.size(); ++e)
+        moved = std::max(moved, std::abs(next[e] - ready[e]) / std::max(1.0, next.back()));
+      ready = std::move(next);
+      if (moved < kCopiesSettle) break;
+    }
+  }
+  return run_claims_once(l, plan, profile, record, std::move(ready));
 }
 
 }  // namespace

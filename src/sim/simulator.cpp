@@ -68,7 +68,9 @@ class StageSim {
  public:
   StageSim(const StageConfig& c, const std::vector<Program>& progs, int stage_id, SimResult& out,
            const SimObserver& observer, ProgressCount& progress, const StepFeed* feed = nullptr)
-      : observer_(observer), progress_(progress), R_(c.R_Bps * 1e-9), Q_(c.Q_bytes), Qfill_(c.Q_fill_bytes > 0 ? std::min(c.Q_fill_bytes, c.Q_bytes) : c.Q_bytes),
+      : observer_(observer), progress_(progress), R_late_(c.R_Bps * 1e-9),
+        R_early_(c.R_early_Bps > 0 && c.R_early_until_ns > 0 ? c.R_early_Bps * 1e-9 : R_late_),
+        early_until_(c.R_early_Bps > 0 ? c.R_early_until_ns : 0.0), R_(R_early_), Q_(c.Q_bytes), Qfill_(c.Q_fill_bytes > 0 ? std::min(c.Q_fill_bytes, c.Q_bytes) : c.Q_bytes),
         Qcold_(std::min(c.Q_cold_bytes, c.Q_bytes)), warm_(c.Q_warm_per_byte),
         cap_(Q_), rp_(c.issue.per_producer_Bps * 1e-9), near_(c.issue.near_bytes),
         rn_(c.issue.near_bytes > 0 ? c.issue.near_per_producer_Bps * 1e-9 : 0.0),
@@ -82,6 +84,9 @@ class StageSim {
     for (size_t i = 0; i < progs_.size(); ++i) advance_program(static_cast<int>(i));
     sample();
     while (true) {
+      // The drain rate in force, and when it changes next.
+      const bool early = t_ < early_until_;
+      R_ = early ? R_early_ : R_late_;
       // Nominal rates: each issuer in its near queue at rn, the others at rp; all together at most ragg.
       const double n_near = static_cast<double>(near_q_.size()), n_far = static_cast<double>(issuers_.size());
       const double nominal = n_near * rn_ + n_far * rp_;
@@ -114,6 +119,8 @@ class StageSim {
         dt = 0;
       if (slope > 0) dt = std::min(dt, (cap_ - q_) / slope);
       if (slope < 0) dt = std::min(dt, q_ / -slope);
+      // The rate's change is an event only while something else is pending.
+      if (early && std::isfinite(dt)) dt = std::min(dt, early_until_ - t_);
       if (!std::isfinite(dt)) break;  // nothing left to happen
       dt = std::max(dt, 0.0);
 
@@ -156,7 +163,7 @@ class StageSim {
     flush_sample();
     last_store_end_ = std::max(last_store_end_, t_);
     out_.total_ns = std::max(out_.total_ns, finish_);
-    out_.drained_ns = std::max(out_.drained_ns, t_ + q_ / R_);
+    out_.drained_ns = std::max(out_.drained_ns, t_ + drain_time(q_));
   }
 
  private:
@@ -315,10 +322,19 @@ class StageSim {
     advance_program(i);
   }
 
+  // From t_, how long `bytes` left in the stage take to drain.
+  double drain_time(double bytes) const {
+    if (t_ < early_until_ && bytes > R_early_ * (early_until_ - t_))
+      return (early_until_ - t_) + (bytes - R_early_ * (early_until_ - t_)) / R_late_;
+    return bytes / (t_ < early_until_ ? R_early_ : R_late_);
+  }
+
   const SimObserver& observer_;
   ProgressCount& progress_;
   std::optional<OccupancySample> pending_;
-  const double R_, Q_, Qfill_, Qcold_, warm_;
+  const double R_late_, R_early_, early_until_;
+  double R_;  // the drain rate in force
+  const double Q_, Qfill_, Qcold_, warm_;
   double cap_;  // the capacity in force: Q (or what a cold stage has regained) or Q_fill
   double busy_level_ = 0;  // the level the last finished burst of this busy period ended at
   const double rp_, near_, rn_, ragg_, fixed_;
@@ -382,6 +398,10 @@ void check_stage(const StageConfig& c) {
   };
   positive(c.R_Bps, "R");
   positive(c.Q_bytes, "Q");
+  if (!(c.R_early_Bps >= 0) || !std::isfinite(c.R_early_Bps) || !(c.R_early_until_ns >= 0) ||
+      !std::isfinite(c.R_early_until_ns))
+    throw Error(fmt::format("simulate: the early drain rate and its end must be finite and >= 0, got {} and {}",
+                            c.R_early_Bps, c.R_early_until_ns));
   positive(c.issue.per_producer_Bps, "the per-producer issue rate");
   positive(c.issue.aggregate_Bps, "the aggregate issue rate");
   if (!(c.issue.fixed_ns >= 0)) throw Error("simulate: the fixed issue cost must be >= 0");
@@ -422,6 +442,7 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, 
   const double K = static_cast<double>(producers.size());
   StageConfig part = c;
   part.R_Bps /= K;
+  part.R_early_Bps /= K;
   part.Q_bytes /= K;
   part.Q_cold_bytes /= K;  // each producer's stage regains its own share: (Q_cold + warm x n V) / K after n bursts
   part.issue.aggregate_Bps /= K;

@@ -378,6 +378,39 @@ TEST(MoePrediction, ComputeScaleMatchesMeasuredTime) {
 // The fused kernel's own row copies: each expert's rows are in the pool once
 // the bytes before and of it (pool order) have been read at the path's R
 // (and the local share at h200-local's R); an L1 tile waits for them.
+TEST(MoePrediction, DuplexCopiesShareTheLinkWithTheStores) {
+  // The stores take up to duplex_store, the copies the rest of the sum.
+  const Profile p = slow_stage();
+  Profile d = p;
+  d.duplex_read_Bps = 0.3 * p.R_Bps;
+  d.duplex_store_Bps = p.R_Bps;
+  MoeLaunch l = toy_launch({300, 0, 500, 128, 400, 256}, 4);
+  l.copy_path_fraction = 1;
+  const std::vector<double> alone = moe_rows_ready_ns(l, p);  // reads at R
+  for (MoeSchedule s : {MoeSchedule::expert_wave, MoeSchedule::interleaved}) {
+    const MoeSchedulePlan plan = plan_of(s, 0, 0, s == MoeSchedule::expert_wave ? 0 : 4);
+    const MoeClaimSchedule a = moe_claim_schedule(l, plan, p), b = moe_claim_schedule(l, plan, d);
+    expect_dependencies(b, 6);
+    // Reads never beat R: no L1 tile starts before its rows could be read alone.
+    for (const MoeClaimedTile& t : b.tiles)
+      if (t.gemm == 1) EXPECT_GE(t.start_ns, alone[size_t(t.expert)] - 1e-6);
+    // Sharing the link slows the copies: more waiting for rows, a later end.
+    EXPECT_GT(b.rows_wait_ns, a.rows_wait_ns);
+    EXPECT_GT(b.drained_ns, a.drained_ns);
+    // Nothing stored through the stage: nothing to share with, the reads run at R.
+    MoeLaunch none = l;
+    none.remote_fraction = 0;
+    const MoeClaimSchedule c = moe_claim_schedule(none, plan, p), e = moe_claim_schedule(none, plan, d);
+    EXPECT_DOUBLE_EQ(c.makespan_ns, e.makespan_ns);
+    EXPECT_DOUBLE_EQ(c.rows_wait_ns, e.rows_wait_ns);
+  }
+  // A profile without duplex keeps the old model exactly.
+  Profile half = d;
+  half.duplex_read_Bps = half.duplex_store_Bps = 0;
+  const MoeSchedulePlan il = plan_of(MoeSchedule::interleaved, 0, 0, 4);
+  EXPECT_DOUBLE_EQ(moe_claim_schedule(l, il, half).drained_ns, moe_claim_schedule(l, il, p).drained_ns);
+}
+
 TEST(MoePrediction, InKernelCopiesGateL1Tiles) {
   const Profile p = slow_stage();
   MoeLaunch l = toy_launch({300, 0, 500, 128}, 4);

@@ -230,7 +230,7 @@ TEST(OutputKeys, EveryCommandThatPrintsAResultHasJsonAndCsv) {
   // The GPU commands cannot run here; their flags can be read. (launch and
   // selftest print no result.)
   for (const char* cmd : {"report", "predict", "simulate", "fit", "validate", "profiles", "ulysses-predict", "probe",
-                          "a2a", "attn", "ulysses", "moe-gemm", "moe"}) {
+                          "a2a", "attn", "ulysses", "moe-gemm", "moe", "visible", "duplex"}) {
     const CliRun r = run_stdout(std::string("help ") + cmd);
     EXPECT_EQ(r.rc, 0) << cmd;
     EXPECT_NE(r.out.find("--json"), std::string::npos) << cmd << "\n" << r.out;

@@ -29,6 +29,7 @@ TEST(Profile, EmbeddedProfilesAreLabelled) {
 
 TEST(Profile, JsonRoundTrip) {
   Profile p = default_profile();
+  p.duplex_read_Bps = p.duplex_store_Bps = 0;  // first without, then with
   p.K_range = Range{1, 132};
   p.sigma = Uncertainty{1, 2, 3, 4, 5};
   const std::string path = ::testing::TempDir() + "/roundtrip.json";
@@ -42,7 +43,22 @@ TEST(Profile, JsonRoundTrip) {
   EXPECT_DOUBLE_EQ(q.K_range->hi, 132);
   ASSERT_TRUE(q.sigma.has_value());
   EXPECT_DOUBLE_EQ(q.sigma->Q_bytes, 5);
+  EXPECT_FALSE(q.has_duplex());
+  p.duplex_read_Bps = 28e9;
+  p.duplex_store_Bps = 50e9;
+  save_profile(p, path);
+  const Profile d = load_profile(path);
+  EXPECT_TRUE(d.has_duplex());
+  EXPECT_DOUBLE_EQ(d.duplex_read_Bps, 28e9);
+  EXPECT_DOUBLE_EQ(d.duplex_store_Bps, 50e9);
   std::remove(path.c_str());
+  // The measured H200 paths carry theirs (results/h200x2/duplex/).
+  for (const char* name : {"h200-host-pcie", "h200-peer", "h200-local"}) {
+    const Profile* e = find_embedded_profile(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_TRUE(e->has_duplex()) << name;
+    EXPECT_LT(e->duplex_read_Bps, e->R_Bps) << name;
+  }
 }
 
 namespace {
@@ -76,6 +92,12 @@ TEST(Profile, InvalidProfilesAreRejectedWithTheReason) {
             std::string::npos);
   EXPECT_NE(load_error("{" + ok_core + R"(, "latency_ns": 1e400})").find("invalid JSON"), std::string::npos);
   EXPECT_NE(load_error("{" + ok_core + R"(, "Q_fill_bytes": 11})").find("Q_fill_bytes must be in [0, Q_bytes"),
+            std::string::npos);
+  EXPECT_NE(load_error("{" + ok_core + R"(, "duplex": 5})").find("'duplex' must be an object"), std::string::npos);
+  EXPECT_NE(load_error("{" + ok_core + R"(, "duplex": {"read_Bps": 1e9}})").find("missing key 'store_Bps'"),
+            std::string::npos);
+  EXPECT_NE(load_error("{" + ok_core + R"(, "duplex": {"read_Bps": 1e9, "store_Bps": 0}})")
+                .find("duplex.store_Bps"),
             std::string::npos);
   try {
     load_profile("no-such-profile");

@@ -54,6 +54,35 @@ TEST(Simulator, SingleBurstIntoEmptyStage) {
   }
 }
 
+TEST(Simulator, EarlyDrainRateThenR) {
+  // One producer stores V at once into a stage that holds it all (issue far
+  // faster than the drain, Q > V): the stage drains at R/2 until T, then R.
+  const double R = 10e9, V = 4e6;
+  const Profile p = make_profile(0, 1e15, 1e15, R, 1e9);
+  const SimResult plain = simulate(stage_from_profile(p), periodic_programs(1, V, 0, 1));
+  EXPECT_NEAR(plain.drained_ns, V / R * 1e9, 1.0);
+  for (double T_ns : {1e5, 3e5, 1e6}) {  // V drains at R/2 in 8e5 ns
+    StageConfig c = stage_from_profile(p);
+    c.R_early_Bps = R / 2;
+    c.R_early_until_ns = T_ns;
+    const SimResult r = simulate(c, periodic_programs(1, V, 0, 1));
+    const double early_bytes = R / 2 * 1e-9 * T_ns;
+    const double want = early_bytes >= V ? V / (R / 2) * 1e9 : T_ns + (V - early_bytes) / R * 1e9;
+    EXPECT_NEAR(r.drained_ns, want, 1e-6 * want) << T_ns;
+    EXPECT_NEAR(r.bytes, V, 1.0);
+  }
+  // A store issued after the early window drains at R.
+  StageConfig c = stage_from_profile(p);
+  c.R_early_Bps = R / 2;
+  c.R_early_until_ns = 1e3;
+  Program late;
+  late.steps = {Step::compute(2e3), Step::store(V)};
+  const SimResult r = simulate(c, {late});
+  EXPECT_NEAR(r.drained_ns, 2e3 + V / R * 1e9, 1.0);
+  c.R_early_Bps = -1;
+  EXPECT_THROW(simulate(c, {late}), Error);
+}
+
 TEST(Simulator, ConservesBytesAndRespectsCapacity) {
   const Profile p = make_profile(300, 5e9, 60e9, 40e9, 2e6);
   StageConfig c = stage_from_profile(p);
