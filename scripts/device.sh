@@ -5,7 +5,7 @@
 # all in $OUT/results.tar.gz, and a short summary last.
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
-#           peerprobe multi ux2 nvsweep upipe torch visible moel moesweep
+#           peerprobe multi ux2 nvsweep upipe torch visible moel moesweep duplex
 #           (default: build tests sanitize probe a2a)
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
@@ -185,6 +185,28 @@ if has moel; then
   { cat "$OUT/r/moel-tests-summary.txt"; grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*moel*.log
     grep -E "^T = |check:|interleaved /|model-guided /|unfused /|floor" "$OUT/r/moel-bench.log"; } \
     >"$OUT/r/moel-summary.txt" 2>&1
+fi
+
+# Both directions of each path at once (xstage duplex): its GPU tests, compute-sanitizer on a small run,
+# and the rates the MoE model's profiles carry (one CTA an SM, three reader warps, as the fused kernel's
+# copy warps; the other shapes for comparison): results/<machine>/duplex.
+if has duplex; then
+  mkdir -p "$OUT/r/duplex"
+  gpu_tests duplex-tests 120 DuplexGpu
+  for tool in memcheck racecheck synccheck; do
+    san "san-$tool-duplex" $tool $X duplex --path host --bytes 4MiB --reps 1
+  done
+  paths="host local"
+  ((ngpu > 1)) && paths+=" peer"
+  for p in $paths; do
+    for cfg in "1 3" "2 2" "2 4" "4 4"; do
+      set -- $cfg
+      timed "duplex-$p-b$1-r$2" 60 $X duplex --path "$p" --blocks-per-sm "$1" --read-warps "$2" --reps 7 \
+        -o "$OUT/r/duplex/duplex-$p-b$1-r$2.json"
+    done
+  done
+  { cat "$OUT/r/duplex-tests-summary.txt"; grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*duplex*.log
+    grep -h "both directions" "$OUT"/r/duplex-*-b*.log; } >"$OUT/r/duplex-summary.txt" 2>&1
 fi
 
 # The 84-configuration sweep (bench/moe_sweep.sh): host placement, then device, each configuration checked and
@@ -436,7 +458,7 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/torch-summary.txt" ] && cat "$OUT/r/torch-summary.txt"
   for f in u-san u-sdpa u-sweep-host u-sweep-device u-quick-host u-quick-device u-long u-x2-tests u-peer u-nccl \
            u-sdpa-peer u-sweep-peer u-sweep-nccl u-pipe-tests u-pipe-host u-pipe-device u-pipe-peer u-pipe-nccl \
-           visible-tests visible moel moe-sweep; do
+           visible-tests visible moel moe-sweep duplex; do
     [ -f "$OUT/r/$f-summary.txt" ] && cat "$OUT/r/$f-summary.txt"
   done
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"

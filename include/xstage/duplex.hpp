@@ -33,6 +33,9 @@ struct DuplexRates {
   double overlap = 0;         // the two spans' overlap over the shorter span (1: they ran together throughout)
   int blocks = 0;
   double sm_clock_mhz = 0;
+  // The stores' destination read back after the last run: 16-byte vectors
+  // that do not hold the kernel's pattern (0: every store landed).
+  uint64_t store_mismatches = 0, checked_vectors = 0;
 };
 
 // Needs the GPU (and device + 1 with peer access for the peer path).

@@ -64,7 +64,12 @@ void run_duplex(const DuplexArgs& a) {
                            {"read_both_Bps", r.read_both_Bps},
                            {"store_both_Bps", r.store_both_Bps},
                            {"both_Bps", r.both_Bps},
-                           {"overlap", r.overlap}};
+                           {"overlap", r.overlap},
+                           {"store_mismatches", r.store_mismatches},
+                           {"checked_vectors", r.checked_vectors}};
+  if (r.store_mismatches > 0)  // a record of a probe whose stores did not land is not written
+    throw Error(fmt::format("duplex {} path: {} of {} stored 16-byte vectors do not hold what the kernel stored",
+                            to_string(c.path), r.store_mismatches, r.checked_vectors));
   if (file) {
     file->stream() << doc.dump(1) << "\n";
     file->commit();

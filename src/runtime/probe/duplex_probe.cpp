@@ -161,6 +161,20 @@ DuplexRates measure_duplex(const DuplexConfig& c) {
   out.store_both_Bps = median(sb);
   out.both_Bps = out.read_both_Bps + out.store_both_Bps;
   out.overlap = median(ov);
+  // Every store landed: the destination holds the pattern (vector i: i, i+1, i+2, i+3).
+  {
+    std::vector<uint32_t> got(c.bytes / 4);
+    if (c.path == DuplexPath::host)
+      std::copy_n(static_cast<const uint32_t*>(dst.host), got.size(), got.begin());
+    else
+      XSTAGE_CUDA(cudaMemcpy(got.data(), dst.dev, c.bytes, cudaMemcpyDefault));
+    for (uint64_t i = 0; i < c.bytes / 16; ++i) {
+      const uint32_t x = uint32_t(i);
+      const uint32_t* v = got.data() + 4 * i;
+      out.store_mismatches += v[0] != x || v[1] != x + 1 || v[2] != x + 2 || v[3] != x + 3;
+    }
+    out.checked_vectors = c.bytes / 16;
+  }
   uint64_t ck[2] = {0, 0};
   XSTAGE_CUDA(probe::launch_calibrate(100'000, reinterpret_cast<uint64_t*>(clock.ptr), nullptr));
   XSTAGE_CUDA(cudaDeviceSynchronize());
