@@ -210,6 +210,12 @@ TEST(MoeLayerPeer, TwoGpusEveryScheduleChecked) {
   MoeLayerBenchOptions h = layer_case("512/256/8/2", 2, Placement::host, {77});
   h.world.backend = Backend::peer;
   expect_checked(h);
+  // Without --ranks the peer world takes every GPU, one rank each.
+  const CliRun r = run_cli("moe --backend peer --shape 512/256/8/2 --tokens 77 --variants fused --check --json", false);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out)["configs"][0];
+  EXPECT_EQ(j["P"], cuda_device_count());
+  EXPECT_EQ(j["check"]["ok"], true) << j["check"].dump();
 }
 
 TEST(MoeLayerNccl, LaunchedProcessesEveryScheduleChecked) {

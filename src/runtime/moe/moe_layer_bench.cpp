@@ -341,7 +341,12 @@ void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
 
 MoeLayerBenchReport run_moe_layer_bench(MoeLayerBenchOptions o) {
   validate_moe_layer_bench_options(o);
-  if (cuda_device_count() == 0) throw Error("moe: no CUDA device: this command runs the layer on a GPU");
+  const int gpus = cuda_device_count();
+  if (gpus == 0) throw Error("moe: no CUDA device: this command runs the layer on a GPU");
+  if (o.world.ranks < 1) {  // peer without --ranks: one rank a GPU, every GPU (as --ranks' help says)
+    o.world.ranks = gpus;
+    validate_moe_layer_bench_options(o);
+  }
   auto world = World::create(o.world);
   World& w = *world;
   const int P = w.size();
