@@ -95,11 +95,7 @@ __device__ __forceinline__ void wait_count(const FusedLayerParams& p, const int3
 // of pool rows claimed from a global cursor in pool order (the order L1
 // claims its experts), each row's 16-byte vectors spread over the lanes,
 // several loads in flight before their stores (over PCIe a load takes
-// microseconds). Loads and stores are streaming (evict first): a row passes
-// through L2 once on its way to the pool, and at NVLink rates the copies
-// would otherwise push out the expert weight slices that an expert's
-// m-blocks share in L2. Then the rows are counted per expert (fence,
-// release add).
+// microseconds). Then the rows are counted per expert (fence, release add).
 __device__ __forceinline__ void copy_rows(const FusedLayerParams& p, int lane) {
   constexpr int kChunk = 4, kUnroll = 4;
   int32_t* copied = p.counters + 4 + p.E_run;
@@ -121,10 +117,10 @@ __device__ __forceinline__ void copy_rows(const FusedLayerParams& p, int lane) {
         uint4 x[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (v0 + u * 32 < vecs) x[u] = __ldcs(src + v0 + u * 32);
+          if (v0 + u * 32 < vecs) x[u] = __ldcg(src + v0 + u * 32);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (v0 + u * 32 < vecs) __stcs(dst + v0 + u * 32, x[u]);
+          if (v0 + u * 32 < vecs) dst[v0 + u * 32] = x[u];
       }
     }
     __threadfence();
