@@ -149,15 +149,17 @@ L2Stats l2_stats(const MoeLaunch& l) {
 const std::vector<MoeShape>& moe_prediction_shapes() {
   static const std::vector<MoeShape> shapes = {
       {"deepseek-v3", 7168, 2048, 256, 8},   {"deepseek-v4-flash", 4096, 2048, 256, 6},
-      {"qwen3-235b-a22b", 4096, 1536, 128, 8}, {"qwen3-30b-a3b", 2048, 768, 128, 8},
+      {"qwen3-235b", 4096, 1536, 128, 8},    {"qwen3-30b-a3b", 2048, 768, 128, 8},
       {"mixtral-8x7b", 4096, 14336, 8, 2},   {"hidream-i1", 2560, 6912, 4, 2},
   };
   return shapes;
 }
 
 MoeShape moe_prediction_shape(const std::string& text) {
+  // The layer's names (moe_layer.hpp); moe-gemm's full name of Qwen3-235B too.
+  const std::string name = text == "qwen3-235b-a22b" ? "qwen3-235b" : text;
   for (const MoeShape& s : moe_prediction_shapes())
-    if (s.name == text) return s;
+    if (s.name == name) return s;
   MoeShape s;
   s.name = "custom";
   char tail = 0;

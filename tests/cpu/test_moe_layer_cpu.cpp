@@ -60,6 +60,7 @@ TEST(MoeLayerShapes, TheSixModelShapes) {
 }
 
 TEST(MoeLayerShapes, CustomShapeFromFourNumbers) {
+  EXPECT_EQ(parse_moe_shape("qwen3-235b-a22b").name, "qwen3-235b");  // moe-gemm's name of the same shape
   const MoeShape c = parse_moe_shape("4096/1536/128/8");
   EXPECT_EQ(c.name, "custom");
   EXPECT_EQ(c.hidden, 4096);

@@ -518,6 +518,16 @@ TEST(MoePrediction, ShapesAndTable) {
   EXPECT_EQ(d.experts, 256);
   EXPECT_EQ(d.topk, 8);
   EXPECT_EQ(moe_prediction_shape("100/200/8/2").inter, 200);
+  // The layer's names, and the same shapes as the layer's table.
+  for (const MoeShape& s : moe_known_shapes()) {
+    const MoeShape m = moe_prediction_shape(s.name);
+    EXPECT_EQ(m.name, s.name);
+    EXPECT_EQ(m.hidden, s.hidden) << s.name;
+    EXPECT_EQ(m.inter, s.inter) << s.name;
+    EXPECT_EQ(m.experts, s.experts) << s.name;
+    EXPECT_EQ(m.topk, s.topk) << s.name;
+  }
+  EXPECT_EQ(moe_prediction_shape("qwen3-235b-a22b").name, "qwen3-235b");  // moe-gemm's name
   try {
     moe_prediction_shape("deepseek");
     FAIL();

@@ -35,6 +35,8 @@ bool parse_positive(std::string_view t, int& out) {
 }  // namespace
 
 MoeShape parse_moe_shape(std::string_view text) {
+  // moe-gemm's full name of Qwen3-235B is the same layer.
+  if (text == "qwen3-235b-a22b") text = "qwen3-235b";
   for (const MoeShape& s : moe_known_shapes())
     if (text == s.name) return s;
   MoeShape s;
