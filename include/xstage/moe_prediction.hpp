@@ -98,6 +98,9 @@ struct MoeClaimSchedule {
   double rows_wait_ns = 0;  // summed over L1 tiles: time their SMs waited for the expert's rows to be copied
   double max_occupancy = 0, store_bytes = 0;
   double l1_tiles = 0, l2_tiles = 0;
+  // Where the copies share the link with the stores (Profile::duplex_read_Bps):
+  // the copy times' last relative move when the rounds ran out (0: settled).
+  double copies_unsettled = 0;
 };
 
 // When each expert's rows are all in the pool (ns from the launch's start):
@@ -176,7 +179,8 @@ double moe_rho(const MoeLaunch& launch, const Profile& profile);
 //   - where rho > 1 and 1/rho is below the even spread: L2's share capped at
 //     1/rho (the share at which G SMs' L2 stores arrive at R), lag G.
 // Where rho <= 1 the stage never holds an issuer back, so the schedules
-// differ only in compute order, which the tile-time table does not see: there
+// differ only in compute order, which the tile-time table does not see: there,
+// when the default wins (no candidate is more than kMoePlanTie faster),
 // a launch whose experts average at most kMoeWaveExpertTiles x G L1 tiles
 // (short experts; an expert-wave wave of 2 G L1 tiles holds eight or more of
 // them) runs expert-wave, W = 2 G, which measured 1-4% faster than the even

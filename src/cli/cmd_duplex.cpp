@@ -37,7 +37,9 @@ void run_duplex(const DuplexArgs& a) {
   c.path = parse_duplex_path(a.path);
   c.device = a.device;
   const double b = parse_size_bytes(a.bytes, "--bytes");
-  c.bytes = b > 0 ? uint64_t(b) : 0;
+  if (!(b >= 1 << 20) || b > double(64ull << 30))
+    throw Error(fmt::format("--bytes: {}; expected a multiple of 16 between 1 MiB and 64 GiB", a.bytes));
+  c.bytes = uint64_t(b);
   c.blocks_per_sm = a.blocks_per_sm;
   c.read_warps = a.read_warps;
   c.reps = a.reps;

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "util/parallel_for.hpp"
+#include "xstage/error.hpp"
 #include "xstage/moe_prediction.hpp"
 
 namespace xstage {
@@ -74,6 +77,9 @@ MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& l, const Profile& p) {
 }
 
 double moe_mean_l1_tiles(const MoeLaunch& l) {
+  if (l.block_m < 1 || l.block_n < 1 || l.inter < 1)
+    throw Error(fmt::format("moe launch: expected positive tile and inter, got {}x{} and {}", l.block_m, l.block_n,
+                            l.inter));
   const long n_blocks = (2L * l.inter + l.block_n - 1) / l.block_n;
   long tiles = 0, experts = 0;
   for (int rows : l.expert_rows)

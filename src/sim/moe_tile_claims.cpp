@@ -392,9 +392,11 @@ MoeClaimSchedule run_claims_once(const MoeLaunch& l, const MoeSchedulePlan& plan
 // The copies and the stores depend on each other where they share the link:
 // the copies' times gate L1, hence when L2 stores; the stores' rate sets the
 // copies' share. From the copies alone at R, alternately simulate and
-// re-time the copies until their times move by less than kCopiesSettle
-// (kCopiesRounds at most).
-constexpr int kCopiesRounds = 4;
+// re-time the copies until their times move by less than kCopiesSettle of
+// the last copy's time (kCopiesRounds at most). Undamped the re-timing
+// swings (late copies, late stores, a freer link, early copies, ...), so
+// each round moves halfway to the new times; what is left is reported.
+constexpr int kCopiesRounds = 8;
 constexpr double kCopiesSettle = 1e-3;
 
 MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record) {
@@ -402,6 +404,7 @@ MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, con
   const Profile* local = find_embedded_profile(kLocalProfile);
   const double local_Bps = local ? local->R_Bps : 0.0;
   std::vector<double> ready = rows_ready(l, profile.R_Bps, local_Bps);
+  double moved = 0;
   if (duplex_applies(l, profile)) {
     std::vector<BurstSpan> spans;
     std::vector<OccupancySample> level;
@@ -409,15 +412,18 @@ MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, con
       spans.clear();
       level.clear();
       run_claims_once(l, plan, profile, false, ready, &spans, &level);
-      std::vector<double> next = shared_rows_ready(l, profile, spans, level, local_Bps);
-      double moved = 0;
+      const std::vector<double> next = shared_rows_ready(l, profile, spans, level, local_Bps);
+      moved = 0;
       for (size_t e = 0; e < next.size(); ++e)
         moved = std::max(moved, std::abs(next[e] - ready[e]) / std::max(1.0, next.back()));
-      ready = std::move(next);
+      const double step = round == 0 ? 1.0 : 0.5;  // the first from the copies alone, whole
+      for (size_t e = 0; e < next.size(); ++e) ready[e] += step * (next[e] - ready[e]);
       if (moved < kCopiesSettle) break;
     }
   }
-  return run_claims_once(l, plan, profile, record, std::move(ready));
+  MoeClaimSchedule out = run_claims_once(l, plan, profile, record, std::move(ready));
+  out.copies_unsettled = moved < kCopiesSettle ? 0.0 : moved;
+  return out;
 }
 
 }  // namespace

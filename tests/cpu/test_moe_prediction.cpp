@@ -258,6 +258,7 @@ TEST(MoePrediction, PlanIsTheFastestCandidate) {
       {toy_launch(std::vector<int>(16, 256), 132, 4096, 1536), &local},  // free
       {toy_launch({4096, 4096, 4096, 4096}, 132, 2560, 6912), &host},     // few, large experts
       {toy_launch(std::vector<int>(64, 32), 132, 2048, 768), &local},    // one short m-block an expert
+      {toy_launch({100, 300, 0, 256, 256}, 132, 4096, 1536), &local},    // free, short: expert-wave
   };
   for (const Case& c : cases) {
     const MoeLaunch& l = c.launch;
@@ -287,7 +288,10 @@ TEST(MoePrediction, PlanIsTheFastestCandidate) {
     const bool keep_default = best->experts_ns >= (1 - kMoePlanTie) * cands[0].experts_ns;
     MoeSchedulePlan want = keep_default ? cands[0].plan : best->plan;
     // A free stage and short experts: compute order alone, expert-wave.
-    if (keep_default && rho <= 1 && moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) want = MoeSchedulePlan{};
+    if (keep_default && rho <= 1 && moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) {
+      want = MoeSchedulePlan{};
+      want.schedule = MoeSchedule::expert_wave;
+    }
     EXPECT_EQ(plan.schedule, want.schedule);
     EXPECT_EQ(plan.l2_share, want.l2_share);
     EXPECT_EQ(plan.lag_tiles, want.lag_tiles);
@@ -334,6 +338,9 @@ TEST(MoePrediction, FreeStageAndShortExpertsRunExpertWave) {
   EXPECT_TRUE(from_candidates);
   EXPECT_EQ(h.schedule, MoeSchedule::interleaved);
   EXPECT_EQ(moe_mean_l1_tiles(toy_launch({0, 0}, 4)), 0.0);
+  MoeLaunch bad = shortl;
+  bad.block_n = 0;
+  EXPECT_THROW(moe_mean_l1_tiles(bad), Error);
 }
 
 TEST(MoePrediction, ModelGuidedIsPredictedAtLeastAsFastAsBoth) {
@@ -391,6 +398,10 @@ TEST(MoePrediction, DuplexCopiesShareTheLinkWithTheStores) {
     const MoeSchedulePlan plan = plan_of(s, 0, 0, s == MoeSchedule::expert_wave ? 0 : 4);
     const MoeClaimSchedule a = moe_claim_schedule(l, plan, p), b = moe_claim_schedule(l, plan, d);
     expect_dependencies(b, 6);
+    // The copy times settle to well under the plan's 1% tie (the claims are
+    // discrete: a fixed point may sit between two schedules).
+    EXPECT_LT(b.copies_unsettled, 0.01);
+    EXPECT_EQ(a.copies_unsettled, 0.0);  // nothing to settle without duplex
     // Reads never beat R: no L1 tile starts before its rows could be read alone.
     for (const MoeClaimedTile& t : b.tiles)
       if (t.gemm == 1) EXPECT_GE(t.start_ns, alone[size_t(t.expert)] - 1e-6);

@@ -211,7 +211,8 @@ TEST(MoeLayerPeer, TwoGpusEveryScheduleChecked) {
   h.world.backend = Backend::peer;
   expect_checked(h);
   // Without --ranks the peer world takes every GPU, one rank each.
-  const CliRun r = run_cli("moe --backend peer --shape 512/256/8/2 --tokens 77 --variants fused --check --json", false);
+  // 24 experts split over 1, 2, 3, 4, 6 or 8 GPUs.
+  const CliRun r = run_cli("moe --backend peer --shape 512/256/24/2 --tokens 77 --variants fused --check --json", false);
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out)["configs"][0];
   EXPECT_EQ(j["P"], cuda_device_count());

@@ -39,7 +39,7 @@ __device__ __forceinline__ void store_role(const DuplexParams& p, uint64_t warp,
   uint4* dst = static_cast<uint4*>(p.store_dst);
   const uint64_t n = p.store_bytes / 16;
   for (uint64_t i = warp * 32 + lane; i < n; i += warps * 32) {
-    const uint32_t x = uint32_t(i);
+    const uint32_t x = uint32_t(i) + p.salt;
     dst[i] = make_uint4(x, x + 1, x + 2, x + 3);
   }
 }

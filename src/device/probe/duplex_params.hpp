@@ -17,6 +17,7 @@ struct DuplexParams {
   // the grid (%globaltimer ns); the host sets them to ~0 and 0 before a launch.
   unsigned long long* span = nullptr;  // [4]: read start, read end, store start, store end
   unsigned long long* sink = nullptr;  // where the loaded data goes, so that the loads are not dropped
+  uint32_t salt = 0;  // vector i holds (i + salt, +1, +2, +3): each run's stores differ from the last's
 };
 
 }  // namespace xstage::probe

@@ -50,34 +50,53 @@ void validate(const DuplexConfig& c) {
 namespace {
 
 // A far buffer of the path: pinned host memory mapped into the GPU, the GPU's
-// own memory, or the next GPU's memory through peer access.
+// own memory, or the next GPU's memory through peer access. A failure part
+// way frees what was made and leaves `device` current.
 struct FarBuffer {
   void* host = nullptr;
   void* dev = nullptr;
   int owner = -1;  // the GPU that holds `dev` (not host memory)
   FarBuffer(DuplexPath path, int device, uint64_t bytes) {
+    try {
+      make(path, device, bytes);
+    } catch (...) {
+      release();
+      cudaSetDevice(device);
+      throw;
+    }
+  }
+  ~FarBuffer() { release(); }
+  FarBuffer(const FarBuffer&) = delete;
+  FarBuffer& operator=(const FarBuffer&) = delete;
+
+ private:
+  void make(DuplexPath path, int device, uint64_t bytes) {
     if (path == DuplexPath::host) {
       XSTAGE_CUDA(cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
       XSTAGE_CUDA(cudaHostGetDevicePointer(&dev, host, 0));
       std::fill_n(static_cast<char*>(host), bytes, char(1));
       return;
     }
-    owner = path == DuplexPath::peer ? device + 1 : device;
-    XSTAGE_CUDA(cudaSetDevice(owner));
+    const int gpu = path == DuplexPath::peer ? device + 1 : device;
+    XSTAGE_CUDA(cudaSetDevice(gpu));
     XSTAGE_CUDA(cudaMalloc(&dev, bytes));
+    owner = gpu;
     XSTAGE_CUDA(cudaMemset(dev, 1, bytes));
     XSTAGE_CUDA(cudaDeviceSynchronize());
     XSTAGE_CUDA(cudaSetDevice(device));
   }
-  ~FarBuffer() {
+  void release() {
     if (host) cudaFreeHost(host);
     if (owner >= 0) {
+      int current = 0;
+      cudaGetDevice(&current);
       cudaSetDevice(owner);
       cudaFree(dev);
+      cudaSetDevice(current);
     }
+    host = dev = nullptr;
+    owner = -1;
   }
-  FarBuffer(const FarBuffer&) = delete;
-  FarBuffer& operator=(const FarBuffer&) = delete;
 };
 
 struct Spans {
@@ -92,8 +111,14 @@ Spans run_once(const probe::DuplexParams& p, int blocks, unsigned long long* spa
   unsigned long long s[4];
   XSTAGE_CUDA(cudaMemcpy(s, span_dev, sizeof s, cudaMemcpyDeviceToHost));
   Spans out;
-  if (p.read_bytes > 0) out.read_ns = double(s[1] - s[0]);
-  if (p.store_bytes > 0) out.store_ns = double(s[3] - s[2]);
+  if (p.read_bytes > 0) out.read_ns = s[1] > s[0] ? double(s[1] - s[0]) : 0.0;
+  if (p.store_bytes > 0) out.store_ns = s[3] > s[2] ? double(s[3] - s[2]) : 0.0;
+  // %globaltimer ticks coarsely (~32 ns on Hopper, 1 us elsewhere): a span it
+  // cannot resolve gives no rate.
+  for (double ns : {p.read_bytes > 0 ? out.read_ns : 1e9, p.store_bytes > 0 ? out.store_ns : 1e9})
+    if (ns < 5'000)
+      throw Error(fmt::format("duplex: a run took {:.0f} ns, too short for %globaltimer to time; give more --bytes",
+                              ns));
   if (p.read_bytes > 0 && p.store_bytes > 0)
     out.overlap_ns = std::max(0.0, double(std::min(s[1], s[3])) - double(std::max(s[0], s[2])));
   return out;
@@ -142,11 +167,14 @@ DuplexRates measure_duplex(const DuplexConfig& c) {
   DuplexRates out;
   out.blocks = blocks;
   std::vector<double> ra, sa, rb, sb, ov;
+  uint32_t salt = 0;
   for (int rep = 0; rep < c.reps + 1; ++rep) {  // the first of each kind warms up
     probe::DuplexParams r = p, s = p, b = p;
     r.read_bytes = c.bytes;
     s.store_bytes = c.bytes;
     b.read_bytes = b.store_bytes = c.bytes;
+    s.salt = ++salt;
+    b.salt = ++salt;
     const Spans x = run_once(r, blocks, span.ptr), y = run_once(s, blocks, span.ptr), z = run_once(b, blocks, span.ptr);
     if (rep == 0) continue;
     ra.push_back(double(c.bytes) / x.read_ns * 1e9);
@@ -161,19 +189,28 @@ DuplexRates measure_duplex(const DuplexConfig& c) {
   out.store_both_Bps = median(sb);
   out.both_Bps = out.read_both_Bps + out.store_both_Bps;
   out.overlap = median(ov);
-  // Every store landed: the destination holds the pattern (vector i: i, i+1, i+2, i+3).
+  // Every store of the last run landed: the destination holds its pattern
+  // (vector i: i + salt, +1, +2, +3; each run's salt differs from the last's).
   {
-    std::vector<uint32_t> got(c.bytes / 4);
-    if (c.path == DuplexPath::host)
-      std::copy_n(static_cast<const uint32_t*>(dst.host), got.size(), got.begin());
-    else
-      XSTAGE_CUDA(cudaMemcpy(got.data(), dst.dev, c.bytes, cudaMemcpyDefault));
-    for (uint64_t i = 0; i < c.bytes / 16; ++i) {
-      const uint32_t x = uint32_t(i);
-      const uint32_t* v = got.data() + 4 * i;
-      out.store_mismatches += v[0] != x || v[1] != x + 1 || v[2] != x + 2 || v[3] != x + 3;
+    const uint64_t vecs = c.bytes / 16, chunk = std::min<uint64_t>(vecs, 1u << 22);  // 64 MiB at a time
+    std::vector<uint32_t> got(c.path == DuplexPath::host ? 0 : 4 * chunk);
+    for (uint64_t v0 = 0; v0 < vecs; v0 += chunk) {
+      const uint64_t n = std::min(chunk, vecs - v0);
+      const uint32_t* w = nullptr;
+      if (c.path == DuplexPath::host) {
+        w = static_cast<const uint32_t*>(dst.host) + 4 * v0;
+      } else {
+        XSTAGE_CUDA(cudaMemcpy(got.data(), static_cast<const uint32_t*>(dst.dev) + 4 * v0, 16 * n,
+                               cudaMemcpyDefault));
+        w = got.data();
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t x = uint32_t(v0 + i) + salt;
+        const uint32_t* v = w + 4 * i;
+        out.store_mismatches += v[0] != x || v[1] != x + 1 || v[2] != x + 2 || v[3] != x + 3;
+      }
     }
-    out.checked_vectors = c.bytes / 16;
+    out.checked_vectors = vecs;
   }
   uint64_t ck[2] = {0, 0};
   XSTAGE_CUDA(probe::launch_calibrate(100'000, reinterpret_cast<uint64_t*>(clock.ptr), nullptr));
