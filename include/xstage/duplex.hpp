@@ -21,6 +21,7 @@ struct DuplexConfig {
   uint64_t bytes = 256ull << 20;  // each direction, a multiple of 16
   int blocks_per_sm = 2;
   int read_warps = 4;           // of the 8 warps of a block; the others store
+  int loads_in_flight = 4;      // 16-byte loads a reader lane keeps in flight: 4 (the fused MoE kernel's) or 8
   int reps = 5;                 // the median of each measurement is reported
 };
 // Throws xstage::Error naming the field for a value out of range.

@@ -65,10 +65,12 @@ struct MoeLaunch {
   // The dispatched rows the kernel reads itself (the fused variant; 0 and 0:
   // the pull kernel copied them before the launch, as for the unfused and
   // compute-only variants): shares of the launch's rows (hidden x 2 bytes
-  // each) read over the path at the profile's R (its read direction; the
-  // profiles have no separate read rate) and from the GPU's own memory at
-  // h200-local's R. The copies run in pool order (the launch's expert order)
-  // from the launch's start, independent of L2's stores.
+  // each) read over the path at what the copy warps read alone
+  // (Profile::copy_read_Bps: the duplex probe's reads alone, else R) and from
+  // the GPU's own memory at h200-local's. The copies run in pool order (the
+  // launch's expert order) from the launch's start; where the profile has
+  // duplex rates they share the link with L2's stores (docs/model.md,
+  // section 9), else they run beside them.
   double copy_path_fraction = 0;
   double copy_local_fraction = 0;
 };
@@ -104,9 +106,9 @@ struct MoeClaimSchedule {
 };
 
 // When each expert's rows are all in the pool (ns from the launch's start):
-// the copies in pool order, the path's share at profile.R_Bps and the local
-// share at h200-local's R, each a stream of its own; 0 for every expert when
-// the launch copies nothing.
+// the copies in pool order with the link to themselves, the path's share at
+// profile.copy_read_Bps() and the local share at h200-local's, each a stream
+// of its own; 0 for every expert when the launch copies nothing.
 std::vector<double> moe_rows_ready_ns(const MoeLaunch& launch, const Profile& profile);
 
 // The kernel's claim rules (sched/layer_claims.cuh; docs/design/scheduler.md)

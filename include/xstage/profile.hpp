@@ -11,6 +11,7 @@
 //                             + (V - V_near) / min(K * per_producer_Bps, aggregate_Bps)
 // near_bytes = 0 (a profile without the field) is the one-rate form
 //     T0_iss(K, V) = fixed_ns + V / min(K * per_producer_Bps, aggregate_Bps).
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,7 +83,13 @@ struct Profile {
   // reads run. 0 and 0: not measured, and the MoE model takes the two
   // directions as independent, each at R (docs/model.md, section 9).
   double duplex_read_Bps = 0.0, duplex_store_Bps = 0.0;
+  // The same probe's reads with no stores running: what the reading warps
+  // reach alone (loads in flight over latency; below R where they are few).
+  // 0: R.
+  double duplex_read_alone_Bps = 0.0;
   bool has_duplex() const { return duplex_read_Bps > 0 && duplex_store_Bps > 0; }
+  // What the fused MoE kernel's copy warps read the path at with nothing else on it.
+  double copy_read_Bps() const { return duplex_read_alone_Bps > 0 ? std::min(duplex_read_alone_Bps, R_Bps) : R_Bps; }
   std::optional<Range> K_range;  // what the fit saw; predictions outside get a warning
   std::optional<Range> V_range;
   std::optional<Uncertainty> sigma;

@@ -25,6 +25,7 @@ struct DuplexArgs {
   std::string bytes = "256MiB";
   int blocks_per_sm = 2;
   int read_warps = 4;
+  int loads_in_flight = 4;
   int reps = 5;
   std::string output;
   OutputFlags out;
@@ -42,6 +43,7 @@ void run_duplex(const DuplexArgs& a) {
   c.bytes = uint64_t(b);
   c.blocks_per_sm = a.blocks_per_sm;
   c.read_warps = a.read_warps;
+  c.loads_in_flight = a.loads_in_flight;
   c.reps = a.reps;
   validate(c);
   std::unique_ptr<detail::OutputFile> file;
@@ -59,6 +61,7 @@ void run_duplex(const DuplexArgs& a) {
                            {"bytes", c.bytes},
                            {"blocks", r.blocks},
                            {"read_warps", c.read_warps},
+                           {"loads_in_flight", c.loads_in_flight},
                            {"store_warps", kDuplexWarpsPerBlock - c.read_warps},
                            {"reps", c.reps},
                            {"read_alone_Bps", r.read_alone_Bps},
@@ -89,9 +92,10 @@ void run_duplex(const DuplexArgs& a) {
     return;
   }
   std::cout << fmt::format("duplex, {} path, device {} ({}), {} each way, {} blocks of {} read + {} store warps, "
-                           "median of {}; SM clock {:.0f} MHz\n",
+                           "{} loads a lane in flight, median of {}; SM clock {:.0f} MHz\n",
                            to_string(c.path), a.device, dev.name, format_bytes(double(c.bytes)), r.blocks,
-                           c.read_warps, kDuplexWarpsPerBlock - c.read_warps, c.reps, r.sm_clock_mhz);
+                           c.read_warps, kDuplexWarpsPerBlock - c.read_warps, c.loads_in_flight, c.reps,
+                           r.sm_clock_mhz);
   std::cout << t.text();
   std::cout << fmt::format("both directions at once: {:.2f} GB/s = {:.2f} x the faster alone\n", gbps(r.both_Bps),
                            r.both_Bps / std::max(r.read_alone_Bps, r.store_alone_Bps));
@@ -109,6 +113,9 @@ void add_duplex_command(CLI::App& app) {
   sub->add_option("--bytes", a->bytes, "Bytes each direction moves")->capture_default_str();
   sub->add_option("--blocks-per-sm", a->blocks_per_sm, "Blocks of 8 warps an SM")->capture_default_str();
   sub->add_option("--read-warps", a->read_warps, "Warps of a block that read; the others store")->capture_default_str();
+  sub->add_option("--loads-in-flight", a->loads_in_flight,
+                  "16-byte loads a reader lane keeps in flight: 4 (the fused MoE kernel's copy warps) or 8")
+      ->capture_default_str();
   sub->add_option("--reps", a->reps, "Repetitions of each measurement (the median is reported)")->capture_default_str();
   sub->add_option("-o,--output", a->output, "Also write the JSON record to FILE");
   add_output_flags(sub, a->out);

@@ -66,6 +66,7 @@ void Profile::validate() const {
     rate(duplex_read_Bps, "duplex.read_Bps (with duplex.store_Bps)");
     rate(duplex_store_Bps, "duplex.store_Bps (with duplex.read_Bps)");
   }
+  if (duplex_read_alone_Bps != 0) rate(duplex_read_alone_Bps, "duplex.read_alone_Bps");
 }
 
 double Profile::empty_capacity(double stored_bytes) const {
@@ -145,7 +146,12 @@ json to_json(const Profile& p) {
           {"Q_cold_bytes", cold(p.Q_cold_bytes)},
           {"Q_warm_per_byte", cold(p.Q_warm_per_byte)},
           {"latency_ns", p.latency_ns},
-          {"duplex", p.has_duplex() ? json{{"read_Bps", p.duplex_read_Bps}, {"store_Bps", p.duplex_store_Bps}} : none},
+          {"duplex", p.has_duplex() ? json{{"read_Bps", p.duplex_read_Bps},
+                                           {"store_Bps", p.duplex_store_Bps},
+                                           {"read_alone_Bps", p.duplex_read_alone_Bps > 0
+                                                                  ? json(p.duplex_read_alone_Bps)
+                                                                  : none}}
+                                      : none},
           {"K_range", range_json(p.K_range)},
           {"V_range", range_json(p.V_range)},
           {"sigma", sigma},
@@ -185,6 +191,7 @@ Profile profile_from_json(const json& j, const std::string& where) {
       throw Error(fmt::format("{}: 'duplex' must be an object (read_Bps, store_Bps) or null", where));
     p.duplex_read_Bps = number_at(j["duplex"], "read_Bps", where + ": duplex");
     p.duplex_store_Bps = number_at(j["duplex"], "store_Bps", where + ": duplex");
+    p.duplex_read_alone_Bps = optional_number_at(j["duplex"], "read_alone_Bps", where + ": duplex");
   }
   p.K_range = range_from(j, "K_range", where);
   p.V_range = range_from(j, "V_range", where);

@@ -89,8 +89,9 @@ bool duplex_applies(const MoeLaunch& l, const Profile& p) {
 
 // The copies' times when they share the link with the stores (duplex): the
 // stores take what they move, up to duplex_store_Bps; the reads get the rest
-// of the two directions' measured sum, duplex_read + duplex_store, at most R
-// (so R alone, duplex_read under a full drain, as the probe measured). The
+// of the two directions' measured sum, duplex_read + duplex_store, at most
+// what the copy warps read alone (Profile::copy_read_Bps; so that alone,
+// duplex_read under a full drain, as the probe measured). The
 // stores move the drain rate while the stage holds bytes, else what they
 // issue (their bursts' bytes over their issue spans, summed).
 std::vector<double> shared_rows_ready(const MoeLaunch& l, const Profile& p, const std::vector<BurstSpan>& spans,
@@ -110,7 +111,7 @@ std::vector<double> shared_rows_ready(const MoeLaunch& l, const Profile& p, cons
     }
   for (const OccupancySample& o : level) ev.push_back({o.t_ns, 0, o.bytes});
   std::stable_sort(ev.begin(), ev.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
-  const double R = p.R_Bps * 1e-9, cap_store = std::min(p.duplex_store_Bps, p.R_Bps) * 1e-9;
+  const double R = p.copy_read_Bps() * 1e-9, cap_store = std::min(p.duplex_store_Bps, p.R_Bps) * 1e-9;
   const double both = (p.duplex_read_Bps + p.duplex_store_Bps) * 1e-9;
   std::vector<double> out(l.expert_rows.size(), 0.0);
   double need = 0, done = 0, t = 0, issued = 0, held = 0;
@@ -402,8 +403,8 @@ constexpr double kCopiesSettle = 1e-3;
 MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record) {
   check_launch(l);
   const Profile* local = find_embedded_profile(kLocalProfile);
-  const double local_Bps = local ? local->R_Bps : 0.0;
-  std::vector<double> ready = rows_ready(l, profile.R_Bps, local_Bps);
+  const double local_Bps = local ? local->copy_read_Bps() : 0.0;
+  std::vector<double> ready = rows_ready(l, profile.copy_read_Bps(), local_Bps);
   double moved = 0;
   if (duplex_applies(l, profile)) {
     std::vector<BurstSpan> spans;
@@ -453,7 +454,7 @@ long moe_share_start_tiles(const MoeLaunch& l, int lag_tiles) {
 std::vector<double> moe_rows_ready_ns(const MoeLaunch& l, const Profile& profile) {
   check_launch(l);
   const Profile* local = find_embedded_profile(kLocalProfile);
-  return rows_ready(l, profile.R_Bps, local ? local->R_Bps : 0.0);
+  return rows_ready(l, profile.copy_read_Bps(), local ? local->copy_read_Bps() : 0.0);
 }
 
 double moe_compute_only_ns(const MoeLaunch& launch) {

@@ -415,6 +415,12 @@ TEST(MoePrediction, DuplexCopiesShareTheLinkWithTheStores) {
     EXPECT_DOUBLE_EQ(c.makespan_ns, e.makespan_ns);
     EXPECT_DOUBLE_EQ(c.rows_wait_ns, e.rows_wait_ns);
   }
+  // Copy warps that read slower than R alone (few loads in flight): the copies take that rate.
+  Profile few = d;
+  few.duplex_read_alone_Bps = 0.5 * p.R_Bps;
+  EXPECT_NEAR(moe_rows_ready_ns(l, few).back(), 2 * alone.back(), 1e-6 * alone.back());
+  few.duplex_read_alone_Bps = 5 * p.R_Bps;  // never above R
+  EXPECT_NEAR(moe_rows_ready_ns(l, few).back(), alone.back(), 1e-6 * alone.back());
   // A profile without duplex keeps the old model exactly.
   Profile half = d;
   half.duplex_read_Bps = half.duplex_store_Bps = 0;

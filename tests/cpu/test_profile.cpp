@@ -51,6 +51,11 @@ TEST(Profile, JsonRoundTrip) {
   EXPECT_TRUE(d.has_duplex());
   EXPECT_DOUBLE_EQ(d.duplex_read_Bps, 28e9);
   EXPECT_DOUBLE_EQ(d.duplex_store_Bps, 50e9);
+  EXPECT_DOUBLE_EQ(d.duplex_read_alone_Bps, 0.0);
+  EXPECT_DOUBLE_EQ(d.copy_read_Bps(), d.R_Bps);
+  p.duplex_read_alone_Bps = 0.5 * p.R_Bps;
+  save_profile(p, path);
+  EXPECT_DOUBLE_EQ(load_profile(path).copy_read_Bps(), 0.5 * p.R_Bps);
   std::remove(path.c_str());
   // The measured H200 paths carry theirs (results/h200x2/duplex/).
   for (const char* name : {"h200-host-pcie", "h200-peer", "h200-local"}) {

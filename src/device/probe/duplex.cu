@@ -2,8 +2,9 @@
 // the other warps store into a second one, each role striding its buffer
 // over all the grid's warps of that role. A warp keeps kInFlight 16-byte
 // loads a lane in flight before it folds them (far loads take microseconds:
-// the rate is loads in flight over latency), and stores 16-byte vectors, as
-// the fused MoE kernel's copy warps and epilogue do.
+// the rate is loads in flight over latency; 4 is what the fused MoE kernel's
+// copy warps hold, all their 40 registers allow), and stores 16-byte
+// vectors, as the fused kernel's copy warps and epilogue do.
 #include <cstdint>
 
 #include "device/probe/duplex_launch.hpp"
@@ -13,8 +14,7 @@ namespace xstage::probe {
 
 namespace {
 
-constexpr int kInFlight = 8;
-
+template <int kInFlight>
 __device__ __forceinline__ void read_role(const DuplexParams& p, uint64_t warp, uint64_t warps, int lane) {
   const uint4* src = static_cast<const uint4*>(p.read_src);
   const uint64_t n = p.read_bytes / 16;
@@ -44,6 +44,7 @@ __device__ __forceinline__ void store_role(const DuplexParams& p, uint64_t warp,
   }
 }
 
+template <int kInFlight>
 __global__ void __launch_bounds__(kDuplexThreads) sm90_probe_duplex(const DuplexParams p) {
   const int warp_in_block = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int warps_per_block = kDuplexThreads / 32;
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kDuplexThreads) sm90_probe_duplex(const Duplex
   if (!work) return;
   const unsigned long long t0 = ptx::globaltimer_ns();
   if (reader)
-    read_role(p, role_warp, all, lane);
+    read_role<kInFlight>(p, role_warp, all, lane);
   else
     store_role(p, role_warp, all, lane);
   // The stores are done once visible; a fence at system scope waits for them
@@ -72,8 +73,13 @@ __global__ void __launch_bounds__(kDuplexThreads) sm90_probe_duplex(const Duplex
 
 }  // namespace
 
-int launch_duplex(const DuplexParams& p, int blocks, cudaStream_t stream) {
-  sm90_probe_duplex<<<blocks, kDuplexThreads, 0, stream>>>(p);
+int launch_duplex(const DuplexParams& p, int blocks, int loads_in_flight, cudaStream_t stream) {
+  if (loads_in_flight == 4)
+    sm90_probe_duplex<4><<<blocks, kDuplexThreads, 0, stream>>>(p);
+  else if (loads_in_flight == 8)
+    sm90_probe_duplex<8><<<blocks, kDuplexThreads, 0, stream>>>(p);
+  else
+    return static_cast<int>(cudaErrorInvalidValue);
   return static_cast<int>(cudaGetLastError());
 }
 

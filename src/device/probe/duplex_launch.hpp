@@ -10,6 +10,7 @@ namespace xstage::probe {
 inline constexpr int kDuplexThreads = 256;  // 8 warps a block
 inline constexpr int kDuplexWarps = kDuplexThreads / 32;
 
-int launch_duplex(const DuplexParams& p, int blocks, cudaStream_t stream);
+// loads_in_flight: 16-byte loads a reader lane keeps in flight, 4 or 8.
+int launch_duplex(const DuplexParams& p, int blocks, int loads_in_flight, cudaStream_t stream);
 
 }  // namespace xstage::probe

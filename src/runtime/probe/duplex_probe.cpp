@@ -45,6 +45,8 @@ void validate(const DuplexConfig& c) {
     throw Error(fmt::format("--read-warps: {}; expected 1 .. {} (the other warps of the block store)", c.read_warps,
                             kDuplexWarpsPerBlock - 1));
   if (c.reps < 1 || c.reps > 1000) throw Error(fmt::format("--reps: {}; expected 1 .. 1000", c.reps));
+  if (c.loads_in_flight != 4 && c.loads_in_flight != 8)
+    throw Error(fmt::format("--loads-in-flight: {}; expected 4 or 8", c.loads_in_flight));
 }
 
 namespace {
@@ -103,10 +105,10 @@ struct Spans {
   double read_ns = 0, store_ns = 0, overlap_ns = 0;
 };
 
-Spans run_once(const probe::DuplexParams& p, int blocks, unsigned long long* span_dev) {
+Spans run_once(const probe::DuplexParams& p, int blocks, int loads_in_flight, unsigned long long* span_dev) {
   const unsigned long long init[4] = {~0ull, 0, ~0ull, 0};
   XSTAGE_CUDA(cudaMemcpy(span_dev, init, sizeof init, cudaMemcpyHostToDevice));
-  XSTAGE_CUDA(probe::launch_duplex(p, blocks, nullptr));
+  XSTAGE_CUDA(probe::launch_duplex(p, blocks, loads_in_flight, nullptr));
   XSTAGE_CUDA(cudaDeviceSynchronize());
   unsigned long long s[4];
   XSTAGE_CUDA(cudaMemcpy(s, span_dev, sizeof s, cudaMemcpyDeviceToHost));
@@ -175,7 +177,9 @@ DuplexRates measure_duplex(const DuplexConfig& c) {
     b.read_bytes = b.store_bytes = c.bytes;
     s.salt = ++salt;
     b.salt = ++salt;
-    const Spans x = run_once(r, blocks, span.ptr), y = run_once(s, blocks, span.ptr), z = run_once(b, blocks, span.ptr);
+    const int f = c.loads_in_flight;
+    const Spans x = run_once(r, blocks, f, span.ptr), y = run_once(s, blocks, f, span.ptr),
+                z = run_once(b, blocks, f, span.ptr);
     if (rep == 0) continue;
     ra.push_back(double(c.bytes) / x.read_ns * 1e9);
     sa.push_back(double(c.bytes) / y.store_ns * 1e9);
