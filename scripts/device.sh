@@ -188,8 +188,8 @@ if has moel; then
 fi
 
 # Both directions of each path at once (xstage duplex): its GPU tests, compute-sanitizer on a small run,
-# and the rates the MoE model's profiles carry (one CTA an SM, three reader warps, as the fused kernel's
-# copy warps; the other shapes for comparison): results/<machine>/duplex.
+# and the rates the MoE model's profiles carry (one CTA an SM, three reader warps, four loads in flight, as the
+# fused kernel's copy warps; the other shapes for comparison): results/<machine>/duplex.
 if has duplex; then
   mkdir -p "$OUT/r/duplex"
   gpu_tests duplex-tests 120 DuplexGpu
@@ -199,10 +199,10 @@ if has duplex; then
   paths="host local"
   ((ngpu > 1)) && paths+=" peer"
   for p in $paths; do
-    for cfg in "1 3" "2 2" "2 4" "4 4"; do
+    for cfg in "1 3 4" "1 3 8" "2 4 4" "4 4 8"; do  # blocks an SM, reader warps, loads in flight
       set -- $cfg
-      timed "duplex-$p-b$1-r$2" 60 $X duplex --path "$p" --blocks-per-sm "$1" --read-warps "$2" --reps 7 \
-        -o "$OUT/r/duplex/duplex-$p-b$1-r$2.json"
+      timed "duplex-$p-b$1-r$2-f$3" 60 $X duplex --path "$p" --blocks-per-sm "$1" --read-warps "$2" \
+        --loads-in-flight "$3" --reps 7 -o "$OUT/r/duplex/duplex-$p-b$1-r$2-f$3.json"
     done
   done
   { cat "$OUT/r/duplex-tests-summary.txt"; grep -H "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/r/san-*duplex*.log
