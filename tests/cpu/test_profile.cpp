@@ -29,7 +29,7 @@ TEST(Profile, EmbeddedProfilesAreLabelled) {
 
 TEST(Profile, JsonRoundTrip) {
   Profile p = default_profile();
-  p.duplex_read_Bps = p.duplex_store_Bps = 0;  // first without, then with
+  p.duplex_read_Bps = p.duplex_store_Bps = p.duplex_read_alone_Bps = 0;  // first without, then with
   p.K_range = Range{1, 132};
   p.sigma = Uncertainty{1, 2, 3, 4, 5};
   const std::string path = ::testing::TempDir() + "/roundtrip.json";
