@@ -181,8 +181,7 @@ double moe_rho(const MoeLaunch& launch, const Profile& profile);
 //   - where rho > 1 and 1/rho is below the even spread: L2's share capped at
 //     1/rho (the share at which G SMs' L2 stores arrive at R), lag G.
 // Where rho <= 1 the stage never holds an issuer back, so the schedules
-// differ only in compute order, which the tile-time table does not see: there,
-// when the default wins (no candidate is more than kMoePlanTie faster),
+// differ only in compute order, which the tile-time table does not see: there
 // a launch whose experts average at most kMoeWaveExpertTiles x G L1 tiles
 // (short experts; an expert-wave wave of 2 G L1 tiles holds eight or more of
 // them) runs expert-wave, W = 2 G, which measured 1-4% faster than the even

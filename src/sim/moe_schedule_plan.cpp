@@ -66,8 +66,10 @@ MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& l, const Profile& p) {
     if (c.experts_ns < best->experts_ns) best = &c;
   // Ties (and what the model cannot tell apart) go to the interleaved default.
   if (best->experts_ns >= (1 - kMoePlanTie) * cs.front().experts_ns) best = &cs.front();
-  // A free stage leaves only compute order to choose (moe_prediction.hpp).
-  if (best == &cs.front() && moe_rho(l, p) <= 1 && moe_mean_l1_tiles(l) > 0 &&
+  // A free stage leaves only compute order to choose (moe_prediction.hpp):
+  // there the model's lag gains are ones of idle SMs, and the waves measured
+  // better where experts are short.
+  if (moe_rho(l, p) <= 1 && moe_mean_l1_tiles(l) > 0 &&
       moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) {
     MoeSchedulePlan wave;
     wave.schedule = MoeSchedule::expert_wave;

@@ -288,7 +288,7 @@ TEST(MoePrediction, PlanIsTheFastestCandidate) {
     const bool keep_default = best->experts_ns >= (1 - kMoePlanTie) * cands[0].experts_ns;
     MoeSchedulePlan want = keep_default ? cands[0].plan : best->plan;
     // A free stage and short experts: compute order alone, expert-wave.
-    if (keep_default && rho <= 1 && moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) {
+    if (rho <= 1 && moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) {  // whatever the candidates
       want = MoeSchedulePlan{};
       want.schedule = MoeSchedule::expert_wave;
     }
