@@ -60,21 +60,21 @@ std::vector<MoePlanCandidate> moe_plan_candidates(const MoeLaunch& l, const Prof
 }
 
 MoeSchedulePlan moe_plan_for_launch(const MoeLaunch& l, const Profile& p) {
+  // A free stage leaves only compute order to choose (moe_prediction.hpp):
+  // there the model's lag gains are ones of idle SMs, and the waves measured
+  // better where experts are short. No candidate needs simulating then.
+  const double l1_tiles = moe_mean_l1_tiles(l);
+  if (l1_tiles > 0 && l1_tiles <= kMoeWaveExpertTiles * l.sms && moe_rho(l, p) <= 1) {
+    MoeSchedulePlan wave;
+    wave.schedule = MoeSchedule::expert_wave;
+    return wave;
+  }
   const std::vector<MoePlanCandidate> cs = moe_plan_candidates(l, p);
   const MoePlanCandidate* best = &cs.front();
   for (const MoePlanCandidate& c : cs)
     if (c.experts_ns < best->experts_ns) best = &c;
   // Ties (and what the model cannot tell apart) go to the interleaved default.
   if (best->experts_ns >= (1 - kMoePlanTie) * cs.front().experts_ns) best = &cs.front();
-  // A free stage leaves only compute order to choose (moe_prediction.hpp):
-  // there the model's lag gains are ones of idle SMs, and the waves measured
-  // better where experts are short.
-  if (moe_rho(l, p) <= 1 && moe_mean_l1_tiles(l) > 0 &&
-      moe_mean_l1_tiles(l) <= kMoeWaveExpertTiles * l.sms) {
-    MoeSchedulePlan wave;
-    wave.schedule = MoeSchedule::expert_wave;
-    return wave;
-  }
   return best->plan;
 }
 
