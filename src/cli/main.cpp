@@ -1,12 +1,12 @@
 // xstage: the X-Stage toolkit command. One file per subcommand beside this one.
 #include <cstdio>
 #include <filesystem>
-#include <ctime>
 #include <iostream>
 
 #include "commands.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
+#include "util/utc_now.hpp"
 
 namespace xstage::cli {
 
@@ -27,12 +27,7 @@ void warn(const std::string& msg) {
 
 const std::string& command_line() { return g_command_line; }
 
-std::string utc_now_iso() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
+std::string utc_now_iso() { return detail::utc_now_iso(); }
 
 void set_command_line(int argc, char** argv) {
   g_command_line.clear();

@@ -1,27 +1,16 @@
 // The drain rate R of the sweep's physical floor, measured by the probe in
 // this process (include/xstage/ulysses_bench.hpp, ulysses_floor_probe).
 #include <chrono>
-#include <ctime>
 
 #include <fmt/format.h>
 
 #include "xstage/error.hpp"
 #include "xstage/probe_fit.hpp"
+#include "util/utc_now.hpp"
 #include "xstage/probe_sweep.hpp"
 #include "xstage/ulysses_bench.hpp"
 
 namespace xstage {
-
-namespace {
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-}  // namespace
 
 Transport ulysses_floor_transport(Backend b, Placement p) {
   if (p == Placement::host) return Transport::host;
@@ -43,7 +32,7 @@ UlyssesFloorRate ulysses_floor_probe(Transport t, int device) {
   ProbeRecording rec;
   {
     Prober prober(t, device, size_t(256) << 20);  // freed before the sweep allocates
-    rec = record_probe_sweep(prober, dev, plan, dst_size, RunStamp{utc_now(), command});
+    rec = record_probe_sweep(prober, dev, plan, dst_size, RunStamp{detail::utc_now_iso(), command});
   }
   if (rec.bad_points != 0)
     throw Error(fmt::format("ulysses --floor-probe: the probe's destination check failed at {} of {} points on the "

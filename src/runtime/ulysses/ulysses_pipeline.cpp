@@ -49,31 +49,44 @@ struct UlyssesPipeline::Plan {
 UlyssesPipeline::UlyssesPipeline(World& world, std::vector<PipelineGroup> groups, int64_t B, int64_t heads_per_rank,
                                  int64_t D, AttentionKernel kernel)
     : w_(world), groups_(std::move(groups)), B_(B), Hl_(heads_per_rank), D_(D), kernel_(kernel) {
-  for (const PipelineGroup& g : groups_) {
-    XSTAGE_CUDA(cudaSetDevice(g.device));
-    cudaStream_t s = nullptr;
-    XSTAGE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    compute_.push_back(s);
-    cudaEvent_t e = nullptr;
-    XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    start_.push_back(e);
-    done_.emplace_back();
-    for (int64_t k = 0; k < Hl_; ++k) {
+  // A failure part way destroys what was made (the destructor does not run
+  // for a constructor that throws).
+  try {
+    for (const PipelineGroup& g : groups_) {
+      XSTAGE_CUDA(cudaSetDevice(g.device));
+      cudaStream_t s = nullptr;
+      XSTAGE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      compute_.push_back(s);
+      cudaEvent_t e = nullptr;
       XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      done_.back().push_back(e);
+      start_.push_back(e);
+      done_.emplace_back();
+      for (int64_t k = 0; k < Hl_; ++k) {
+        XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        done_.back().push_back(e);
+      }
     }
+  } catch (...) {
+    release();
+    throw;
   }
 }
 
-UlyssesPipeline::~UlyssesPipeline() {
+UlyssesPipeline::~UlyssesPipeline() { release(); }
+
+void UlyssesPipeline::release() noexcept {
   // Never throws: after a trapped kernel every call fails, and the process must still exit cleanly.
   plans_.clear();
   for (size_t i = 0; i < groups_.size(); ++i) {
     (void)cudaSetDevice(groups_[i].device);
-    for (void* e : done_[i]) (void)cudaEventDestroy(event(e));
+    if (i < done_.size())
+      for (void* e : done_[i]) (void)cudaEventDestroy(event(e));
     if (i < start_.size()) (void)cudaEventDestroy(event(start_[i]));
     if (i < compute_.size()) (void)cudaStreamDestroy(compute_[i]);
   }
+  done_.clear();
+  start_.clear();
+  compute_.clear();
   (void)cudaGetLastError();
 }
 

@@ -65,6 +65,7 @@ class UlyssesPipeline {
   void launch_attention(size_t group, HeadRange heads) const;
   void send(const ChunkSends& s) const;
   size_t group_of(int rank) const;
+  void release() noexcept;  // the streams and events made so far
 
   World& w_;
   std::vector<PipelineGroup> groups_;
