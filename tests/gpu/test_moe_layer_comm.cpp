@@ -20,6 +20,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "device/moe/layer_comm_launch.hpp"
@@ -147,6 +148,7 @@ struct Buffers {
   uint16_t *pool_x, *pool_out, *out;
   float *row_weight, *topk_weights;
   int32_t *row_dest_rank, *row_dest_slot, *row_perm, *offs, *topk_ids, *pos, *send_base, *tokens, *route_done;
+  int32_t* plan;                       // the pull's plan
   remote::FlagTimeoutRecord* records;  // [2]: pull, combine
   moe::RouteInputError* input_error;
 
@@ -175,6 +177,7 @@ struct Buffers {
     send_base = static_cast<int32_t*>(local(size_t(P) * (c.E + 1) * 4));
     tokens = static_cast<int32_t*>(local(size_t(P) * 4));
     route_done = static_cast<int32_t*>(local(size_t(P) * 4));
+    plan = static_cast<int32_t*>(local(2 * (size_t(P) * E_loc * P + 1) * 4));
     records = static_cast<remote::FlagTimeoutRecord*>(local(2 * sizeof(remote::FlagTimeoutRecord)));
     input_error = static_cast<moe::RouteInputError*>(local(sizeof(moe::RouteInputError)));
     EXPECT_EQ(cudaMemset(route_done, 0, size_t(P) * 4), cudaSuccess);
@@ -196,7 +199,7 @@ struct Buffers {
   moe::PullParams pull(const Case& c, uint64_t epoch, uint64_t timeout_ns) const {
     moe::PullParams p;
     p.x_send = x_send->device_table(0), p.routes = routes->device_table(0), p.counts = counts->device_table(0);
-    p.flags = flag_table();
+    p.plan = plan;
     p.pool_x = pool_x, p.row_weight = row_weight, p.row_dest_rank = row_dest_rank, p.row_dest_slot = row_dest_slot;
     p.row_perm = row_perm, p.offs = offs;
     p.rank0 = 0, p.n = c.P, p.P = c.P, p.E_loc = c.E / c.P, p.k = c.k, p.T_max = c.T_max, p.H = c.H;
@@ -205,11 +208,20 @@ struct Buffers {
   }
   moe::CombineParams combine_params(const Case& c, uint64_t epoch, uint64_t timeout_ns, bool fused) const {
     moe::CombineParams p;
-    p.combine = combine->device_table(0), p.out = out, p.tokens = tokens, p.flags = flag_table();
+    p.combine = combine->device_table(0), p.out = out, p.tokens = tokens;
     if (!fused) p.topk_ids = topk_ids, p.pos = pos, p.send_base = send_base;
     p.rank0 = 0, p.n = c.P, p.P = c.P, p.E = c.E, p.k = c.k, p.T_max = c.T_max, p.H = c.H;
     p.epoch = epoch, p.timeout_ns = timeout_ns, p.timeout_record = records + 1;
     return p;
+  }
+  // The timed wait before the pull (the counts flags) or the fused combine
+  // (the done flags), as the layer launches it.
+  int wait(const Case& c, bool counts_flags, uint64_t epoch, uint64_t timeout_ns) const {
+    moe::WaitFlagsParams p;
+    p.flags = flag_table(), p.rank0 = 0, p.n = c.P, p.P = c.P;
+    p.first = counts_flags ? moe::layer_flag_counts(0) : moe::layer_flag_done(c.P, 0);
+    p.epoch = epoch, p.timeout_ns = timeout_ns, p.timeout_record = counts_flags ? records : records + 1;
+    return moe::launch_moe_wait_flags(p, w->lead_stream());
   }
 };
 
@@ -234,6 +246,7 @@ void check_dispatch(const Case& c, const Model& m, Buffers& b, uint64_t epoch) {
   const int P = c.P, E_loc = c.E / c.P, k = c.k, H = c.H;
   const cudaStream_t st = b.w->lead_stream();
   ASSERT_EQ(moe::launch_moe_route(b.route(c, epoch), st), 0);
+  ASSERT_EQ(b.wait(c, true, epoch, kLongWait), 0);
   ASSERT_EQ(moe::launch_moe_pull(b.pull(c, epoch, kLongWait), 7, st), 0);  // few CTAs: warps take many rows
   CK(cudaStreamSynchronize(st));
   const auto rec = download<remote::FlagTimeoutRecord>(b.records, 2);
@@ -354,6 +367,7 @@ void check_fused_combine(const Case& c, const Model& m, Buffers& b, uint64_t epo
     for (int r = 0; r < c.P; ++r)
       CK(cudaMemcpy(b.flags->flag(s, size_t(moe::layer_flag_done(c.P, r))), &epoch, 8, cudaMemcpyDefault));
   CK(cudaDeviceSynchronize());
+  ASSERT_EQ(b.wait(c, false, epoch, kLongWait), 0);
   ASSERT_EQ(moe::launch_moe_combine(b.combine_params(c, epoch, kLongWait, true), b.w->lead_stream()), 0);
   CK(cudaStreamSynchronize(b.w->lead_stream()));
   ASSERT_EQ(download<remote::FlagTimeoutRecord>(b.records + 1, 1)[0].set, 0u) << "the combine timed out";
@@ -448,10 +462,23 @@ TEST(MoeLayerCommWaits, TimeoutsRecordRankFlagAndValues) {
   Buffers b(c);
   const Model m(c, 1);
   ASSERT_NO_FATAL_FAILURE(upload_inputs(c, m, b));
+  poison(b.pool_x, size_t(c.P) * b.rows_cap * c.H * 2);
+  poison(b.offs, size_t(c.P) * (c.E / c.P) * 4);
+  poison(b.out, size_t(c.P) * c.T_max * c.H * 2);
   ASSERT_EQ(moe::launch_moe_route(b.route(c, 1), b.w->lead_stream()), 0);
-  ASSERT_EQ(moe::launch_moe_pull(b.pull(c, 2, 1'000'000), 4, b.w->lead_stream()), 0);  // epoch 2: never published
+  ASSERT_EQ(b.wait(c, true, 2, 1'000'000), 0);  // epoch 2: never published
+  ASSERT_EQ(moe::launch_moe_pull(b.pull(c, 2, 1'000'000), 4, b.w->lead_stream()), 0);
+  ASSERT_EQ(b.wait(c, false, 3, 1'000'000), 0);
   ASSERT_EQ(moe::launch_moe_combine(b.combine_params(c, 3, 1'000'000, true), b.w->lead_stream()), 0);
   CK(cudaStreamSynchronize(b.w->lead_stream()));
+  // After a failed wait the kernels behind it write nothing.
+  for (const auto& [ptr, bytes, what] :
+       {std::tuple{static_cast<const void*>(b.pool_x), size_t(c.P) * b.rows_cap * c.H * 2, "pool rows"},
+        std::tuple{static_cast<const void*>(b.offs), size_t(c.P) * (c.E / c.P) * 4, "expert offsets"},
+        std::tuple{static_cast<const void*>(b.out), size_t(c.P) * c.T_max * c.H * 2, "combine output"}}) {
+    const auto got = download<uint8_t>(ptr, bytes);
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0xFF; })) << what;
+  }
   const auto rec = download<remote::FlagTimeoutRecord>(b.records, 2);
   ASSERT_EQ(rec[0].set, 1u);
   EXPECT_GE(rec[0].rank, 0);

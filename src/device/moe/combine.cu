@@ -5,12 +5,12 @@
 // source's send order), so both sum the same bf16 values in the same order
 // and give the same bits.
 //
-// Fused: the rows were stored by other ranks' kernels, so every CTA first
-// waits (timed) for flag_done(P, r) of every rank r: r's expert kernel
-// releases it once all of its stores are out. A separate kernel, because
-// this wait needs every rank's expert kernel finished, and a persistent
-// kernel cannot wait for other ranks' grids without knowing they are
-// resident (emulated ranks share one GPU).
+// Fused: the rows were stored by other ranks' kernels, so a wait kernel
+// (wait_flags.cu) first waits, timed, for flag_done(P, r) of every rank r:
+// r's expert kernel releases it once all of its stores are out. Separate
+// kernels, because this wait needs every rank's expert kernel finished, and
+// a persistent kernel cannot wait for other ranks' grids without knowing
+// they are resident (emulated ranks share one GPU).
 //
 // Unfused: the caller's stream order (the copies came first) stands in for
 // the flags.
@@ -24,26 +24,25 @@ namespace {
 
 constexpr int kCombineThreads = 256;
 constexpr int kTokensPerCta = kCombineThreads / 32;  // a warp a token
-constexpr int kBatch = 8;                            // slots loaded before they are added
+// 16-byte loads a lane keeps in flight before its first add: a row in host
+// memory is microseconds away, and with few slots (k = 2) one vector a lane
+// at a time left the PCIe reads at 35-40 GB/s of the 51 they reach.
+constexpr int kLoadsInFlight = 8;
 
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
 
+// kSlots slots times kVecs vectors (32 apart) a lane a batch, kSlots * kVecs =
+// kLoadsInFlight. The adds keep slot order for every element, so the sum is
+// the same whatever the batch shape.
+template <int kSlots, int kVecs>
 __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParams p) {
+  static_assert(kSlots * kVecs == kLoadsInFlight);
   const int li = int(blockIdx.y), s = p.rank0 + li;
   const int T = p.tokens[li];
   if (int(blockIdx.x) * kTokensPerCta >= T) return;  // no token of this rank for the CTA (uniform)
   const bool fused = p.pos == nullptr;
-  if (fused) {
-    const bool ok = wait_flags_geq(
-        p.P,
-        [&](int r, int& rank, int& index) {
-          rank = s, index = layer_flag_done(p.P, r);
-          return static_cast<const uint64_t*>(p.flags[s] + index);
-        },
-        p.epoch, p.timeout_ns, p.timeout_record);
-    if (!ok) return;  // the host reports the record; the output keeps its last contents
-  }
+  if (fused && wait_failed(p.timeout_record)) return;  // the output keeps its last contents
   const uint16_t* rows = static_cast<const uint16_t*>(p.combine[s]);
   uint16_t* out = static_cast<uint16_t*>(p.out) + int64_t(li) * p.T_max * p.H;
   const int64_t pairs = int64_t(li) * p.T_max * p.k;
@@ -51,15 +50,17 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
   const int lane = int(threadIdx.x) & 31;
   const int vecs = p.H / 8;
   for (int t = int(blockIdx.x) * kTokensPerCta + (int(threadIdx.x) >> 5); t < T; t += int(gridDim.x) * kTokensPerCta) {
-    for (int v = lane; v < vecs; v += 32) {
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      // kBatch slots' loads in flight before the first add (a row of host
-      // memory is microseconds away); the adds keep slot order.
-      for (int j0 = 0; j0 < p.k; j0 += kBatch) {
-        uint4 x[kBatch];
-        bool have[kBatch];
+    for (int v0 = lane; v0 < vecs; v0 += 32 * kVecs) {
+      float acc[kVecs][8];
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
+      for (int w = 0; w < kVecs; ++w)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) acc[w][c] = 0.f;
+      for (int j0 = 0; j0 < p.k; j0 += kSlots) {
+        uint4 x[kSlots][kVecs];
+        bool have[kSlots];
+#pragma unroll
+        for (int u = 0; u < kSlots; ++u) {
           const int j = j0 + u;
           have[u] = false;
           if (j >= p.k) continue;
@@ -74,19 +75,33 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
             if (i < 0) continue;  // a repeated id: only its first slot was routed
             row = int64_t(send_base[e]) + i;
           }
-          x[u] = __ldcg(reinterpret_cast<const uint4*>(rows + row * p.H) + v);
+          const uint4* src = reinterpret_cast<const uint4*>(rows + row * p.H);
+#pragma unroll
+          for (int w = 0; w < kVecs; ++w)
+            if (v0 + 32 * w < vecs) x[u][w] = __ldcg(src + v0 + 32 * w);
           have[u] = true;
         }
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
+        for (int u = 0; u < kSlots; ++u) {
           if (!have[u]) continue;
-          acc[0] += bf16_lo(x[u].x), acc[1] += bf16_hi(x[u].x), acc[2] += bf16_lo(x[u].y), acc[3] += bf16_hi(x[u].y);
-          acc[4] += bf16_lo(x[u].z), acc[5] += bf16_hi(x[u].z), acc[6] += bf16_lo(x[u].w), acc[7] += bf16_hi(x[u].w);
+#pragma unroll
+          for (int w = 0; w < kVecs; ++w) {
+            if (v0 + 32 * w >= vecs) continue;
+            const uint4 y = x[u][w];
+            float* a = acc[w];
+            a[0] += bf16_lo(y.x), a[1] += bf16_hi(y.x), a[2] += bf16_lo(y.y), a[3] += bf16_hi(y.y);
+            a[4] += bf16_lo(y.z), a[5] += bf16_hi(y.z), a[6] += bf16_lo(y.w), a[7] += bf16_hi(y.w);
+          }
         }
       }
-      const uint4 o = make_uint4(ptx::pack_bf16x2(acc[0], acc[1]), ptx::pack_bf16x2(acc[2], acc[3]),
-                                 ptx::pack_bf16x2(acc[4], acc[5]), ptx::pack_bf16x2(acc[6], acc[7]));
-      ptx::st_global_v4_b32(reinterpret_cast<uint4*>(out + int64_t(t) * p.H) + v, o);
+#pragma unroll
+      for (int w = 0; w < kVecs; ++w) {
+        if (v0 + 32 * w >= vecs) continue;
+        const float* a = acc[w];
+        const uint4 o = make_uint4(ptx::pack_bf16x2(a[0], a[1]), ptx::pack_bf16x2(a[2], a[3]),
+                                   ptx::pack_bf16x2(a[4], a[5]), ptx::pack_bf16x2(a[6], a[7]));
+        ptx::st_global_v4_b32(reinterpret_cast<uint4*>(out + int64_t(t) * p.H) + v0 + 32 * w, o);
+      }
     }
   }
 }
@@ -94,8 +109,17 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
 }  // namespace
 
 int launch_moe_combine(const CombineParams& p, cudaStream_t stream) {
-  const unsigned blocks = unsigned((p.T_max + kTokensPerCta - 1) / kTokensPerCta);
-  sm90_moe_combine<<<dim3(blocks, unsigned(p.n)), kCombineThreads, 0, stream>>>(p);
+  const dim3 grid(unsigned((p.T_max + kTokensPerCta - 1) / kTokensPerCta), unsigned(p.n));
+  // Slots a batch: the largest power of two up to k (at most 8); the rest
+  // of the loads in flight go to more vectors of the row.
+  if (p.k >= 8)
+    sm90_moe_combine<8, 1><<<grid, kCombineThreads, 0, stream>>>(p);
+  else if (p.k >= 4)
+    sm90_moe_combine<4, 2><<<grid, kCombineThreads, 0, stream>>>(p);
+  else if (p.k >= 2)
+    sm90_moe_combine<2, 4><<<grid, kCombineThreads, 0, stream>>>(p);
+  else
+    sm90_moe_combine<1, 8><<<grid, kCombineThreads, 0, stream>>>(p);
   return int(cudaGetLastError());
 }
 

@@ -1,15 +1,14 @@
 // Dispatch, step 2 (pull): each receiver copies the token rows routed to its
 // experts from their sources' send buffers into its local pool, expert-major.
 //
-// Every CTA first waits (timed) for the counts flags of every source of the
-// launch's receivers: the count exchange is a barrier, no row has a place
-// before every source's counts are in. Each CTA then builds the whole plan
-// in shared memory (the counts are a few KiB): the pool order (receiver,
-// e_loc, source, i) and the unfused baseline's send order (receiver, source,
-// e_loc, i), both by exclusive scans, so no CTA waits for another. Receivers
+// A wait kernel first (wait_flags.cu) waits, timed, for the counts flags of
+// every source of the launch's receivers: the count exchange is a barrier,
+// no row has a place before every source's counts are in. One CTA then
+// builds the plan, the other kernel's CTAs copy it from device memory: each
+// symmetric value is read once, not once a CTA (on the host path such reads
+// of one line queue behind one another: perf-log, MoE layer L11). Receivers
 // are packed one after another, so the launch's experts form one grouped
-// problem with plain cumulative offsets. Warps then take pool rows
-// grid-stride; a row's segment is found by binary search in the plan.
+// problem with plain cumulative offsets.
 //
 // Pulling (reads by the receiver) rather than pushing keeps the sources'
 // route step to a few KiB of index stores, and the receiver issues the
@@ -21,27 +20,23 @@ namespace xstage::moe {
 
 namespace {
 
+constexpr int kPlanThreads = 512;
 constexpr int kPullThreads = 512;
 constexpr size_t kPullMaxSmem = 200 * 1024;  // below the 227 KiB an H100/H200 CTA may opt in to
 
-__global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
+// One CTA: every source's counts (a few KiB, read once from wherever the
+// receivers' symmetric areas live) into the pool order (receiver, e_loc,
+// source, i) and the send order (receiver, source, e_loc, i), both by
+// exclusive scans; the starts go to p.plan for the copy kernel's CTAs.
+__global__ void __launch_bounds__(kPlanThreads) sm90_moe_pull_plan(PullParams p) {
   extern __shared__ int32_t plan[];  // pool_start[S + 1], then send_start[S + 1]
   __shared__ int32_t warp_tot[32];
+  if (wait_failed(p.timeout_record)) return;  // the counts never came: the pool keeps its last plan
   const int P = p.P, E_loc = p.E_loc;
   const int S = p.n * E_loc * P;  // segments (receiver, e_loc, source)
   int32_t* pool_start = plan;
   int32_t* send_start = plan + S + 1;
-
-  const bool ok = wait_flags_geq(
-      p.n * P,
-      [&](int g, int& rank, int& index) {
-        rank = p.rank0 + g / P, index = layer_flag_counts(g % P);
-        return static_cast<const uint64_t*>(p.flags[rank] + index);
-      },
-      p.epoch, p.timeout_ns, p.timeout_record);
-  if (!ok) return;  // the host reports the record; the pool keeps its last contents
-
-  for (int q = int(threadIdx.x); q < S; q += kPullThreads) {
+  for (int q = int(threadIdx.x); q < S; q += kPlanThreads) {
     const int rl = q / (E_loc * P), e_loc = (q / P) % E_loc, s = q % P;
     const int32_t* counts = static_cast<const int32_t*>(p.counts[p.rank0 + rl]);
     int32_t c = __ldcg(counts + int64_t(s) * E_loc + e_loc);
@@ -53,43 +48,67 @@ __global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
   const auto plain = [](const int32_t* a) { return *a; };
   cta_exclusive_scan(pool_start, S, warp_tot, plain);
   cta_exclusive_scan(send_start, S, warp_tot, plain);
+  for (int e = int(threadIdx.x); e < p.n * E_loc; e += kPlanThreads) p.offs[e] = pool_start[(e + 1) * P];
+  for (int i = int(threadIdx.x); i < 2 * (S + 1); i += kPlanThreads) p.plan[i] = plan[i];
+}
 
-  if (blockIdx.x == 0)
-    for (int e = int(threadIdx.x); e < p.n * E_loc; e += kPullThreads) p.offs[e] = pool_start[(e + 1) * P];
+// Warps take 32 pool rows at a time, a lane a row: the lane finds its row's
+// segment by binary search in the plan, reads the row's route entry (32
+// neighbouring entries a warp, so one request where they share a line: on
+// the host path each is a PCIe round trip) and writes the row's metadata;
+// with copy_rows the warp then copies the 32 rows one after another.
+__global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
+  extern __shared__ int32_t plan[];
+  if (wait_failed(p.timeout_record)) return;  // the counts never came: the pool keeps its last plan
+  const int P = p.P, E_loc = p.E_loc;
+  const int S = p.n * E_loc * P;
+  for (int i = int(threadIdx.x); i < 2 * (S + 1); i += kPullThreads) plan[i] = p.plan[i];
+  __syncthreads();
+  const int32_t* pool_start = plan;
+  const int32_t* send_start = plan + S + 1;
 
   const int64_t total = pool_start[S] < p.n * p.rows_cap ? pool_start[S] : p.n * p.rows_cap;
   const int lane = int(threadIdx.x) & 31;
   const int64_t warps = int64_t(gridDim.x) * (kPullThreads / 32);
   const int vecs = p.H / 8;  // 16-byte vectors a row
   const int64_t area = int64_t(P) * E_loc * p.T_max;
-  for (int64_t g = int64_t(blockIdx.x) * (kPullThreads / 32) + (int(threadIdx.x) >> 5); g < total; g += warps) {
-    int lo = 0, hi = S;  // the last segment whose start is <= g (empty segments share a start)
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (pool_start[mid] <= g)
-        lo = mid;
-      else
-        hi = mid;
+  for (int64_t g0 = (int64_t(blockIdx.x) * (kPullThreads / 32) + (int(threadIdx.x) >> 5)) * 32; g0 < total;
+       g0 += warps * 32) {
+    const int64_t g = g0 + lane;
+    int t = -1, s = 0;
+    if (g < total) {
+      int lo = 0, hi = S;  // the last segment whose start is <= g (empty segments share a start)
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (pool_start[mid] <= g)
+          lo = mid;
+        else
+          hi = mid;
+      }
+      const int q = lo, rl = q / (E_loc * P), e_loc = (q / P) % E_loc;
+      s = q % P;
+      const int32_t i = int32_t(g - pool_start[q]);
+      const int64_t entry = (int64_t(s) * E_loc + e_loc) * p.T_max + i;
+      const int32_t* routes = static_cast<const int32_t*>(p.routes[p.rank0 + rl]);
+      const int32_t pair = __ldcg(routes + entry);
+      const float weight = __ldcg(reinterpret_cast<const float*>(routes + area) + entry);
+      const int tt = pair / p.k, j = pair % p.k;
+      if (tt >= 0 && tt < p.T_max) {  // always, for the routes a route kernel wrote
+        t = tt;
+        p.row_weight[g] = weight;
+        p.row_dest_rank[g] = s;
+        p.row_dest_slot[g] = j * p.T_max + t;
+        p.row_perm[g] = send_start[(rl * P + s) * E_loc + e_loc] + i;
+      }
     }
-    const int q = lo, rl = q / (E_loc * P), e_loc = (q / P) % E_loc, s = q % P;
-    const int32_t i = int32_t(g - pool_start[q]);
-    const int64_t entry = (int64_t(s) * E_loc + e_loc) * p.T_max + i;
-    const int32_t* routes = static_cast<const int32_t*>(p.routes[p.rank0 + rl]);
-    const int32_t pair = __ldcg(routes + entry);
-    const float weight = __ldcg(reinterpret_cast<const float*>(routes + area) + entry);
-    const int t = pair / p.k, j = pair % p.k;
-    if (t < 0 || t >= p.T_max) continue;  // never for the routes a route kernel wrote
     if (p.copy_rows) {
-      const uint4* src =
-          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[s]) + int64_t(t) * p.H);
-      uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool_x) + g * p.H);
-      warp_copy_row(src, dst, vecs, lane);
-    }
-    if (lane == 0) {
-      p.row_weight[g] = weight;
-      p.row_dest_rank[g] = s;
-      p.row_dest_slot[g] = j * p.T_max + t;
-      p.row_perm[g] = send_start[(rl * P + s) * E_loc + e_loc] + i;
+      for (int u = 0; u < 32; ++u) {
+        const int tu = __shfl_sync(~0u, t, u), su = __shfl_sync(~0u, s, u);
+        if (tu < 0) continue;  // the same for the whole warp
+        const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[su]) + int64_t(tu) * p.H);
+        uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool_x) + (g0 + u) * p.H);
+        warp_copy_row(src, dst, vecs, lane);
+      }
     }
   }
 }
@@ -102,11 +121,15 @@ size_t moe_pull_max_smem_bytes() { return kPullMaxSmem; }
 
 int launch_moe_pull(const PullParams& p, int grid, cudaStream_t stream) {
   const size_t smem = moe_pull_smem_bytes(p.n, p.P, p.E_loc);
-  if (smem > kPullMaxSmem) return int(cudaErrorInvalidValue);
+  if (smem > kPullMaxSmem || p.plan == nullptr) return int(cudaErrorInvalidValue);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(sm90_moe_pull, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return int(e);
+    for (const void* f : {reinterpret_cast<const void*>(sm90_moe_pull_plan), reinterpret_cast<const void*>(sm90_moe_pull)}) {
+      const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e != cudaSuccess) return int(e);
+    }
   }
+  sm90_moe_pull_plan<<<1, kPlanThreads, smem, stream>>>(p);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return int(e);
   sm90_moe_pull<<<unsigned(grid), kPullThreads, smem, stream>>>(p);
   return int(cudaGetLastError());
 }

@@ -13,9 +13,14 @@ namespace xstage::moe {
 // Grid (E, n): one CTA per global expert and source.
 int launch_moe_route(const RouteParams& p, cudaStream_t stream);
 
-// `grid` CTAs (a persistent copy: each CTA waits once, then its warps take
-// rows grid-stride). Shared memory: moe_pull_smem_bytes; it must not exceed
-// moe_pull_max_smem_bytes().
+// One CTA: the timed wait (WaitFlagsParams).
+int launch_moe_wait_flags(const WaitFlagsParams& p, cudaStream_t stream);
+
+// Two kernels: one CTA builds the plan (p.plan, p.offs) from every source's
+// counts, after a launch_moe_wait_flags for the counts flags in the same
+// stream; then `grid` CTAs (persistent: each warp takes 32 rows at a time,
+// grid-stride) write the rows' metadata and copy the rows. Shared memory:
+// moe_pull_smem_bytes; it must not exceed moe_pull_max_smem_bytes().
 int launch_moe_pull(const PullParams& p, int grid, cudaStream_t stream);
 size_t moe_pull_smem_bytes(int n, int P, int E_loc);
 size_t moe_pull_max_smem_bytes();

@@ -60,13 +60,13 @@ struct RouteParams {
   uint64_t epoch = 0;
 };
 
-// Pull: a persistent grid per launch; every CTA waits for the counts flags of
-// the launch's receivers, then copies rows, a warp a row.
+// Pull, after a WaitFlagsParams wait for the counts flags of the launch's
+// receivers: one CTA makes the plan, then a persistent grid writes each
+// pool row's metadata and (copy_rows) copies the rows.
 struct PullParams {
   void* const* x_send = nullptr;  // table [P]
   void* const* routes = nullptr;  // table [P]
   void* const* counts = nullptr;  // table [P]
-  uint64_t* const* flags = nullptr;
   // Packed over the launch's receivers (n * rows_cap rows), pool order
   // (receiver, e_loc, source, i):
   void* pool_x = nullptr;            // bf16 [n * rows_cap, H]
@@ -75,6 +75,10 @@ struct PullParams {
   int32_t* row_dest_slot = nullptr;  // j * T_max + t in the owner's combine buffer
   int32_t* row_perm = nullptr;       // the row's index in send order (receiver, source, e_loc, i): unfused permute
   int32_t* offs = nullptr;           // [n * E_loc] cumulative row ends over the launch's experts
+  // Device memory [2 (S + 1)], S = n E_loc P segments (receiver, e_loc,
+  // source): the pool's and the send order's segment starts and totals,
+  // written once by the plan kernel, read by every CTA of the copy kernel.
+  int32_t* plan = nullptr;
   int rank0 = 0, n = 1, P = 1, E_loc = 1, k = 1, T_max = 1, H = 0;
   int64_t rows_cap = 0;  // per receiver
   uint64_t epoch = 0, timeout_ns = 0;
@@ -86,18 +90,31 @@ struct PullParams {
 
 // Combine: out[t] = bf16( sum_{j = 0 .. k-1} float(row j of token t) ), fp32
 // in slot order. Fused (pos == nullptr): row j of t is combine[s] row
-// j * T_max + t, after a timed wait for flag_done(P, r) of every rank r.
+// j * T_max + t, after the wait kernel's timed wait for flag_done(P, r) of
+// every rank r (a set timeout_record: the wait failed, nothing is summed).
 // Unfused: row send_base[s][e] + pos[s][t * k + j] of the flat area (e =
 // topk_ids[s][t * k + j]); the stream order stands in for the flags.
 struct CombineParams {
   void* const* combine = nullptr;   // table [P]
   void* out = nullptr;              // packed bf16 [n][T_max, H]
   const int32_t* tokens = nullptr;  // [n]
-  uint64_t* const* flags = nullptr;
   const int32_t* topk_ids = nullptr;   // unfused only
   const int32_t* pos = nullptr;        // unfused only
   const int32_t* send_base = nullptr;  // unfused only
   int rank0 = 0, n = 1, P = 1, E = 1, k = 1, T_max = 1, H = 0;
+  uint64_t epoch = 0, timeout_ns = 0;
+  remote::FlagTimeoutRecord* timeout_record = nullptr;
+};
+
+// A timed wait, by one CTA, for flags[rank0 + g / P][first + g % P] >= epoch,
+// g = 0 .. n P - 1: the pull's counts flags (first = flag_counts(0)) or the
+// combine's done flags (first = flag_done(P, 0)). The kernels after it in
+// the stream read what the flags vouch for; one CTA polls each flag once,
+// where every CTA of those kernels polling it queued behind one another on
+// the host path (perf-log, MoE layer L11).
+struct WaitFlagsParams {
+  uint64_t* const* flags = nullptr;
+  int rank0 = 0, n = 1, P = 1, first = 0;
   uint64_t epoch = 0, timeout_ns = 0;
   remote::FlagTimeoutRecord* timeout_record = nullptr;
 };

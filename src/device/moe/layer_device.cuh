@@ -67,6 +67,13 @@ __device__ __forceinline__ bool wait_flags_geq(int count, FlagOf flag_of, uint64
   return __syncthreads_and(ok) != 0;
 }
 
+// A wait kernel earlier in the stream (launch_moe_wait_flags) timed out on
+// this record: what it waited for never came, and the kernels after it
+// leave their outputs as they were (the host reports the record).
+__device__ __forceinline__ bool wait_failed(const remote::FlagTimeoutRecord* r) {
+  return r != nullptr && *static_cast<const volatile unsigned int*>(&r->set) != 0u;
+}
+
 // a[0 .. n) := exclusive prefix sums, a[n] := the total (a holds n + 1
 // entries). Every thread of the CTA calls it; blockDim.x a multiple of 32,
 // at most 1024. Shared memory `warp_tot` holds 32 ints. load(a + i) reads an

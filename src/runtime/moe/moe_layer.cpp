@@ -163,6 +163,7 @@ void MoeLayer::Impl::init() {
     g.send_base = alloc<int32_t>(d, n * (E + 1));
     g.tokens = alloc<int32_t>(d, n);
     g.route_done = alloc<int32_t>(d, n);
+    g.pull_plan = alloc<int32_t>(d, 2 * (n * size_t(E_loc) * P + 1));
     const int E_run = g.n * E_loc;
     g.counters = alloc<int32_t>(d, size_t(moe::fused_layer_counter_ints(E_run)));
     g.records = alloc<remote::FlagTimeoutRecord>(d, kWaitCount);

@@ -32,6 +32,7 @@ struct MoeLayer::Impl {
     int32_t *topk_ids = nullptr, *pos = nullptr, *send_base = nullptr, *tokens = nullptr;
     float* topk_weights = nullptr;
     int32_t *route_done = nullptr, *counters = nullptr;
+    int32_t* pull_plan = nullptr;  // [2 (n E_loc P + 1)]: the pull's segment starts (dispatch_pull.cu)
     remote::FlagTimeoutRecord* records = nullptr;  // [kWaitCount]
     moe::RouteInputError* input_error = nullptr;
     uint64_t* trace = nullptr;  // [2][trace_tiles][4]
@@ -74,6 +75,8 @@ struct MoeLayer::Impl {
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
   // copy_rows false: the plan only; the fused kernel copies the rows itself.
   void dispatch(Group& g, bool copy_rows = true);
+  // The timed wait kernel for flags [first + r] (r < P) of each of g's ranks.
+  void wait_flags(Group& g, int first, MoeWait record);
   void experts_fused(Group& g, const MoeSchedulePlan& plan, bool remote);
   void experts_unfused(Group& g);
   void permute_unfused(Group& g);

@@ -44,14 +44,23 @@ void MoeLayer::Impl::dispatch(Group& g, bool copy_rows) {
   check_cuda(moe::launch_moe_route(rp, g.stream), "MoE layer: route kernel launch", __FILE__, __LINE__);
 
   moe::PullParams pp;
-  pp.x_send = x_send->device_table(li), pp.routes = rp.routes, pp.counts = rp.counts, pp.flags = flag_table;
+  pp.x_send = x_send->device_table(li), pp.routes = rp.routes, pp.counts = rp.counts;
   pp.pool_x = g.pool_x, pp.row_weight = g.row_weight, pp.row_dest_rank = g.row_dest_rank;
   pp.row_dest_slot = g.row_dest_slot, pp.row_perm = g.row_perm, pp.offs = g.offs;
   pp.rank0 = g.rank0, pp.n = g.n, pp.P = P, pp.E_loc = E_loc, pp.k = k, pp.T_max = T_max, pp.H = H;
-  pp.rows_cap = rows_cap, pp.copy_rows = copy_rows;
+  pp.plan = g.pull_plan, pp.rows_cap = rows_cap, pp.copy_rows = copy_rows;
   pp.epoch = epoch, pp.timeout_ns = timeout_ns(o.timeout_s), pp.timeout_record = g.records + kWaitPull;
+  wait_flags(g, moe::layer_flag_counts(0), kWaitPull);
   check_cuda(moe::launch_moe_pull(pp, copy_grid(g.n * rows_cap, 16, g.sms), g.stream), "MoE layer: pull kernel launch",
              __FILE__, __LINE__);
+}
+
+void MoeLayer::Impl::wait_flags(Group& g, int first, MoeWait record) {
+  moe::WaitFlagsParams p;
+  p.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(w.local_index(g.rank0)));
+  p.rank0 = g.rank0, p.n = g.n, p.P = P, p.first = first;
+  p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + record;
+  check_cuda(moe::launch_moe_wait_flags(p, g.stream), "MoE layer: flag wait kernel launch", __FILE__, __LINE__);
 }
 
 void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool remote) {
@@ -192,10 +201,10 @@ void MoeLayer::Impl::combine_rows(Group& g, bool fused) {
   const int li = w.local_index(g.rank0);
   moe::CombineParams p;
   p.combine = combine->device_table(li), p.out = g.out, p.tokens = g.tokens;
-  p.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
   if (!fused) p.topk_ids = g.topk_ids, p.pos = g.pos, p.send_base = g.send_base;
   p.rank0 = g.rank0, p.n = g.n, p.P = P, p.E = E, p.k = k, p.T_max = T_max, p.H = H;
   p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitCombine;
+  if (fused) wait_flags(g, moe::layer_flag_done(P, 0), kWaitCombine);
   check_cuda(moe::launch_moe_combine(p, g.stream), "MoE layer: combine kernel launch", __FILE__, __LINE__);
 }
 

@@ -101,6 +101,7 @@ MoeLayerSizes moe_layer_sizes(const MoeLayerOptions& o, int P) {
                                  moe::fused_layer_max_tiles(z.rows_cap, int(E_loc), block_m, int(H)));
   z.workspace = moe::fused_layer_counter_ints(int(E_loc)) * sizeof(int32_t)  // the fused kernel's counters
                 + sizeof(int32_t)              // the route kernel's finished CTAs
+                + 2 * (E_loc * Pz + 1) * sizeof(int32_t)  // the pull's plan
                 + 3 * sizeof(remote::FlagTimeoutRecord) + sizeof(moe::RouteInputError)  // wait records
                 + 2 * size_t(tiles) * 4 * sizeof(uint64_t);                             // the trace: [2][tiles][4]
   z.output = T * H * 2;

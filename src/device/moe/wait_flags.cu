@@ -1,0 +1,33 @@
+// The layer's flag waits as a kernel of one CTA ahead of the kernels that
+// read what the flags vouch for (the pull's counts and routes, the fused
+// combine's rows). Polled by every CTA of those kernels instead, a flag in
+// host memory costs each CTA a PCIe round trip, one after another: the GPU
+// serves uncached reads of one line in turn (perf-log, MoE layer L11). The
+// stream order then carries the acquire to the kernels after it.
+#include "device/moe/layer_comm_launch.hpp"
+#include "device/moe/layer_device.cuh"
+
+namespace xstage::moe {
+
+namespace {
+
+constexpr int kWaitThreads = 128;
+
+__global__ void __launch_bounds__(kWaitThreads) sm90_moe_wait_flags(WaitFlagsParams p) {
+  wait_flags_geq(
+      p.n * p.P,
+      [&](int g, int& rank, int& index) {
+        rank = p.rank0 + g / p.P, index = p.first + g % p.P;
+        return static_cast<const uint64_t*>(p.flags[rank] + index);
+      },
+      p.epoch, p.timeout_ns, p.timeout_record);
+}
+
+}  // namespace
+
+int launch_moe_wait_flags(const WaitFlagsParams& p, cudaStream_t stream) {
+  sm90_moe_wait_flags<<<1, kWaitThreads, 0, stream>>>(p);
+  return int(cudaGetLastError());
+}
+
+}  // namespace xstage::moe
