@@ -54,8 +54,8 @@ struct Problem {
     ck(cudaMalloc(&rank, n * 4));
     ck(cudaMalloc(&slot, n * 4));
     ck(cudaMalloc(&weight, n * 4));
-    ck(cudaMalloc(&counters, moe::fused_layer_counter_ints(E) * 4));
-    ck(cudaMemset(counters, 0, moe::fused_layer_counter_ints(E) * 4));
+    ck(cudaMalloc(&counters, moe::fused_layer_counter_ints(E, total) * 4));
+    ck(cudaMemset(counters, 0, moe::fused_layer_counter_ints(E, total) * 4));
     ck(cudaMalloc(&record, sizeof(xstage::remote::FlagTimeoutRecord)));
     ck(cudaMemset(record, 0, sizeof(xstage::remote::FlagTimeoutRecord)));
     ck(fill::launch_fill_random_bf16(x, n * H, 1, 0, 0, nullptr));

@@ -7,6 +7,7 @@
 #   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
 #           peerprobe multi ux2 nvsweep upipe torch visible moel moesweep duplex
 #           (default: build tests sanitize probe a2a)
+# The exit status is 0 when every step it ran exited 0; the summary names the others.
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
 # GPU tests straight from the GoogleTest binary. XSTAGE_REQUIRE_GPU is exported as the
@@ -29,6 +30,7 @@ if ! has build && [ -x prebuilt/xstage ]; then B=prebuilt; fi
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 export XSTAGE_REQUIRE_GPU=$((ngpu > 1 ? ngpu : 1))
 summary=()
+failed=()  # the timed steps that did not exit 0: the script's exit status
 note() { summary+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
 timed() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
@@ -36,6 +38,7 @@ timed() {  # name, timeout seconds, command...
   timeout "$limit" "$@" >"$OUT/r/$name.log" 2>&1
   local rc=$?
   note "$name" "rc=$rc" "$((SECONDS - t0)) s  (log r/$name.log)"
+  ((rc == 0)) || failed+=("$name")
   return $rc
 }
 clocks_start() {  # file: nvidia-smi's clocks and power every 200 ms, until clocks_stop
@@ -464,4 +467,6 @@ tar -czf "$OUT/results.tar.gz" -C "$OUT" r
   [ -f "$OUT/r/probe-peer-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-peer-summary.txt"
   [ -f "$OUT/r/a2a-peer.log" ] && tail -4 "$OUT/r/a2a-peer.log"
   [ -f "$OUT/r/probe-summary.txt" ] && grep -E "==|R = |T0 =|burst_gap|completion_coupled|unbounded_async|onset" "$OUT/r/probe-summary.txt"
+  if ((${#failed[@]})); then echo "failed: ${failed[*]}"; else echo "every step exited 0"; fi
 } | tee "$OUT/summary.txt"
+((${#failed[@]} == 0))

@@ -73,6 +73,9 @@ struct MoeLaunch {
   // section 9), else they run beside them.
   double copy_path_fraction = 0;
   double copy_local_fraction = 0;
+  // An L1 tile waits until every block of this many pool rows that its rows
+  // touch is copied (the kernel's kFusedCopyBlockRows).
+  int copy_block_rows = 64;
 };
 
 double moe_l1_tile_ns(const MoeLaunch& l, int expert);
@@ -84,9 +87,10 @@ struct MoeClaimedTile {
   int index = 0;       // in its GEMM's tile order (expert, n-block, m-block)
   int expert = 0;
   int rows = 0;        // rows of its m-block
+  int64_t row0 = 0;    // the pool row of its first row
   int sm = 0;
   double claim_ns = 0;   // the SM claims it
-  double start_ns = 0;   // compute starts (L1: once its expert's rows are copied; L2: after its expert's L1 tiles are done)
+  double start_ns = 0;   // compute starts (L1: once its rows' blocks are copied; L2: after its expert's L1 tiles are done)
   double end_ns = 0;     // the SM is free again (L2: its store accepted by the stage)
   double store_bytes = 0;  // L2: bytes through the stage
 };
@@ -97,7 +101,7 @@ struct MoeClaimSchedule {
   double drained_ns = 0;    // the stage is empty again after the last store (>= makespan)
   double stalled_ns = 0;    // summed over L2 tiles: time their SMs lost to a full stage
   double idle_ns = 0;       // summed over L2 tiles: time their SMs waited for the expert's L1 tiles
-  double rows_wait_ns = 0;  // summed over L1 tiles: time their SMs waited for the expert's rows to be copied
+  double rows_wait_ns = 0;  // summed over L1 tiles: time their SMs waited for their rows to be copied
   double max_occupancy = 0, store_bytes = 0;
   double l1_tiles = 0, l2_tiles = 0;
   // Where the copies share the link with the stores (Profile::duplex_read_Bps):

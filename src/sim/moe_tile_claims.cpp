@@ -20,19 +20,48 @@ constexpr const char* kLocalProfile = "h200-local";
 
 struct TileRef {
   int expert = 0, rows = 0, cols = 0;
+  int64_t row0 = 0;  // the pool row of its first row
 };
 
 // Tiles of one GEMM in claim order: expert, n-block, m-block (m fastest).
 std::vector<TileRef> gemm_tiles(const MoeLaunch& l, int n_total) {
   std::vector<TileRef> out;
   const int nb = (n_total + l.block_n - 1) / l.block_n;
+  int64_t base = 0;
   for (size_t e = 0; e < l.expert_rows.size(); ++e) {
     const int rows = l.expert_rows[e];
     const int mb = (rows + l.block_m - 1) / l.block_m;
     for (int n = 0; n < nb; ++n)
       for (int m = 0; m < mb; ++m)
-        out.push_back({int(e), std::min(l.block_m, rows - m * l.block_m), std::min(l.block_n, n_total - n * l.block_n)});
+        out.push_back({int(e), std::min(l.block_m, rows - m * l.block_m), std::min(l.block_n, n_total - n * l.block_n),
+                       base + int64_t(m) * l.block_m});
+    base += rows;
   }
+  return out;
+}
+
+int64_t launch_rows(const MoeLaunch& l) {
+  int64_t rows = 0;
+  for (int r : l.expert_rows) rows += r;
+  return rows;
+}
+
+// The copies' milestones, in pool rows: the end of each block of
+// copy_block_rows rows (the last one at the pool's end). An L1 tile whose
+// last row is r waits for milestone r / copy_block_rows.
+std::vector<int64_t> block_milestones(const MoeLaunch& l) {
+  const int64_t rows = launch_rows(l), b = l.copy_block_rows;
+  std::vector<int64_t> out;
+  out.reserve(size_t((rows + b - 1) / b));
+  for (int64_t end = b; end - b < rows; end += b) out.push_back(std::min(end, rows));
+  return out;
+}
+
+// Each expert's end, in pool rows (moe_rows_ready_ns).
+std::vector<int64_t> expert_milestones(const MoeLaunch& l) {
+  std::vector<int64_t> out;
+  int64_t rows = 0;
+  for (int r : l.expert_rows) out.push_back(rows += r);
   return out;
 }
 
@@ -41,6 +70,8 @@ void check_launch(const MoeLaunch& l) {
     throw Error(fmt::format("moe launch: expected positive hidden, inter, tile and SM count, got {}, {}, {}x{}, {}",
                             l.hidden, l.inter, l.block_m, l.block_n, l.sms));
   if (l.sms > 65536) throw Error(fmt::format("moe launch: {} SMs; at most 65536 are simulated", l.sms));
+  if (l.copy_block_rows < 1)
+    throw Error(fmt::format("moe launch: copied-rows blocks of {} rows; expected >= 1", l.copy_block_rows));
   for (int r : l.expert_rows)
     if (r < 0) throw Error(fmt::format("moe launch: an expert has {} rows; expected >= 0", r));
   if (!(l.remote_fraction >= 0 && l.remote_fraction <= 1))
@@ -53,31 +84,30 @@ void check_launch(const MoeLaunch& l) {
                             l.copy_path_fraction, l.copy_local_fraction));
 }
 
-// The rows' copy times (moe_rows_ready_ns), without the launch check.
-std::vector<double> rows_ready(const MoeLaunch& l, double path_Bps, double local_Bps) {
-  std::vector<double> out(l.expert_rows.size(), 0.0);
+// When the copies, in pool order with the link to themselves, pass each
+// milestone (pool rows), without the launch check: the path's share at
+// path_Bps and the local share at local_Bps, each a stream of its own.
+std::vector<double> rows_ready(const MoeLaunch& l, const std::vector<int64_t>& milestones, double path_Bps,
+                               double local_Bps) {
+  std::vector<double> out(milestones.size(), 0.0);
   const bool path = l.copy_path_fraction > 0, local = l.copy_local_fraction > 0;
   if (!path && !local) return out;
   if ((path && !(path_Bps > 0)) || (local && !(local_Bps > 0)))
     throw Error("moe launch: copies need a positive read rate (the profile's R, h200-local's R)");
-  // Pool order is the launch's expert order; each stream reads its share of
-  // every expert's rows in that order.
-  double rows = 0;
-  for (size_t e = 0; e < out.size(); ++e) {
-    rows += double(l.expert_rows[e]);
-    const double bytes = rows * l.hidden * 2.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double bytes = double(milestones[i]) * l.hidden * 2.0;
     const double p = path ? bytes * l.copy_path_fraction / path_Bps : 0.0;
     const double q = local ? bytes * l.copy_local_fraction / local_Bps : 0.0;
-    out[e] = std::max(p, q) * 1e9;
+    out[i] = std::max(p, q) * 1e9;
   }
   return out;
 }
 
 // The local share's copy times alone (rows_ready's second stream).
-std::vector<double> rows_ready_local(const MoeLaunch& l, double local_Bps) {
+std::vector<double> rows_ready_local(const MoeLaunch& l, const std::vector<int64_t>& milestones, double local_Bps) {
   MoeLaunch only = l;
   only.copy_path_fraction = 0;
-  return rows_ready(only, 1.0, local_Bps);
+  return rows_ready(only, milestones, 1.0, local_Bps);
 }
 
 // Whether the launch's row copies read the path while its L2 stores drain
@@ -94,7 +124,8 @@ bool duplex_applies(const MoeLaunch& l, const Profile& p) {
 // duplex_read under a full drain, as the probe measured). The
 // stores move the drain rate while the stage holds bytes, else what they
 // issue (their bursts' bytes over their issue spans, summed).
-std::vector<double> shared_rows_ready(const MoeLaunch& l, const Profile& p, const std::vector<BurstSpan>& spans,
+std::vector<double> shared_rows_ready(const MoeLaunch& l, const std::vector<int64_t>& milestones, const Profile& p,
+                                      const std::vector<BurstSpan>& spans,
                                       const std::vector<OccupancySample>& level, double local_Bps) {
   struct Ev {
     double t;
@@ -113,11 +144,11 @@ std::vector<double> shared_rows_ready(const MoeLaunch& l, const Profile& p, cons
   std::stable_sort(ev.begin(), ev.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
   const double R = p.copy_read_Bps() * 1e-9, cap_store = std::min(p.duplex_store_Bps, p.R_Bps) * 1e-9;
   const double both = (p.duplex_read_Bps + p.duplex_store_Bps) * 1e-9;
-  std::vector<double> out(l.expert_rows.size(), 0.0);
+  std::vector<double> out(milestones.size(), 0.0);
   double need = 0, done = 0, t = 0, issued = 0, held = 0;
   size_t k = 0;
   for (size_t e = 0; e < out.size(); ++e) {
-    need += double(l.expert_rows[e]) * l.hidden * 2.0 * l.copy_path_fraction;
+    need = double(milestones[e]) * l.hidden * 2.0 * l.copy_path_fraction;
     while (done < need) {
       while (k < ev.size() && ev[k].t <= t) {
         issued += ev[k].rate;
@@ -142,7 +173,7 @@ std::vector<double> shared_rows_ready(const MoeLaunch& l, const Profile& p, cons
     out[e] = t;
   }
   if (l.copy_local_fraction > 0) {
-    const std::vector<double> loc = rows_ready_local(l, local_Bps);
+    const std::vector<double> loc = rows_ready_local(l, milestones, local_Bps);
     for (size_t e = 0; e < out.size(); ++e) out[e] = std::max(out[e], loc[e]);
   }
   return out;
@@ -281,9 +312,12 @@ class TileClaimer {
       c.index = int(i1);
       c.expert = r.expert;
       c.rows = r.rows;
-      c.start_ns = std::max(t, ready_[e]);  // the producer waits for the expert's rows
+      c.row0 = r.row0;
+      // The producer waits for the blocks of rows its tile reads.
+      const size_t b = size_t((r.row0 + r.rows - 1) / l_.copy_block_rows);
+      c.start_ns = std::max(t, b < ready_.size() ? ready_[b] : 0.0);
       compute_ns = t1_[e];
-      c.end_ns = t + compute_ns;
+      c.end_ns = c.start_ns + compute_ns;
       l1_done_[e] = std::max(l1_done_[e], c.end_ns);
       --l1_left_[e];
       return true;
@@ -296,6 +330,7 @@ class TileClaimer {
     c.index = int(i2);
     c.expert = r.expert;
     c.rows = r.rows;
+    c.row0 = r.row0;
     c.start_ns = std::max(t, l1_done_[e]);
     c.store_bytes = double(r.rows) * r.cols * 2.0 * l_.remote_fraction;
     // The tile times (measured compute-only, or the GEMM table) contain the
@@ -312,7 +347,7 @@ class TileClaimer {
   const std::vector<TileRef> l1_, l2_;
   Claims claims_;
   const Profile* local_;
-  const std::vector<double> ready_;        // the expert's rows are in the pool
+  const std::vector<double> ready_;        // each block of copy_block_rows pool rows is in the pool
   std::vector<double> t1_, t2_, l1_done_;  // l1_done: the latest end of the expert's L1 tiles claimed so far
   std::vector<int> l1_left_;
 };
@@ -320,7 +355,7 @@ class TileClaimer {
 // The claims and, where L2 tiles store through the stage, the stage itself in
 // one event loop: an SM claims its next tile when its last one (store
 // included) is done, so the order follows the stalls.
-// `ready`: when each expert's rows are copied; `spans` and `level`, if
+// `ready`: when each block of copy_block_rows pool rows is copied; `spans` and `level`, if
 // given, get the stores' issue spans and the stage's level over time.
 MoeClaimSchedule run_claims_once(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record,
                                  std::vector<double> ready, std::vector<BurstSpan>* spans = nullptr,
@@ -397,14 +432,15 @@ MoeClaimSchedule run_claims_once(const MoeLaunch& l, const MoeSchedulePlan& plan
 // the last copy's time (kCopiesRounds at most). Undamped the re-timing
 // swings (late copies, late stores, a freer link, early copies, ...), so
 // each round moves halfway to the new times; what is left is reported.
-constexpr int kCopiesRounds = 8;
+constexpr int kCopiesRounds = 12;
 constexpr double kCopiesSettle = 1e-3;
 
 MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile, bool record) {
   check_launch(l);
   const Profile* local = find_embedded_profile(kLocalProfile);
   const double local_Bps = local ? local->copy_read_Bps() : 0.0;
-  std::vector<double> ready = rows_ready(l, profile.copy_read_Bps(), local_Bps);
+  const std::vector<int64_t> blocks = block_milestones(l);
+  std::vector<double> ready = rows_ready(l, blocks, profile.copy_read_Bps(), local_Bps);
   double moved = 0;
   if (duplex_applies(l, profile)) {
     std::vector<BurstSpan> spans;
@@ -413,7 +449,7 @@ MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, con
       spans.clear();
       level.clear();
       run_claims_once(l, plan, profile, false, ready, &spans, &level);
-      const std::vector<double> next = shared_rows_ready(l, profile, spans, level, local_Bps);
+      const std::vector<double> next = shared_rows_ready(l, blocks, profile, spans, level, local_Bps);
       moved = 0;
       for (size_t e = 0; e < next.size(); ++e)
         moved = std::max(moved, std::abs(next[e] - ready[e]) / std::max(1.0, next.back()));
@@ -454,7 +490,7 @@ long moe_share_start_tiles(const MoeLaunch& l, int lag_tiles) {
 std::vector<double> moe_rows_ready_ns(const MoeLaunch& l, const Profile& profile) {
   check_launch(l);
   const Profile* local = find_embedded_profile(kLocalProfile);
-  return rows_ready(l, profile.copy_read_Bps(), local ? local->copy_read_Bps() : 0.0);
+  return rows_ready(l, expert_milestones(l), profile.copy_read_Bps(), local ? local->copy_read_Bps() : 0.0);
 }
 
 double moe_compute_only_ns(const MoeLaunch& launch) {

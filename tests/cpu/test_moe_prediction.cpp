@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "device/moe/fused_layer_params.hpp"  // kFusedCopyBlockRows
 #include "test_profiles.hpp"
 #include "xstage/error.hpp"
 #include "xstage/model.hpp"
@@ -402,9 +403,15 @@ TEST(MoePrediction, DuplexCopiesShareTheLinkWithTheStores) {
     // discrete: a fixed point may sit between two schedules).
     EXPECT_LT(b.copies_unsettled, 0.01);
     EXPECT_EQ(a.copies_unsettled, 0.0);  // nothing to settle without duplex
-    // Reads never beat R: no L1 tile starts before its rows could be read alone.
+    // Reads never beat R: no L1 tile starts before the blocks of rows it
+    // reads could be read alone (pool order, 64-row blocks, at R).
+    const double row_ns = l.hidden * 2.0 / p.R_Bps * 1e9;
+    const int64_t rows = 300 + 500 + 128 + 400 + 256;
     for (const MoeClaimedTile& t : b.tiles)
-      if (t.gemm == 1) EXPECT_GE(t.start_ns, alone[size_t(t.expert)] - 1e-6);
+      if (t.gemm == 1) {
+        const int64_t last_block = (t.row0 + t.rows - 1) / l.copy_block_rows;
+        EXPECT_GE(t.start_ns, double(std::min((last_block + 1) * l.copy_block_rows, rows)) * row_ns - 1e-6);
+      }
     // Sharing the link slows the copies: more waiting for rows, a later end.
     EXPECT_GT(b.rows_wait_ns, a.rows_wait_ns);
     EXPECT_GT(b.drained_ns, a.drained_ns);
@@ -426,6 +433,14 @@ TEST(MoePrediction, DuplexCopiesShareTheLinkWithTheStores) {
   half.duplex_read_Bps = half.duplex_store_Bps = 0;
   const MoeSchedulePlan il = plan_of(MoeSchedule::interleaved, 0, 0, 4);
   EXPECT_DOUBLE_EQ(moe_claim_schedule(l, il, half).drained_ns, moe_claim_schedule(l, il, p).drained_ns);
+}
+
+// The model's copied-rows blocks are the fused kernel's.
+TEST(MoePrediction, CopyBlocksAreTheKernels) {
+  EXPECT_EQ(MoeLaunch{}.copy_block_rows, moe::kFusedCopyBlockRows);
+  MoeLaunch bad = toy_launch({300}, 4);
+  bad.copy_block_rows = 0;
+  EXPECT_THROW(moe_claim_schedule(bad, plan_of(MoeSchedule::interleaved, 0, 0, 4), slow_stage()), Error);
 }
 
 TEST(MoePrediction, InKernelCopiesGateL1Tiles) {
@@ -452,11 +467,16 @@ TEST(MoePrediction, InKernelCopiesGateL1Tiles) {
     double first_l1 = 1e300;
     for (const MoeClaimedTile& t : cs.tiles) {
       if (t.gemm != 1) continue;
-      EXPECT_GE(t.start_ns, ready[size_t(t.expert)] - 1e-9) << "L1 tile " << t.index << " before its rows";
+      // The tile waits for every block of copy_block_rows (64) rows it reads, not its whole expert.
+      const int64_t last_block = (t.row0 + t.rows - 1) / l.copy_block_rows;
+      const double rows_in = double(std::min<int64_t>((last_block + 1) * l.copy_block_rows, 928));
+      EXPECT_GE(t.start_ns, rows_in * row_ns - 1e-9) << "L1 tile " << t.index << " before its rows";
       EXPECT_GE(t.start_ns, t.claim_ns);
       first_l1 = std::min(first_l1, t.start_ns);
     }
-    EXPECT_NEAR(first_l1, ready[0], 1e-9);
+    // Expert 0's first m-block (rows 0 .. 127): two blocks, before the expert's 300 rows are in.
+    EXPECT_NEAR(first_l1, 128 * row_ns, 1e-9);
+    EXPECT_LT(first_l1, ready[0]);
     EXPECT_GT(cs.rows_wait_ns, 0);
     // The last expert's L1 and L2 tiles come after its rows.
     EXPECT_GT(cs.makespan_ns, ready[3] + moe_l1_tile_ns(l, 3) + moe_l2_tile_ns(l, 3) - 1e-6);

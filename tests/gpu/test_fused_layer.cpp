@@ -123,8 +123,8 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
   CK(cudaMemcpy(d_flags, flag_mem, sizeof(flag_mem), cudaMemcpyHostToDevice));
   CK(cudaMemset(flag_mem[0], 0, 64));
   CK(cudaMemset(flag_mem[1], 0, 64));
-  auto* counters = dev<int32_t>(moe::fused_layer_counter_ints(E));
-  CK(cudaMemset(counters, 0, moe::fused_layer_counter_ints(E) * 4));
+  auto* counters = dev<int32_t>(moe::fused_layer_counter_ints(E, rows_cap));
+  CK(cudaMemset(counters, 0, moe::fused_layer_counter_ints(E, rows_cap) * 4));
   auto* record = dev<remote::FlagTimeoutRecord>(1);
   CK(cudaMemset(record, 0, sizeof(remote::FlagTimeoutRecord)));
 
@@ -154,7 +154,7 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
       remote::FlagTimeoutRecord rec;
       CK(cudaMemcpy(&rec, record, sizeof(rec), cudaMemcpyDeviceToHost));
       ASSERT_EQ(rec.set, 0u) << "expert " << rec.flag << " waited for " << rec.expected << " tiles, saw " << rec.seen;
-      std::vector<int32_t> ctr(moe::fused_layer_counter_ints(E));
+      std::vector<int32_t> ctr(moe::fused_layer_counter_ints(E, rows_cap));
       CK(cudaMemcpy(ctr.data(), counters, ctr.size() * 4, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < ctr.size(); ++i) ASSERT_EQ(ctr[i], 0) << "counter " << i << " not reset";
       if (pull) {

@@ -15,8 +15,10 @@ namespace xstage::moe {
 int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream);
 int fused_layer_block_m(int fused_tile);  // 0 for an unknown tile
 inline constexpr int kFusedBlockN = 256;
-// The workspace's int32 counters (FusedLayerParams::counters).
-inline int64_t fused_layer_counter_ints(int E_run) { return 4 + 2 * int64_t(E_run); }
+// The workspace's int32 counters (FusedLayerParams::counters) for a pool of rows_cap rows.
+inline int64_t fused_layer_counter_ints(int E_run, int64_t rows_cap) {
+  return 4 + int64_t(E_run) + (rows_cap + kFusedCopyBlockRows - 1) / kFusedCopyBlockRows;
+}
 // Tiles of one GEMM at most (every expert's last m-block partial): the trace's capacity per GEMM.
 inline int64_t fused_layer_max_tiles(int64_t rows_cap, int E_run, int block_m, int n) {
   return (rows_cap / block_m + E_run) * int64_t(n / kFusedBlockN);

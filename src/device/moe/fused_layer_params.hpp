@@ -29,6 +29,13 @@ enum FusedSchedule : int {
   kScheduleShare = 1,       // L1 and L2 mixed: L2 takes `l2_share` of the claimed work
 };
 
+// Pool rows one copied-rows counter covers: a multiple of the copies' chunk
+// of 4 rows (so a chunk never straddles two blocks) that divides both tiles'
+// BLOCK_M.
+inline constexpr int kFusedCopyBlockRows = 64;
+inline constexpr int kFusedCopyChunkRows = 4;
+static_assert(kFusedCopyBlockRows % kFusedCopyChunkRows == 0);
+
 struct FusedLayerParams {
   const void* x_pool = nullptr;
   void* h = nullptr;
@@ -59,14 +66,16 @@ struct FusedLayerParams {
   // producer warpgroup's spare warps copy pool row r from its source's send
   // buffer, x_send[row_dest_rank[r]] + (row_dest_slot[r] % T_max) * hidden,
   // into x_pool (which the kernel then writes), in pool order, while the
-  // first L1 tiles compute; an L1 tile waits for its expert's rows. Null:
-  // x_pool already holds the rows.
+  // first L1 tiles compute; an L1 tile waits for the pool rows it reads
+  // (counted per block of kFusedCopyBlockRows rows). Null: x_pool already
+  // holds the rows.
   void* const* x_send = nullptr;
   int T_max = 0;
 
   // Workspace (zeroed once before the first launch; every launch leaves it zeroed):
-  // int32 [4 + 2 E_run]: claim counters L1, L2, finished CTAs, the row copies'
-  // cursor, then per expert its L1 tiles done, then its rows copied.
+  // int32 [fused_layer_counter_ints(E_run, rows_cap)]: claim counters L1, L2,
+  // finished CTAs, the row copies' cursor, then per expert its L1 tiles done,
+  // then per block of kFusedCopyBlockRows pool rows its rows copied.
   int32_t* counters = nullptr;
 
   // Completion (remote only): once every tile of the launch is stored, the
@@ -77,7 +86,7 @@ struct FusedLayerParams {
   uint64_t epoch = 0;
 
   // Waits inside the kernel (an L2 tile on its expert's L1 tiles, rank = -1;
-  // an L1 tile on its expert's rows copied, rank = -2) time out after
+  // an L1 tile on a block of its rows copied, rank = -2) time out after
   // timeout_ns and fill timeout_record (flag = the expert; expected / seen =
   // tiles or rows); once it is set, every later wait stops at once.
   uint64_t timeout_ns = 10'000'000'000ull;

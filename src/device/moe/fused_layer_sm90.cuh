@@ -24,7 +24,9 @@
 //   - with x_send set, the producer warpgroup's three spare warps copy the
 //     dispatched rows into the pool while the first tiles compute (the
 //     dispatch's bulk overlaps L1 instead of preceding it); an L1 tile's
-//     producer waits until its expert's rows are counted copied;
+//     producer waits until the pool rows it reads are counted copied
+//     (blocks of kFusedCopyBlockRows rows: the first tiles of a large
+//     expert start after a block, not after the whole expert);
 //   - at the end the grid's last CTA sets every destination's done flag for
 //     the launch's ranks (release, system scope) and zeroes the workspace.
 #include <cstdint>
@@ -63,8 +65,8 @@ struct FusedSmem {
 };
 
 // The producer's wait until counter `c` holds `need` (an expert's L1 tiles
-// done, or its rows copied), acquire, with a timeout that fills the record
-// (rank -1: L1 tiles, -2: rows copied; flag = the expert).
+// done, or a block of rows copied), acquire, with a timeout that fills the
+// record (rank -1: L1 tiles, -2: rows copied; flag = the expert).
 __device__ __forceinline__ void wait_count(const FusedLayerParams& p, const int32_t* c, int need, int kind,
                                            int expert) {
   int seen = ptx::ld_acquire_gpu_s32(c);
@@ -91,16 +93,22 @@ __device__ __forceinline__ void wait_count(const FusedLayerParams& p, const int3
   ptx::fence_proxy_async_global();
 }
 
+// The launch's pool rows (the last expert's end, within the pool).
+__device__ __forceinline__ int pool_rows(const FusedLayerParams& p) {
+  const int rows = __ldg(p.offs + p.E_run - 1);
+  return rows < 0 ? 0 : rows > p.rows_cap ? p.rows_cap : rows;
+}
+
 // The dispatch's row copies, by one warp of the producer warpgroup: chunks
 // of pool rows claimed from a global cursor in pool order (the order L1
 // claims its experts), each row's 16-byte vectors spread over the lanes,
 // several loads in flight before their stores (over PCIe a load takes
-// microseconds). Then the rows are counted per expert (fence, release add).
+// microseconds). Then the rows are counted in their block (fence, release
+// add; a chunk lies in one block).
 __device__ __forceinline__ void copy_rows(const FusedLayerParams& p, int lane) {
-  constexpr int kChunk = 4, kUnroll = 4;
+  constexpr int kChunk = kFusedCopyChunkRows, kUnroll = 4;
   int32_t* copied = p.counters + 4 + p.E_run;
-  int rows = __ldg(p.offs + p.E_run - 1);
-  rows = rows < 0 ? 0 : rows > p.rows_cap ? p.rows_cap : rows;
+  const int rows = pool_rows(p);
   const int vecs = p.hidden / 8;
   for (;;) {
     int start = 0;
@@ -125,21 +133,18 @@ __device__ __forceinline__ void copy_rows(const FusedLayerParams& p, int lane) {
     }
     __threadfence();
     __syncwarp();
-    if (lane == 0) {
-      int lo = 0, hi = p.E_run - 1;  // the expert holding row `start`: the first whose end is past it
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (__ldg(p.offs + mid) > start)
-          hi = mid;
-        else
-          lo = mid + 1;
-      }
-      for (int e = lo, r = start; r < end && e < p.E_run; ++e) {
-        const int e_end = __ldg(p.offs + e) < end ? __ldg(p.offs + e) : end;
-        if (e_end > r) ptx::red_release_gpu_add_s32(copied + e, e_end - r);
-        r = e_end > r ? e_end : r;
-      }
-    }
+    if (lane == 0) ptx::red_release_gpu_add_s32(copied + start / kFusedCopyBlockRows, end - start);
+  }
+}
+
+// An L1 tile's wait for the pool rows [r0, r1) it reads: every block they
+// touch fully copied (a block's rows past the pool's end are never copied).
+__device__ __forceinline__ void wait_rows_copied(const FusedLayerParams& p, int rows, int r0, int r1, int expert) {
+  const int32_t* copied = p.counters + 4 + p.E_run;
+  r1 = r1 < rows ? r1 : rows;
+  for (int b = r0 / kFusedCopyBlockRows; b * kFusedCopyBlockRows < r1; ++b) {
+    const int in_block = rows - b * kFusedCopyBlockRows;
+    wait_count(p, copied + b, in_block < kFusedCopyBlockRows ? in_block : kFusedCopyBlockRows, -2, expert);
   }
 }
 
@@ -196,6 +201,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::tma_prefetch_descriptor(&tm.a2);
       ptx::tma_prefetch_descriptor(&tm.b2);
       sched::LayerClaims claims(p, BM, BN);
+      const int rows = p.x_send != nullptr ? pool_rows(p) : 0;
       uint32_t it = 0;
       for (uint32_t n = 0;; ++n) {
         const sched::LayerTask task = claims.claim();
@@ -208,7 +214,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         if (l2)
           wait_count(p, p.counters + 4 + task.expert, task.m_blocks * n1, -1, task.expert);
         else if (p.x_send != nullptr)
-          wait_count(p, p.counters + 4 + p.E_run + task.expert, task.row_end - task.row_begin, -2, task.expert);
+          wait_rows_copied(p, rows, task.row_begin + task.m_block * BM,
+                           task.row_begin + (task.m_block + 1) * BM < task.row_end
+                               ? task.row_begin + (task.m_block + 1) * BM
+                               : task.row_end,
+                           task.expert);
         const CUtensorMap* ma = l2 ? &tm.a2 : &tm.a1;
         const CUtensorMap* mb = l2 ? &tm.b2 : &tm.b1;
         const int a_row = task.row_begin + task.m_block * BM;
@@ -341,20 +351,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   else
     __threadfence();
   ptx::named_bar_sync(2, 256 + 96);
+  __shared__ int last_cta;
   if (ct == 0) {
-    const int done = atomicAdd(p.counters + 2, 1);
-    if (done == int(gridDim.x) - 1) {
-      ptx::fence_acq_rel_sys();
-      // Every other CTA has stopped claiming and counting: the workspace is
-      // zeroed for the next launch.
-      p.counters[0] = 0, p.counters[1] = 0, p.counters[2] = 0;
-      p.counters[3] = 0;
-      for (int e = 0; e < 2 * p.E_run; ++e) p.counters[4 + e] = 0;
-      if (p.flags != nullptr)
-        for (int d = 0; d < p.world; ++d)
-          for (int s = 0; s < p.local_ranks; ++s)
-            ptx::st_release_sys_u64(p.flags[d] + p.done_flag + p.rank0 + s, p.epoch);
-    }
+    last_cta = atomicAdd(p.counters + 2, 1) == int(gridDim.x) - 1;
+    if (last_cta) ptx::fence_acq_rel_sys();
+  }
+  ptx::named_bar_sync(1, 256);
+  if (last_cta) {
+    // Every other CTA has stopped claiming and counting: the workspace is
+    // zeroed for the next launch (the copied-rows blocks the pool's rows
+    // touched; no copy counted any other), by the CTA's consumers.
+    const int blocks = p.x_send != nullptr ? (pool_rows(p) + kFusedCopyBlockRows - 1) / kFusedCopyBlockRows : 0;
+    for (int i = ct; i < 4 + p.E_run + blocks; i += 256) p.counters[i] = 0;
+    if (ct == 0 && p.flags != nullptr)
+      for (int d = 0; d < p.world; ++d)
+        for (int s = 0; s < p.local_ranks; ++s)
+          ptx::st_release_sys_u64(p.flags[d] + p.done_flag + p.rank0 + s, p.epoch);
   }
 }
 

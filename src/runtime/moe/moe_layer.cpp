@@ -165,7 +165,7 @@ void MoeLayer::Impl::init() {
     g.route_done = alloc<int32_t>(d, n);
     g.pull_plan = alloc<int32_t>(d, 2 * (n * size_t(E_loc) * P + 1));
     const int E_run = g.n * E_loc;
-    g.counters = alloc<int32_t>(d, size_t(moe::fused_layer_counter_ints(E_run)));
+    g.counters = alloc<int32_t>(d, size_t(moe::fused_layer_counter_ints(E_run, int64_t(rows))));
     g.records = alloc<remote::FlagTimeoutRecord>(d, kWaitCount);
     g.input_error = alloc<moe::RouteInputError>(d, 1);
     g.trace_tiles = std::max(moe::fused_layer_max_tiles(int64_t(rows), E_run, block_m, 2 * I),

@@ -27,8 +27,8 @@ std::string describe_wait(int P, int wait, const remote::FlagTimeoutRecord& r, i
           r.rank, r.flag, r.flag - moe::layer_flag_counts(0), values);
     case kWaitExperts:
       return r.rank == -2 ? fmt::format("MoE layer: the fused expert kernel of ranks {} .. {} timed out: an L1 tile of "
-                                        "the launch's expert {} waited for that expert's rows copied from the "
-                                        "sources' send buffers {}",
+                                        "the launch's expert {} waited for a block of its pool rows copied from "
+                                        "the sources' send buffers {}",
                                         rank0, rank0 + n - 1, r.flag, values)
                           : fmt::format("MoE layer: the fused expert kernel of ranks {} .. {} timed out: an L2 tile of "
                                         "the launch's expert {} waited for that expert's L1 tiles done {}",

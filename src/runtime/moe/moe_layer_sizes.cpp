@@ -99,7 +99,7 @@ MoeLayerSizes moe_layer_sizes(const MoeLayerOptions& o, int P) {
   // Tiles one GEMM of one rank may have: every expert's rows rounded up to the tile.
   const int64_t tiles = std::max(moe::fused_layer_max_tiles(z.rows_cap, int(E_loc), block_m, 2 * int(I)),
                                  moe::fused_layer_max_tiles(z.rows_cap, int(E_loc), block_m, int(H)));
-  z.workspace = moe::fused_layer_counter_ints(int(E_loc)) * sizeof(int32_t)  // the fused kernel's counters
+  z.workspace = moe::fused_layer_counter_ints(int(E_loc), z.rows_cap) * sizeof(int32_t)  // the fused kernel's counters
                 + sizeof(int32_t)              // the route kernel's finished CTAs
                 + 2 * (E_loc * Pz + 1) * sizeof(int32_t)  // the pull's plan
                 + 3 * sizeof(remote::FlagTimeoutRecord) + sizeof(moe::RouteInputError)  // wait records
