@@ -108,6 +108,15 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
 
 }  // namespace
 
+int preload_moe_combine() {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, sm90_moe_combine<8, 1>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_combine<4, 2>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_combine<2, 4>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_combine<1, 8>);
+  return int(e);
+}
+
 int launch_moe_combine(const CombineParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned((p.T_max + kTokensPerCta - 1) / kTokensPerCta), unsigned(p.n));
   // Slots a batch: the largest power of two up to k (at most 8); the rest

@@ -119,6 +119,13 @@ size_t moe_pull_smem_bytes(int n, int P, int E_loc) { return 2 * (size_t(n) * P 
 
 size_t moe_pull_max_smem_bytes() { return kPullMaxSmem; }
 
+int preload_moe_pull() {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, sm90_moe_pull_plan);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_pull);
+  return int(e);
+}
+
 int launch_moe_pull(const PullParams& p, int grid, cudaStream_t stream) {
   const size_t smem = moe_pull_smem_bytes(p.n, p.P, p.E_loc);
   if (smem > kPullMaxSmem || p.plan == nullptr) return int(cudaErrorInvalidValue);

@@ -112,6 +112,11 @@ __global__ void __launch_bounds__(kRouteThreads) sm90_moe_route(RouteParams p) {
 
 }  // namespace
 
+int preload_moe_route() {
+  cudaFuncAttributes a;
+  return int(cudaFuncGetAttributes(&a, sm90_moe_route));
+}
+
 int launch_moe_route(const RouteParams& p, cudaStream_t stream) {
   sm90_moe_route<<<dim3(unsigned(p.E), unsigned(p.n)), kRouteThreads, 0, stream>>>(p);
   return int(cudaGetLastError());

@@ -49,6 +49,23 @@ int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t s
   }
 }
 
+int preload_fused_layer(int fused_tile) {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (fused_tile) {
+    case kFusedM128N256:
+      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<256>, true>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<0>, false>);
+      break;
+    case kFusedM64N256:
+      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<256>, true>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<0>, false>);
+      break;
+    default: break;
+  }
+  return int(e);
+}
+
 int fused_layer_block_m(int fused_tile) {
   switch (fused_tile) {
     case kFusedM128N256: return 128;

@@ -14,6 +14,9 @@ namespace xstage::moe {
 
 int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream);
 int fused_layer_block_m(int fused_tile);  // 0 for an unknown tile
+// Loads the tile's kernels (both L2 stores) on the current device, as
+// preload_moe_layer_comm_kernels does for the others.
+int preload_fused_layer(int fused_tile);
 inline constexpr int kFusedBlockN = 256;
 // The workspace's int32 counters (FusedLayerParams::counters) for a pool of rows_cap rows.
 inline int64_t fused_layer_counter_ints(int E_run, int64_t rows_cap) {

@@ -31,4 +31,17 @@ int launch_moe_combine(const CombineParams& p, cudaStream_t stream);
 // `grid` CTAs, a warp a row.
 int launch_moe_permute(const PermuteParams& p, int grid, cudaStream_t stream);
 
+// Loads every kernel above on the current device (cudaFuncGetAttributes).
+// Under CUDA's lazy loading a kernel's first launch may wait for the device
+// to go idle; one launched behind a timed flag wait whose flag comes from
+// another GPU's kernel, which the host enqueues only afterwards (peer: one
+// process drives every GPU), would wait the whole timeout.
+int preload_moe_layer_comm_kernels();
+// Its parts, one a kernel file.
+int preload_moe_route();
+int preload_moe_wait_flags();
+int preload_moe_pull();
+int preload_moe_combine();
+int preload_moe_permute();
+
 }  // namespace xstage::moe

@@ -27,6 +27,11 @@ __global__ void __launch_bounds__(kPermuteThreads) sm90_moe_permute(PermuteParam
 
 }  // namespace
 
+int preload_moe_permute() {
+  cudaFuncAttributes a;
+  return int(cudaFuncGetAttributes(&a, sm90_moe_permute));
+}
+
 int launch_moe_permute(const PermuteParams& p, int grid, cudaStream_t stream) {
   sm90_moe_permute<<<unsigned(grid), kPermuteThreads, 0, stream>>>(p);
   return int(cudaGetLastError());

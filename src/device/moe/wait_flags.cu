@@ -25,9 +25,21 @@ __global__ void __launch_bounds__(kWaitThreads) sm90_moe_wait_flags(WaitFlagsPar
 
 }  // namespace
 
+int preload_moe_wait_flags() {
+  cudaFuncAttributes a;
+  return int(cudaFuncGetAttributes(&a, sm90_moe_wait_flags));
+}
+
 int launch_moe_wait_flags(const WaitFlagsParams& p, cudaStream_t stream) {
   sm90_moe_wait_flags<<<1, kWaitThreads, 0, stream>>>(p);
   return int(cudaGetLastError());
+}
+
+int preload_moe_layer_comm_kernels() {
+  for (int (*f)() : {preload_moe_route, preload_moe_wait_flags, preload_moe_pull, preload_moe_combine,
+                     preload_moe_permute})
+    if (const int e = f(); e != 0) return e;
+  return 0;
 }
 
 }  // namespace xstage::moe

@@ -21,8 +21,6 @@ namespace {
 
 uint64_t timeout_ns(double s) { return uint64_t(s * 1e9); }
 
-int fused_tile_id(MoeTile t) { return t == MoeTile::m64n256 ? moe::kFusedM64N256 : moe::kFusedM128N256; }
-
 // Warps of the pull and permute kernels take rows grid-stride: enough CTAs to
 // fill the GPU twice over, no more than the rows need.
 int copy_grid(int64_t rows, int warps_per_cta, int sms) {
