@@ -52,11 +52,9 @@ __global__ void __launch_bounds__(kPlanThreads) sm90_moe_pull_plan(PullParams p)
   for (int i = int(threadIdx.x); i < 2 * (S + 1); i += kPlanThreads) p.plan[i] = plan[i];
 }
 
-// Warps take 32 pool rows at a time, a lane a row: the lane finds its row's
-// segment by binary search in the plan, reads the row's route entry (32
-// neighbouring entries a warp, so one request where they share a line: on
-// the host path each is a PCIe round trip) and writes the row's metadata;
-// with copy_rows the warp then copies the 32 rows one after another.
+// Every CTA copies the plan into shared memory; a pool row's segment is
+// found by binary search in it, then its route entry is read and its
+// metadata written (and, with copy_rows, the row copied).
 __global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
   extern __shared__ int32_t plan[];
   if (wait_failed(p.timeout_record)) return;  // the counts never came: the pool keeps its last plan
@@ -69,47 +67,58 @@ __global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
 
   const int64_t total = pool_start[S] < p.n * p.rows_cap ? pool_start[S] : p.n * p.rows_cap;
   const int lane = int(threadIdx.x) & 31;
+  const int64_t warp = int64_t(blockIdx.x) * (kPullThreads / 32) + (int(threadIdx.x) >> 5);
   const int64_t warps = int64_t(gridDim.x) * (kPullThreads / 32);
   const int vecs = p.H / 8;  // 16-byte vectors a row
   const int64_t area = int64_t(P) * E_loc * p.T_max;
-  for (int64_t g0 = (int64_t(blockIdx.x) * (kPullThreads / 32) + (int(threadIdx.x) >> 5)) * 32; g0 < total;
-       g0 += warps * 32) {
-    const int64_t g = g0 + lane;
-    int t = -1, s = 0;
-    if (g < total) {
-      int lo = 0, hi = S;  // the last segment whose start is <= g (empty segments share a start)
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (pool_start[mid] <= g)
-          lo = mid;
-        else
-          hi = mid;
-      }
-      const int q = lo, rl = q / (E_loc * P), e_loc = (q / P) % E_loc;
-      s = q % P;
-      const int32_t i = int32_t(g - pool_start[q]);
-      const int64_t entry = (int64_t(s) * E_loc + e_loc) * p.T_max + i;
-      const int32_t* routes = static_cast<const int32_t*>(p.routes[p.rank0 + rl]);
-      const int32_t pair = __ldcg(routes + entry);
-      const float weight = __ldcg(reinterpret_cast<const float*>(routes + area) + entry);
-      const int tt = pair / p.k, j = pair % p.k;
-      if (tt >= 0 && tt < p.T_max) {  // always, for the routes a route kernel wrote
-        t = tt;
-        p.row_weight[g] = weight;
-        p.row_dest_rank[g] = s;
-        p.row_dest_slot[g] = j * p.T_max + t;
-        p.row_perm[g] = send_start[(rl * P + s) * E_loc + e_loc] + i;
-      }
+  // Pool row g: its source s and token t (t = -1: no valid route), and, with
+  // `write`, its weight, destination and send-order index.
+  const auto plan_row = [&](int64_t g, bool write, int& s, int& t) {
+    int lo = 0, hi = S;  // the last segment whose start is <= g (empty segments share a start)
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (pool_start[mid] <= g)
+        lo = mid;
+      else
+        hi = mid;
     }
-    if (p.copy_rows) {
-      for (int u = 0; u < 32; ++u) {
-        const int tu = __shfl_sync(~0u, t, u), su = __shfl_sync(~0u, s, u);
-        if (tu < 0) continue;  // the same for the whole warp
-        const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[su]) + int64_t(tu) * p.H);
-        uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool_x) + (g0 + u) * p.H);
-        warp_copy_row(src, dst, vecs, lane);
-      }
+    const int q = lo, rl = q / (E_loc * P), e_loc = (q / P) % E_loc;
+    s = q % P;
+    const int32_t i = int32_t(g - pool_start[q]);
+    const int64_t entry = (int64_t(s) * E_loc + e_loc) * p.T_max + i;
+    const int32_t* routes = static_cast<const int32_t*>(p.routes[p.rank0 + rl]);
+    const int32_t pair = __ldcg(routes + entry);
+    const float weight = __ldcg(reinterpret_cast<const float*>(routes + area) + entry);
+    const int tt = pair / p.k, j = pair % p.k;
+    t = -1;
+    if (tt < 0 || tt >= p.T_max) return;  // never for the routes a route kernel wrote
+    t = tt;
+    if (write) {
+      p.row_weight[g] = weight;
+      p.row_dest_rank[g] = s;
+      p.row_dest_slot[g] = j * p.T_max + t;
+      p.row_perm[g] = send_start[(rl * P + s) * E_loc + e_loc] + i;
     }
+  };
+  if (!p.copy_rows) {
+    // The plan only (the fused variant): a lane a row, so that a warp's
+    // route reads are 32 neighbouring entries (one request where they share
+    // a line: on the host path each request is a PCIe round trip).
+    for (int64_t g = warp * 32 + lane; g - lane < total; g += warps * 32) {
+      int s, t;
+      if (g < total) plan_row(g, true, s, t);
+    }
+    return;
+  }
+  // Rows too (the unfused variant): a warp a row, as many rows in flight as
+  // the grid has warps; its lanes read the same route entry (one request).
+  for (int64_t g = warp; g < total; g += warps) {
+    int s, t;
+    plan_row(g, lane == 0, s, t);
+    if (t < 0) continue;  // the same for the whole warp
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[s]) + int64_t(t) * p.H);
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool_x) + g * p.H);
+    warp_copy_row(src, dst, vecs, lane);
   }
 }
 

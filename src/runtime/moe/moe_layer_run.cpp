@@ -49,7 +49,9 @@ void MoeLayer::Impl::dispatch(Group& g, bool copy_rows) {
   pp.plan = g.pull_plan, pp.rows_cap = rows_cap, pp.copy_rows = copy_rows;
   pp.epoch = epoch, pp.timeout_ns = timeout_ns(o.timeout_s), pp.timeout_record = g.records + kWaitPull;
   wait_flags(g, moe::layer_flag_counts(0), kWaitPull);
-  check_cuda(moe::launch_moe_pull(pp, copy_grid(g.n * rows_cap, 16, g.sms), g.stream), "MoE layer: pull kernel launch",
+  // A warp a row when it copies them, else a lane a row (the plan only).
+  const int64_t warp_rows = copy_rows ? g.n * rows_cap : (g.n * rows_cap + 31) / 32;
+  check_cuda(moe::launch_moe_pull(pp, copy_grid(warp_rows, 16, g.sms), g.stream), "MoE layer: pull kernel launch",
              __FILE__, __LINE__);
 }
 
