@@ -25,8 +25,9 @@ namespace {
 constexpr int kCombineThreads = 256;
 constexpr int kTokensPerCta = kCombineThreads / 32;  // a warp a token
 // 16-byte loads a lane keeps in flight before its first add: a row in host
-// memory is microseconds away, and with few slots (k = 2) one vector a lane
-// at a time left the PCIe reads at 35-40 GB/s of the 51 they reach.
+// memory is microseconds away, so the link's rate needs many reads in
+// flight, and k slots alone give too few where k is small (2 for Mixtral
+// and HiDream).
 constexpr int kLoadsInFlight = 8;
 
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
