@@ -355,9 +355,10 @@ MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profil
     out.bytes_combine = double(c.tokens) * c.shape.topk * row;
     combine = (out.bytes_combine + double(c.tokens) * row) / kLocalBps;
   }
-  // route + pull kernels and the counts' flag exchange; the combine kernel and its flag wait.
-  const double dispatch_ns = dispatch * 1e9 + 2 * kKernelGapNs + profile.latency_ns;
-  const double combine_ns = combine * 1e9 + kKernelGapNs + profile.latency_ns;
+  // The dispatch's kernels (route, flag wait, plan, pull) and the counts'
+  // flag exchange; the combine's (flag wait, sum) and the done flags'.
+  const double dispatch_ns = dispatch * 1e9 + 4 * kKernelGapNs + profile.latency_ns;
+  const double combine_ns = combine * 1e9 + 2 * kKernelGapNs + profile.latency_ns;
 
   for (MoeSchedule s : {MoeSchedule::expert_wave, MoeSchedule::interleaved, MoeSchedule::model_guided}) {
     MoeLayerPrediction p;
