@@ -5,7 +5,8 @@
 // empty experts, ragged ones and pool rows past the last expert. The remote
 // epilogue's rows land at their (rank, slot); slots no row names stay
 // poisoned; the done flags hold the epoch; each launch leaves the counters
-// zeroed for the next (so every case runs twice).
+// zeroed for the next (so every case runs twice). With the dispatch's wait
+// failed the kernel writes nothing and publishes no flag.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,6 +187,38 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
           for (int s = 0; s < 2; ++s) ASSERT_EQ(fl[d][2 + s], p.epoch) << "done flag of rank " << s << " at " << d;
       }
     }
+  if (pull) {
+    // The dispatch's wait failed: the kernel must leave every output and
+    // flag as it was (another rank would otherwise sum this rank's rows of
+    // the last plan as if they were this run's).
+    SCOPED_TRACE(testing::Message() << "pull failed, schedule " << schedule << " tile " << fused_tile);
+    auto* pull_rec = dev<remote::FlagTimeoutRecord>(1);
+    CK(cudaMemset(pull_rec, 0, sizeof(remote::FlagTimeoutRecord)));
+    const unsigned int one = 1;
+    CK(cudaMemcpy(&pull_rec->set, &one, sizeof one, cudaMemcpyHostToDevice));
+    CK(cudaMemset(h, 0xff, size_t(rows_cap) * I * 2));
+    CK(cudaMemset(pool, 0xff, size_t(rows_cap) * H * 2));
+    CK(cudaMemset(comb[0], 0xff, size_t(slots) * H * 2));
+    CK(cudaMemset(comb[1], 0xff, size_t(slots) * H * 2));
+    uint64_t before[2][8];
+    CK(cudaMemcpy(before[0], flag_mem[0], 64, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(before[1], flag_mem[1], 64, cudaMemcpyDeviceToHost));
+    p.combine = d_comb, p.out_pool = nullptr, p.epoch = 99, p.pull_record = pull_rec;
+    ASSERT_EQ(moe::launch_fused_layer(p, fused_tile, nullptr), 0);
+    CK(cudaDeviceSynchronize());
+    for (const auto& v : {get(h, size_t(rows_cap) * I), get(pool, size_t(rows_cap) * H), get(comb[0], size_t(slots) * H),
+                          get(comb[1], size_t(slots) * H)})
+      ASSERT_TRUE(std::all_of(v.begin(), v.end(), [](uint16_t e) { return e == 0xffff; })) << "an output was written";
+    uint64_t after[2][8];
+    CK(cudaMemcpy(after[0], flag_mem[0], 64, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(after[1], flag_mem[1], 64, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(0, std::memcmp(before, after, sizeof before)) << "a done flag was published";
+    std::vector<int32_t> ctr(moe::fused_layer_counter_ints(E, rows_cap));
+    CK(cudaMemcpy(ctr.data(), counters, ctr.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < ctr.size(); ++i) ASSERT_EQ(ctr[i], 0) << "counter " << i << " moved";
+    cudaFree(pull_rec);
+    p.pull_record = nullptr;
+  }
   for (void* q : {(void*)x, (void*)w13, (void*)w2, (void*)h_ref, (void*)y_ref, (void*)h, (void*)out, (void*)d_offs,
                   (void*)weight, (void*)d_rank, (void*)d_slot, comb[0], comb[1], (void*)d_comb, (void*)flag_mem[0],
                   (void*)flag_mem[1], (void*)d_flags, (void*)counters, (void*)record, (void*)send[0], (void*)send[1],

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -216,11 +217,15 @@ struct Buffers {
   }
   // The timed wait before the pull (the counts flags) or the fused combine
   // (the done flags), as the layer launches it.
-  int wait(const Case& c, bool counts_flags, uint64_t epoch, uint64_t timeout_ns) const {
+  // The combine's wait, as the layer launches it, gives up at once when the
+  // pull's has (skip_after_failed_pull).
+  int wait(const Case& c, bool counts_flags, uint64_t epoch, uint64_t timeout_ns,
+           bool skip_after_failed_pull = false) const {
     moe::WaitFlagsParams p;
     p.flags = flag_table(), p.rank0 = 0, p.n = c.P, p.P = c.P;
     p.first = counts_flags ? moe::layer_flag_counts(0) : moe::layer_flag_done(c.P, 0);
     p.epoch = epoch, p.timeout_ns = timeout_ns, p.timeout_record = counts_flags ? records : records + 1;
+    if (skip_after_failed_pull) p.skip_if_set = records;
     return moe::launch_moe_wait_flags(p, w->lead_stream());
   }
 };
@@ -492,6 +497,35 @@ TEST(MoeLayerCommWaits, TimeoutsRecordRankFlagAndValues) {
   EXPECT_LT(rec[1].flag, moe::layer_flag_done(2, 2));
   EXPECT_EQ(rec[1].expected, 3u);
   EXPECT_EQ(rec[1].seen, 0u);
+}
+
+// After the pull's wait failed, this rank's expert kernel runs nothing, so
+// its own done flag never comes: the combine's wait must not wait for it
+// (it leaves its record clear, the pull's names the cause) and the combine
+// must not sum the rows of an earlier run.
+TEST(MoeLayerCommWaits, AfterAFailedPullTheCombineStopsAtOnce) {
+  XSTAGE_NEED_GPUS(1);
+  const Case c{2, 4, 2, 256, 16, {16, 16}, Routing::uniform, Placement::device};
+  Buffers b(c);
+  const Model m(c, 1);
+  ASSERT_NO_FATAL_FAILURE(upload_inputs(c, m, b));
+  poison(b.out, size_t(c.P) * c.T_max * c.H * 2);
+  const cudaStream_t st = b.w->lead_stream();
+  ASSERT_EQ(moe::launch_moe_route(b.route(c, 1), st), 0);
+  ASSERT_EQ(b.wait(c, true, 2, 1'000'000), 0);  // epoch 2: never published
+  CK(cudaStreamSynchronize(st));
+  ASSERT_EQ(download<remote::FlagTimeoutRecord>(b.records, 1)[0].set, 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(b.wait(c, false, 2, kLongWait, true), 0);
+  auto p = b.combine_params(c, 2, kLongWait, true);
+  p.pull_record = b.records;
+  ASSERT_EQ(moe::launch_moe_combine(p, st), 0);
+  CK(cudaStreamSynchronize(st));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 1.0) << "the combine's wait waited for a flag the failed run never sets";
+  EXPECT_EQ(download<remote::FlagTimeoutRecord>(b.records + 1, 1)[0].set, 0u) << "the combine's record names no cause";
+  const auto got = download<uint8_t>(b.out, size_t(c.P) * c.T_max * c.H * 2);
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0xFF; })) << "combine output written";
 }
 
 // Out-of-range and repeated ids are recorded (rank, token, slot, id) and left out.

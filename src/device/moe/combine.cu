@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
   const int T = p.tokens[li];
   if (int(blockIdx.x) * kTokensPerCta >= T) return;  // no token of this rank for the CTA (uniform)
   const bool fused = p.pos == nullptr;
-  if (fused && wait_failed(p.timeout_record)) return;  // the output keeps its last contents
+  // The rows never came, or this rank's own expert kernel ran nothing: the output keeps its last contents.
+  if (fused && (wait_failed(p.timeout_record) || wait_failed(p.pull_record))) return;
   const uint16_t* rows = static_cast<const uint16_t*>(p.combine[s]);
   uint16_t* out = static_cast<uint16_t*>(p.out) + int64_t(li) * p.T_max * p.H;
   const int64_t pairs = int64_t(li) * p.T_max * p.k;

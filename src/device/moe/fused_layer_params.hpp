@@ -92,6 +92,13 @@ struct FusedLayerParams {
   uint64_t timeout_ns = 10'000'000'000ull;
   remote::FlagTimeoutRecord* timeout_record = nullptr;
 
+  // The record of the dispatch's wait ahead of this launch (remote only;
+  // null: none). Set, the counts never came and the pool holds the last
+  // run's plan: the kernel stores nothing and publishes no done flag, so the
+  // ranks that wait for this rank's rows time out naming it instead of
+  // summing rows of another run.
+  const remote::FlagTimeoutRecord* pull_record = nullptr;
+
   // Optional per-tile trace: uint64 [2][max tiles][4]: [gemm][claim index] =
   // {mainloop start, epilogue start, epilogue end (globaltimer ns), smid}.
   uint64_t* trace = nullptr;

@@ -59,7 +59,11 @@ struct FusedSmem {
   static constexpr int kSlots = 4;
   static constexpr size_t OFF_TASKS = (Cfg::OFF_SPLIT_FLAG + 16 + 15) / 16 * 16;
   static constexpr size_t OFF_TASK_BARS = OFF_TASKS + kSlots * sizeof(sched::LayerTask);
-  static constexpr size_t END = OFF_TASK_BARS + 2 * kSlots * 8;
+  // Whether this CTA counted itself in last (the consumers' thread 0 writes
+  // it): here rather than as a static __shared__, which the kernel's
+  // dynamic window would sit after, out of sight of the assert below.
+  static constexpr size_t OFF_LAST_CTA = OFF_TASK_BARS + 2 * kSlots * 8;
+  static constexpr size_t END = OFF_LAST_CTA + 16;
   static constexpr size_t BYTES = END + 1024;
   static_assert(BYTES <= Cfg::SMEM_LIMIT, "the task ring fits the shared memory");
 };
@@ -174,6 +178,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   uint64_t* task_empty = task_full + kSlots;
   auto a_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES; };
   auto b_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES + Cfg::A_BYTES; };
+
+  // Every thread reads the same record, set (or not) before this launch began.
+  if (p.pull_record != nullptr && *static_cast<const volatile unsigned int*>(&p.pull_record->set) != 0u) return;
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -351,7 +358,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   else
     __threadfence();
   ptx::named_bar_sync(2, 256 + 96);
-  __shared__ int last_cta;
+  volatile int& last_cta = *reinterpret_cast<volatile int*>(smem + Smem::OFF_LAST_CTA);
   if (ct == 0) {
     last_cta = atomicAdd(p.counters + 2, 1) == int(gridDim.x) - 1;
     if (last_cta) ptx::fence_acq_rel_sys();

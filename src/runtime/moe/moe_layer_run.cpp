@@ -60,6 +60,7 @@ void MoeLayer::Impl::wait_flags(Group& g, int first, MoeWait record) {
   p.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(w.local_index(g.rank0)));
   p.rank0 = g.rank0, p.n = g.n, p.P = P, p.first = first;
   p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + record;
+  if (record == kWaitCombine) p.skip_if_set = g.records + kWaitPull;  // this rank's own rows never come
   check_cuda(moe::launch_moe_wait_flags(p, g.stream), "MoE layer: flag wait kernel launch", __FILE__, __LINE__);
 }
 
@@ -75,6 +76,7 @@ void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool r
     p.done_flag = moe::layer_flag_done(P, 0), p.rank0 = g.rank0, p.local_ranks = g.n, p.world = P;
     p.epoch = epoch;
     p.x_send = x_send->device_table(li), p.T_max = T_max;  // the dispatch's rows copied in the kernel
+    p.pull_record = g.records + kWaitPull;
   } else {
     p.out_pool = g.pool_out;  // the floor: every store local, no flags
   }
@@ -204,6 +206,7 @@ void MoeLayer::Impl::combine_rows(Group& g, bool fused) {
   if (!fused) p.topk_ids = g.topk_ids, p.pos = g.pos, p.send_base = g.send_base;
   p.rank0 = g.rank0, p.n = g.n, p.P = P, p.E = E, p.k = k, p.T_max = T_max, p.H = H;
   p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitCombine;
+  if (fused) p.pull_record = g.records + kWaitPull;
   if (fused) wait_flags(g, moe::layer_flag_done(P, 0), kWaitCombine);
   check_cuda(moe::launch_moe_combine(p, g.stream), "MoE layer: combine kernel launch", __FILE__, __LINE__);
 }
