@@ -61,10 +61,6 @@ struct MoeGemmArgs {
   MoeOutStore out_store = MoeOutStore::automatic;
   void* workspace = nullptr;  // 16-byte aligned, workspace_bytes long, or null
   size_t workspace_bytes = 0;
-  // k-blocks the second consumer warpgroup starts behind the first (0 ..
-  // 8; the kernel clamps it to its ring; -1: the default), so that their
-  // epilogues do not leave the tensor pipe idle together.
-  int consumer_lag = -1;
 };
 
 // The split-K workspace these arguments need (0 when they resolve to one split).

@@ -9,8 +9,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <numeric>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -76,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
 // them inside its last tile but must not store them.
 // workspace: split-K's partials and counts from the caller (zeroed once here), else the library's.
 void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, int splits, MoeOutStore store,
-                                              bool caller_workspace = false, int consumer_lag = -1) {
+                                              bool caller_workspace = false) {
   const int E = 3, rows_total = 100, K = 136, N = 256;  // K: two k-blocks, the second ragged
   const std::vector<int32_t> offs = {0, 70, 70};
   const int n_out = kind == MoeGemmKind::l1_swiglu ? N / 2 : N;
@@ -92,7 +90,6 @@ void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, in
   ASSERT_EQ(cudaMemcpy(d_offs, offs.data(), E * 4, cudaMemcpyHostToDevice), cudaSuccess);
   MoeGemmArgs args{kind, a, b, c, d_offs, nullptr, rows_total, K, N, E, tile, splits};
   args.out_store = store;
-  args.consumer_lag = consumer_lag;
   void* ws = nullptr;
   if (caller_workspace) {
     args.workspace_bytes = moe_workspace_bytes(args);
@@ -150,54 +147,6 @@ TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedL2) {
   XSTAGE_NEED_GPUS(1);
   for (MoeOutStore st : kStores)
     for (MoeTile t : kTiles) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t, 1, st);
-}
-
-// The second consumer warpgroup a few k-blocks behind the first, more than
-// a tile's three k-blocks: the first releases it at its end.
-TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedWithAConsumerLag) {
-  XSTAGE_NEED_GPUS(1);
-  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2})
-    for (MoeTile t : kTiles)
-      for (int lag : {2, 5}) rows_past_the_last_expert_stay_untouched(kind, t, 1, MoeOutStore::warp_staged, false, lag);
-}
-
-// Any consumer lag computes the same tiles in the same order: the same bits.
-TEST(MoeGemmApi, ConsumerLagGivesTheSameBits) {
-  XSTAGE_NEED_GPUS(1);
-  const std::vector<int32_t> counts = {130, 0, 257, 64, 1, 300};
-  std::vector<int32_t> offs(counts.size());
-  std::partial_sum(counts.begin(), counts.end(), offs.begin());
-  const int E = int(counts.size()), rows = offs.back(), K = 520, N = 512;  // 9 k-blocks, the last ragged
-  uint16_t *a, *b, *c;
-  int32_t* d_offs;
-  ASSERT_EQ(cudaMalloc(&a, size_t(rows) * K * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&b, size_t(E) * N * K * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&c, size_t(rows) * N * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_offs, E * 4), cudaSuccess);
-  ASSERT_EQ(fill::launch_fill_random_bf16(a, size_t(rows) * K, 31, 0, 0, nullptr), 0);
-  ASSERT_EQ(fill::launch_fill_random_bf16(b, size_t(E) * N * K, 31, 1, 0, nullptr), 0);
-  ASSERT_EQ(cudaMemcpy(d_offs, offs.data(), E * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2})
-    for (MoeTile t : kTiles) {
-      const int n_out = kind == MoeGemmKind::l1_swiglu ? N / 2 : N;
-      std::vector<uint16_t> want;
-      for (int lag : {0, 1, 2, 3, 8}) {
-        SCOPED_TRACE(testing::Message() << "kind " << int(kind) << " tile " << int(t) << " lag " << lag);
-        MoeGemmArgs args{kind, a, b, c, d_offs, nullptr, rows, K, N, E, t, 1};
-        args.out_store = MoeOutStore::warp_staged;
-        args.consumer_lag = lag;
-        ASSERT_EQ(cudaMemset(c, 0xff, size_t(rows) * N * 2), cudaSuccess);
-        moe_gemm(args);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        std::vector<uint16_t> got(size_t(rows) * n_out);
-        ASSERT_EQ(cudaMemcpy(got.data(), c, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-        if (lag == 0)
-          want = got;
-        else
-          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 2)) << "bits differ from lag 0";
-      }
-    }
-  cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(d_offs);
 }
 
 // Split-K: K = 136 is three k-blocks, the last ragged; 2 and 3 ranges.

@@ -155,14 +155,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
   const uint64_t b_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::A_BYTES + wg_n * WN * 128, 16, 1024);
 
-  // Warpgroup 1's head start offset (GroupedGemmParams::consumer_lag): it
-  // waits on named barrier 3 until warpgroup 0 has issued `lag` k-blocks.
-  // At most STAGES - 1, so that warpgroup 0 finds them loaded without
-  // warpgroup 1 handing any slot back.
-  const int lag = kSplitK || Cfg::BULK_OUT ? 0 : min(p.consumer_lag, STAGES - 1);
-  bool lag_released = lag <= 0 || cwg == 1;
-  if (lag > 0 && cwg == 1) ptx::named_bar_sync(3, 256);
-
   float acc[WN / 8][4];
   uint32_t it = 0;
   for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
@@ -170,10 +162,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     uint32_t prev_s = 0;
     const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
     for (int kb = kb0; kb < kb_end; ++kb, ++it) {
-      if (!lag_released && it == uint32_t(lag)) {
-        ptx::named_bar_arrive(3, 256);
-        lag_released = true;
-      }
       const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
       ptx::mbar_wait(full + s, ph);
       ptx::wgmma_fence();
@@ -219,7 +207,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                        out);
     }
   }
-  if (!lag_released) ptx::named_bar_arrive(3, 256);  // fewer k-blocks than the lag in all
   // Shared memory must outlive the copies that read it; the writes are then
   // complete before the kernel's end makes them visible to the next launch.
   if constexpr (Cfg::BULK_OUT)

@@ -35,13 +35,6 @@ struct GroupedGemmParams {
   int splits = 1;                     // 1 .. k-blocks (ceil(K / 64))
   float* split_ws = nullptr;
   int32_t* split_count = nullptr;
-  // Consumer warpgroup 1 starts this many k-blocks behind warpgroup 0 (0:
-  // together; clamped to STAGES - 1; ignored with split-K or the bulk output
-  // store, whose barriers pair the warpgroups every tile). Each tile both do
-  // the same work, so the offset holds from tile to tile, and one's epilogue
-  // runs while the other still issues wgmma: the tensor pipe is not left idle
-  // while both store.
-  int consumer_lag = 0;
 };
 
 // The tile shapes compiled (BLOCK_M x BLOCK_N; two consumer warpgroups each).

@@ -18,9 +18,6 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // Split-K partials beyond this size are refused: splits pay off only when few
 // tiles leave SMs idle, where the workspace is a few MiB.
 constexpr int64_t kMaxSplitWorkspaceBytes = int64_t(1) << 30;
-// The consumer warpgroups' offset in k-blocks when the caller leaves it (-1):
-// docs/perf-log.md, MoE 7.
-constexpr int kDefaultConsumerLag = 0;
 
 int64_t max_tiles(const MoeGemmArgs& a, int bm, int bn) { return (int64_t(a.rows_total) / bm + a.E) * (a.N / bn); }
 
@@ -129,9 +126,6 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
   if (a.splits < 0 || a.splits > (a.K + 63) / 64)
     throw Error(fmt::format("moe gemm {}: splits: expected 0 (automatic) to ceil(K / 64) = {}, got {}", k,
                             (a.K + 63) / 64, a.splits));
-  if (a.consumer_lag < -1 || a.consumer_lag > 8)
-    throw Error(fmt::format("moe gemm {}: consumer_lag {}: expected -1 (default) or 0 .. 8 k-blocks", k,
-                            a.consumer_lag));
   if (a.out_store != MoeOutStore::automatic && a.out_store != MoeOutStore::warp_staged &&
       a.out_store != MoeOutStore::tile_bulk)
     throw Error(fmt::format("moe gemm {}: out_store {}: expected -1 (auto), 0 (staged) or 1 (bulk)", k,
@@ -207,7 +201,6 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
       p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
     }
   }
-  p.consumer_lag = a.consumer_lag >= 0 ? a.consumer_lag : kDefaultConsumerLag;
   const int out = int(moe_resolved_out_store(a));
   const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, out, stream)
                                                   : moe::launch_grouped_gemm_plain(p, tile, out, stream);
