@@ -13,10 +13,11 @@ the model places each configuration in before looking at the times).
 A second table splits the emulated PCIe path's combine out. Emulated ranks
 keep every combine buffer in host memory, so the combine reads each row back
 over PCIe after the kernel; ranks on separate GPUs would read their own
-memory. It gives, per host configuration: the layer without its combine
-phase over the floor and over a floor that also counts the read-back, the
-link's two directions at the rates `xstage duplex` measured (the profile's
-`duplex`: one R for both directions overstates a duplex link's time); and
+memory. It gives, per host configuration: the layer over the floor and over
+a floor that also counts the read-back, the link's two directions at the
+rates `xstage duplex` measured (the profile's `duplex`: one R for both
+directions overstates a duplex link's time); that duplex floor over the
+issue's floor (no schedule of this emulation can go below it); and
 an estimate of ranks on separate GPUs, the layer with its combine phase
 replaced by the same configuration's on device memory (same sweep, same
 schedule; put together from two measurements, not a run), over the floor
@@ -115,10 +116,10 @@ def readback_table(emulated, xstage):
         print(f"(no read-back table: the host profile's duplex rates could not be read: {e})", file=sys.stderr)
         return
     print()
-    print("| emulated PCIe path | configs | layer / floor | layer / duplex floor with the read-back | estimate / "
-          "floor | estimate / duplex floor |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    out = {"layer": [], "duplex": [], "swapped": [], "swapped_duplex": []}
+    print("| emulated PCIe path | configs | layer / floor | layer / duplex floor with the read-back | duplex floor "
+          "with the read-back / floor (no schedule goes below) | estimate / floor | estimate / duplex floor |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    out = {"layer": [], "duplex": [], "bound": [], "swapped": [], "swapped_duplex": []}
     for key, v in pairs:
         h, d = v["host"], v["device"]
         med = lambda c, b, ph: st.median(c["phase_ms"][b][ph])
@@ -131,11 +132,12 @@ def readback_table(emulated, xstage):
         swapped = total(h, b) - med(h, b, "combine") + med(d, b, "combine")
         out["layer"].append(total(h, b) / h["floor_ms"])
         out["duplex"].append(total(h, b) / floor_rb)
+        out["bound"].append(floor_rb / h["floor_ms"])
         out["swapped"].append(swapped / h["floor_ms"])
         out["swapped_duplex"].append(swapped / floor_sep)
     cell = lambda k: f'{gm(out[k]):.2f} ({min(out[k]):.2f} .. {max(out[k]):.2f})'
-    print(f'| host placement | {len(pairs)} | {cell("layer")} | {cell("duplex")} | {cell("swapped")} | '
-          f'{cell("swapped_duplex")} |')
+    print(f'| host placement | {len(pairs)} | {cell("layer")} | {cell("duplex")} | {cell("bound")} | '
+          f'{cell("swapped")} | {cell("swapped_duplex")} |')
     print(f"(duplex rates of {pairs[0][1]['host']['profile']}, GB/s: read alone {rates[0]:.1f}, store alone "
           f"{rates[1]:.1f}, together read {rates[2]:.1f} + store {rates[3]:.1f}; the best fused schedule of each "
           "configuration by its measured layer; estimate = that layer with its combine phase replaced by the same configuration's and schedule's combine phase on device memory; the duplex floors read and store the dispatch's and L2's rows (and, with the read-back, the combine's) in the link's two directions at those rates)")
