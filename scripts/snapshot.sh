@@ -3,7 +3,9 @@
 # work in progress) into .device/snapshot, for a device run that must not pick
 # up half-written files. Prints the snapshot's commit.
 #   scripts/snapshot.sh [--prebuilt]
-# --prebuilt also builds the command and the GPU tests here (build-device/, the
+# --prebuilt also builds the command, the GPU tests and the libraries (the
+# bench's libxstage_moe.so, the Python package's libxstage_torch.so for
+# XSTAGE_LIBRARY) here (build-device/, the
 # same nvcc 13.0 and sm_90a code as the device machine) and puts them in
 # .device/snapshot/prebuilt/, so a device run can skip its build stage. It
 # refuses when the compiled sources in the working tree differ from the index:
@@ -30,8 +32,9 @@ echo "$commit" > .device/snapshot/COMMIT
 if ((prebuilt)); then
   export PATH=$PATH:/usr/local/cuda/bin
   cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DXSTAGE_GIT_COMMIT="$commit" >/dev/null
-  cmake --build build-device -j "$(nproc)" --target xstage_cli xstage_gpu_tests xstage_moe >&2
+  cmake --build build-device -j "$(nproc)" --target xstage_cli xstage_gpu_tests xstage_moe xstage_torch >&2
   mkdir -p .device/snapshot/prebuilt
-  cp build-device/xstage build-device/xstage_gpu_tests build-device/libxstage_moe.so .device/snapshot/prebuilt/
+  cp build-device/xstage build-device/xstage_gpu_tests build-device/libxstage_moe.so build-device/libxstage_torch.so \
+    .device/snapshot/prebuilt/
 fi
 echo "$commit"

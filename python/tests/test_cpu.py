@@ -316,3 +316,75 @@ def _call_attention(B=1, H=2, S_q=100, S_kv=70, D=128, ptrs=(0x1000, 0x2000, 0x3
 ])
 def test_attention_arguments_reach_the_library_in_order(kw, words):
     _expect_message(_call_attention, kw, words)
+
+
+# ---- MoE expert GEMMs (xstage/moe.py)
+
+def test_moe_ops_registered_with_schemas():
+    assert str(torch.ops.xstage.moe_l1.default._schema) == (
+        "xstage::moe_l1(Tensor x, Tensor w13, Tensor offs, Tensor? row_weight) -> Tensor")
+    assert str(torch.ops.xstage.moe_l2.default._schema) == "xstage::moe_l2(Tensor h, Tensor w2, Tensor offs) -> Tensor"
+
+
+def test_moe_interleave_w13_alternates_gate_and_up_in_groups_of_8():
+    E, I, H = 2, 24, 3
+    w13 = torch.arange(E * 2 * I * H, dtype=torch.float32).reshape(E, 2 * I, H)
+    got = xstage.moe_interleave_w13(w13)
+    assert got.shape == w13.shape and got.is_contiguous()
+    for e in range(E):
+        for g in range(2 * I // 16):
+            assert torch.equal(got[e, 16 * g:16 * g + 8], w13[e, 8 * g:8 * g + 8])  # gate rows
+            assert torch.equal(got[e, 16 * g + 8:16 * g + 16], w13[e, I + 8 * g:I + 8 * g + 8])  # up rows
+    with pytest.raises(ValueError, match=r"2I = 24 \(dimension 1\): expected a multiple of 16"):
+        xstage.moe_interleave_w13(torch.zeros(1, 24, 8))
+
+
+def test_moe_fake_shapes_and_torch_compile():
+    rows, H, I, E = 300, 256, 384, 5
+    x = torch.empty(rows, H, dtype=BF16, device="meta")
+    w13 = torch.empty(E, 2 * I, H, dtype=BF16, device="meta")
+    w2 = torch.empty(E, H, I, dtype=BF16, device="meta")
+    offs = torch.empty(E, dtype=torch.int32, device="meta")
+    wt = torch.empty(rows, dtype=torch.float32, device="meta")
+    out, gm = _compile_and_capture(lambda x, w13, w2, offs, wt: xstage.moe_experts(x, w13, w2, offs, wt),
+                                   x, w13, w2, offs, wt)
+    assert out.shape == (rows, H) and out.dtype == BF16
+    assert _calls(gm, torch.ops.xstage.moe_l1) == 1 and _calls(gm, torch.ops.xstage.moe_l2) == 1
+    with FakeTensorMode():
+        h = torch.ops.xstage.moe_l1(torch.empty(7, H, dtype=BF16, device="cuda"),
+                                    torch.empty(E, 256, H, dtype=BF16, device="cuda"),
+                                    torch.empty(E, dtype=torch.int32, device="cuda"), None)
+        assert h.shape == (7, 128) and h.device.type == "cuda"
+
+
+def _moe_args(rows=16, H=256, I=128, E=3):
+    return (_bf16(rows, H), _bf16(E, 2 * I, H), torch.zeros(E, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("fn,args,exc,words", [
+    ("l1", (_bf16(16, 256).half(), _bf16(3, 256, 256), torch.zeros(3, dtype=torch.int32)), TypeError,
+     "x: expected dtype torch.bfloat16"),
+    ("l1", (_bf16(16, 256), _bf16(3, 256, 200), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "w13: expected [E, N, K] with K = 256"),
+    ("l1", (_bf16(16, 256), _bf16(3, 256, 256), torch.zeros(3, dtype=torch.int64)), TypeError,
+     "offs: expected a 1-dimensional torch.int32"),
+    ("l1", (_bf16(16, 256), _bf16(3, 256, 256), torch.zeros(4, dtype=torch.int32)), ValueError,
+     "offs: expected one end per expert (3"),
+    ("l1", (_bf16(16, 250), _bf16(3, 256, 250), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "K = 250 (last dimension of x): expected a positive multiple of 8"),
+    ("l1", (_bf16(16, 256), _bf16(3, 192, 256), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "2I = 192 (dimension 1): expected a positive multiple of 128"),
+    ("l1", (_bf16(16, 256), _bf16(3, 256, 256), torch.zeros(3, dtype=torch.int32), torch.zeros(15)), TypeError,
+     "row_weight: expected a torch.float32 tensor of shape (16,)"),
+    ("l1", (_bf16(16, 256), _bf16(3, 256, 256), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "expected CUDA tensors, got a tensor on cpu"),
+    ("l2", (_bf16(16, 128), _bf16(3, 200, 128), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "w2: H = 200 (dimension 1): expected a positive multiple of 128"),
+    ("l2", (_bf16(16, 128), "w2", torch.zeros(3, dtype=torch.int32)), TypeError, "w2: expected a torch.Tensor"),
+])
+def test_moe_errors_say_what_and_where(fn, args, exc, words):
+    f = xstage.grouped_mm_swiglu if fn == "l1" else xstage.grouped_mm
+    with pytest.raises(exc) as e:
+        f(*args)
+    name = "xstage.grouped_mm_swiglu" if fn == "l1" else "xstage.grouped_mm"
+    assert str(e.value).startswith(name + ": ") and words in str(e.value), str(e.value)

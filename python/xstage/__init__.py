@@ -3,10 +3,13 @@
     xstage.attention(q, k, v, scale=None)      our Hopper attention, bf16 [B, S, H, D]
     xstage.UlyssesAttention(group)             sequence-parallel attention, the post-attention
                                                all-to-all fused into the attention epilogue
+    xstage.grouped_mm_swiglu(x, w13i, offs)    the MoE expert GEMMs, bf16, grouped as in
+    xstage.grouped_mm(h, w2, offs)             torch._grouped_mm (L1 with its SwiGLU and
+    xstage.moe_experts(x, w13i, w2, offs)      routing weight fused); moe_interleave_w13
 
-Both are torch.library custom ops (torch.ops.xstage.attention,
-torch.ops.xstage.ulysses_attention) with fake implementations: torch.compile
-traces them and CUDA graphs capture them.
+All are torch.library custom ops (torch.ops.xstage.attention,
+torch.ops.xstage.ulysses_attention, torch.ops.xstage.moe_l1 and moe_l2) with
+fake implementations: torch.compile traces them and CUDA graphs capture them.
 """
 import os
 
@@ -18,6 +21,8 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
 from xstage.ops import attention  # noqa: E402
 from xstage.ulysses import UlyssesAttention  # noqa: E402
+from xstage.moe import grouped_mm, grouped_mm_swiglu, moe_experts, moe_interleave_w13  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["attention", "UlyssesAttention"]
+__all__ = ["attention", "UlyssesAttention", "grouped_mm_swiglu", "grouped_mm", "moe_experts",
+           "moe_interleave_w13"]

@@ -14,6 +14,7 @@
 
 #include "xstage/attention.hpp"
 #include "xstage/error.hpp"
+#include "xstage/moe.hpp"
 #include "xstage/remote_store.hpp"
 #include "xstage/ulysses.hpp"
 #include "xstage/ulysses_fused.hpp"
@@ -56,12 +57,24 @@ xstage::AttentionKernel fused_kernel(const int64_t* shape) {
   return xstage::AttentionKernel(in_range(shape[6], 0, kLastKernel, "ulysses: kernel"));
 }
 
+// The sizes of a MoE GEMM, narrowed to the library's ints after a range check
+// (the library's validation says what each must be).
+xstage::MoeGemmArgs moe_args(int kind, int64_t rows_total, int64_t K, int64_t N, int64_t E) {
+  xstage::MoeGemmArgs a;
+  a.kind = xstage::MoeGemmKind(in_range(kind, 0, 1, "moe gemm: kind (0 L1, 1 L2)"));
+  a.rows_total = int(in_range(rows_total, 0, INT32_MAX, "moe gemm: rows"));
+  a.K = int(in_range(K, INT32_MIN, INT32_MAX, "moe gemm: K"));
+  a.N = int(in_range(N, INT32_MIN, INT32_MAX, "moe gemm: N"));
+  a.E = int(in_range(E, INT32_MIN, INT32_MAX, "moe gemm: E"));
+  return a;
+}
+
 }  // namespace
 
 extern "C" {
 
 // Bumped whenever a signature below changes; python/xstage/_lib.py checks it.
-int xstage_torch_abi_version() { return 1; }
+int xstage_torch_abi_version() { return 2; }
 
 // O = softmax(scale Q K^T) V, bf16 [B, S, H, D]; strides: int64[12], the (b, s,
 // h) element strides of q, k, v and o. scale: NaN for 1/sqrt(D); kernel: an
@@ -128,6 +141,31 @@ int xstage_ulysses_fused(const int64_t* shape, const void* q, const void* k, con
     a.paced_rows = paced_rows, a.timeout_s = timeout_s;
     xstage::ulysses_fused_forward(a, static_cast<cudaStream_t>(stream));
   });
+}
+
+// The MoE expert GEMMs (xstage/moe.hpp) with the heuristic's tile, split-K
+// and output store. kind: 0 L1 (SwiGLU, W13 interleaved; row_weight
+// optional), 1 L2 (row_weight null). a [rows_total, K], b [E, N, K], c
+// [rows_total, N / 2 (L1) or N], offs int32 [E], all contiguous device
+// memory. workspace: workspace_bytes (xstage_moe_workspace_bytes) of zeroed
+// device memory when that is above 0, each launch leaving it zeroed for the
+// next; one launch at a time may use it.
+int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32_t* offs, const float* row_weight,
+                    int64_t rows_total, int64_t K, int64_t N, int64_t E, void* workspace, int64_t workspace_bytes,
+                    void* stream, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    xstage::MoeGemmArgs args = moe_args(kind, rows_total, K, N, E);
+    args.a = a, args.b = b, args.c = c, args.offs = offs, args.row_weight = row_weight;
+    args.workspace = workspace;
+    args.workspace_bytes = size_t(in_range(workspace_bytes, 0, INT64_MAX, "moe gemm: workspace_bytes"));
+    xstage::moe_gemm(args, static_cast<cudaStream_t>(stream));
+  });
+}
+
+// The split-K workspace xstage_moe_gemm needs for these sizes (0: none).
+int xstage_moe_workspace_bytes(int kind, int64_t rows_total, int64_t K, int64_t N, int64_t E, int64_t* bytes,
+                               char* err, int err_len) {
+  return guarded(err, err_len, [&] { *bytes = int64_t(xstage::moe_workspace_bytes(moe_args(kind, rows_total, K, N, E))); });
 }
 
 int xstage_ulysses_timeout_record_bytes() { return int(xstage::ulysses_timeout_record_bytes()); }

@@ -1,0 +1,159 @@
+"""The MoE expert GEMMs as torch custom ops (docs/design/python.md, "MoE
+expert GEMMs"): the same grouped problem as torch._grouped_mm, the rows of
+expert e being x[offs[e-1]:offs[e]] (offs[-1] = 0), with L1's SwiGLU and
+routing weight in its epilogue.
+
+    h = xstage.grouped_mm_swiglu(x, w13i, offs, row_weight=None)   L1
+    y = xstage.grouped_mm(h, w2, offs)                              L2
+    y = xstage.moe_experts(x, w13i, w2, offs, row_weight=None)      both
+
+w13i is W13 with its gate and up rows interleaved (moe_interleave_w13, once
+at load time); w2 is [E, H, I] as nn.Linear stores it. The tile, split-K and
+output store are the library's heuristic (docs/design/moe.md).
+"""
+import ctypes
+from typing import Optional
+
+import torch
+
+from xstage import _lib
+
+L1, L2 = 0, 1
+_NAMES = {L1: "xstage.grouped_mm_swiglu", L2: "xstage.grouped_mm"}
+
+
+def moe_interleave_w13(w13):
+    """[E, 2I, H] with the gate projection's I rows then the up projection's
+    -> the kernel's layout, gate and up rows alternating in groups of 8, so
+    that one output tile holds matching gate and up columns. A new contiguous
+    tensor; 2I must be a multiple of 16."""
+    op = "xstage.moe_interleave_w13"
+    if not isinstance(w13, torch.Tensor) or w13.dim() != 3:
+        raise ValueError(f"{op}: w13: expected a [E, 2I, H] tensor, got "
+                         f"{tuple(w13.shape) if isinstance(w13, torch.Tensor) else type(w13).__name__}")
+    E, two_i, H = w13.shape
+    if two_i % 16:
+        raise ValueError(f"{op}: w13: 2I = {two_i} (dimension 1): expected a multiple of 16")
+    return w13.reshape(E, 2, two_i // 16, 8, H).permute(0, 2, 1, 3, 4).reshape(E, two_i, H).contiguous()
+
+
+def _check(kind, a, b, offs, row_weight):
+    """Shapes, dtypes, devices and layouts of one GEMM: a [rows, K], b [E, N, K], offs int32 [E], row_weight
+    fp32 [rows] (L1 only). Returns (rows, K, N, E)."""
+    op = _NAMES[kind]
+    names = ("x", "w13") if kind == L1 else ("h", "w2")
+    for name, t, dims in ((names[0], a, 2), (names[1], b, 3)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.bfloat16:
+            raise TypeError(f"{op}: {name}: expected dtype torch.bfloat16, got {t.dtype}")
+        if t.dim() != dims:
+            raise ValueError(f"{op}: {name}: expected {dims} dimensions, got shape {tuple(t.shape)}")
+    if not isinstance(offs, torch.Tensor) or offs.dtype != torch.int32 or offs.dim() != 1:
+        raise TypeError(f"{op}: offs: expected a 1-dimensional torch.int32 tensor of cumulative row ends, got "
+                        f"{offs.dtype if isinstance(offs, torch.Tensor) else type(offs).__name__}"
+                        f"{' ' + str(tuple(offs.shape)) if isinstance(offs, torch.Tensor) else ''}")
+    rows, K = a.shape
+    E, N, K_b = b.shape
+    if K_b != K:
+        raise ValueError(f"{op}: {names[1]}: expected [E, N, K] with K = {K} as in {names[0]} {tuple(a.shape)}, "
+                         f"got {tuple(b.shape)}")
+    if offs.shape[0] != E:
+        raise ValueError(f"{op}: offs: expected one end per expert ({E}, as {names[1]} has), got {offs.shape[0]}")
+    if E < 1:
+        raise ValueError(f"{op}: {names[1]}: expected at least one expert, got shape {tuple(b.shape)}")
+    if K < 8 or K % 8:
+        raise ValueError(f"{op}: K = {K} (last dimension of {names[0]}): expected a positive multiple of 8")
+    if N < 128 or N % 128:
+        what = "2I" if kind == L1 else "H"
+        raise ValueError(f"{op}: {names[1]}: {what} = {N} (dimension 1): expected a positive multiple of 128")
+    if row_weight is not None:
+        if kind != L1:
+            raise ValueError(f"{op}: row_weight: L1 only (the routing weight belongs to its epilogue)")
+        if not isinstance(row_weight, torch.Tensor) or row_weight.dtype != torch.float32 or \
+                tuple(row_weight.shape) != (rows,):
+            raise TypeError(f"{op}: row_weight: expected a torch.float32 tensor of shape ({rows},), got "
+                            f"{row_weight.dtype if isinstance(row_weight, torch.Tensor) else type(row_weight).__name__}"
+                            f"{' ' + str(tuple(row_weight.shape)) if isinstance(row_weight, torch.Tensor) else ''}")
+    ts = [a, b, offs] + ([row_weight] if row_weight is not None else [])
+    if any(t.device != a.device for t in ts):
+        raise ValueError(f"{op}: expected every tensor on one device, got {', '.join(str(t.device) for t in ts)}")
+    return rows, K, N, E
+
+
+def _contiguous(t):
+    """t when the kernels can read it in place (contiguous, 16-byte aligned), else a contiguous copy."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _launch(kind, a, b, offs, row_weight):
+    rows, K, N, E = _check(kind, a, b, offs, row_weight)
+    op = _NAMES[kind]
+    if a.device.type != "cuda":
+        raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {a.device}")
+    a, b, offs = _contiguous(a), _contiguous(b), _contiguous(offs)
+    if row_weight is not None:
+        row_weight = _contiguous(row_weight)
+    c = torch.empty((rows, N // 2 if kind == L1 else N), dtype=torch.bfloat16, device=a.device)
+    ws_bytes = ctypes.c_int64(0)
+    _lib.call("xstage_moe_workspace_bytes", kind, rows, K, N, E, ctypes.byref(ws_bytes))
+    # Split-K's partials and tile counts: zeroed here, left zeroed by the launch (the caching allocator makes
+    # this a memset of a few hundred KiB, and capturable in a CUDA graph).
+    ws = torch.zeros(ws_bytes.value, dtype=torch.uint8, device=a.device) if ws_bytes.value > 0 else None
+    with torch.cuda.device(a.device):
+        _lib.call("xstage_moe_gemm", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
+                  None if row_weight is None else row_weight.data_ptr(), rows, K, N, E,
+                  None if ws is None else ws.data_ptr(), ws_bytes.value,
+                  torch.cuda.current_stream(a.device).cuda_stream)
+    return c
+
+
+@torch.library.custom_op("xstage::moe_l1", mutates_args=())
+def _moe_l1(x: torch.Tensor, w13: torch.Tensor, offs: torch.Tensor, row_weight: Optional[torch.Tensor]) -> torch.Tensor:
+    return _launch(L1, x, w13, offs, row_weight)
+
+
+@_moe_l1.register_fake
+def _moe_l1_fake(x, w13, offs, row_weight):
+    rows, _, N, _ = _check(L1, x, w13, offs, row_weight)
+    return x.new_empty((rows, N // 2))
+
+
+@torch.library.custom_op("xstage::moe_l2", mutates_args=())
+def _moe_l2(h: torch.Tensor, w2: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    return _launch(L2, h, w2, offs, None)
+
+
+@_moe_l2.register_fake
+def _moe_l2_fake(h, w2, offs):
+    rows, _, N, _ = _check(L2, h, w2, offs, None)
+    return h.new_empty((rows, N))
+
+
+def grouped_mm_swiglu(x, w13, offs, row_weight=None):
+    """L1 of the expert layer: for every expert e, h[rows of e] = silu(g) * u
+    (times row_weight[row] when given), where g and u are the gate and up
+    halves of x[rows of e] @ W13[e]^T. x bf16 [rows, H]; w13 bf16 [E, 2I, H],
+    interleaved by moe_interleave_w13; offs int32 [E], cumulative row ends as
+    torch._grouped_mm takes them (any counts, 0 included); row_weight fp32
+    [rows] or None. Returns a new bf16 [rows, I]; rows at or past offs[-1]
+    belong to no expert and are left unwritten. Forward only."""
+    _check(L1, x, w13, offs, row_weight)
+    return torch.ops.xstage.moe_l1(x, w13, offs, row_weight)
+
+
+def grouped_mm(h, w2, offs):
+    """L2 of the expert layer: y[rows of e] = h[rows of e] @ W2[e]^T for every
+    expert e. h bf16 [rows, I]; w2 bf16 [E, H, I]; offs as in
+    grouped_mm_swiglu. Returns a new bf16 [rows, H]; rows at or past
+    offs[-1] are left unwritten. Forward only."""
+    _check(L2, h, w2, offs, None)
+    return torch.ops.xstage.moe_l2(h, w2, offs)
+
+
+def moe_experts(x, w13, w2, offs, row_weight=None):
+    """Both GEMMs of the expert layer: grouped_mm(grouped_mm_swiglu(x, w13,
+    offs, row_weight), w2, offs)."""
+    return grouped_mm(grouped_mm_swiglu(x, w13, offs, row_weight), w2, offs)
