@@ -127,11 +127,12 @@ def test_another_stream_and_a_cuda_graph(cuda):
 def test_split_k_in_a_cuda_graph(cuda):
     """Few rows on a long K: the heuristic splits K, and the op's workspace comes from torch's allocator."""
     counts, H, I = [128], 512, 6144
-    ws = ctypes.c_int64(0)
-    _lib.call("xstage_moe_workspace_bytes", 1, 128, I, H, 1, ctypes.byref(ws))
-    assert ws.value > 0, "the heuristic did not split K: this test would not cover split-K"
     x, w13, w2, offs, _ = problem(cuda, counts, H, I, False, seed=6)
     h = xstage.grouped_mm_swiglu(x, xstage.moe_interleave_w13(w13), offs)
+    ws, y0 = ctypes.c_int64(0), torch.empty(128, H, dtype=BF16, device=cuda)
+    _lib.call("xstage_moe_workspace_bytes", 1, h.data_ptr(), w2.data_ptr(), y0.data_ptr(), offs.data_ptr(), 128, I, H,
+              1, ctypes.byref(ws))
+    assert ws.value > 0, "the heuristic did not split K: this test would not cover split-K"
     eager = xstage.grouped_mm(h, w2, offs)
     check(eager, ref_l2(h, w2, offs), torch._grouped_mm(h, w2.transpose(-2, -1), offs=offs), 128)
     g = torch.cuda.CUDAGraph()

@@ -37,7 +37,8 @@ _SIGNATURES = {
                                                                           ctypes.c_int],
         ctypes.c_int),
     "xstage_moe_workspace_bytes": (
-        [ctypes.c_int] + [ctypes.c_int64] * 4 + [_c_i64p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
+        [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [_c_i64p, ctypes.c_char_p, ctypes.c_int],
+        ctypes.c_int),
     "xstage_ulysses_timeout_record_bytes": ([], ctypes.c_int),
     "xstage_ulysses_describe_timeout": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     "xstage_parse_store_path": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int],

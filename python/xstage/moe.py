@@ -98,7 +98,8 @@ def _launch(kind, a, b, offs, row_weight):
         row_weight = _contiguous(row_weight)
     c = torch.empty((rows, N // 2 if kind == L1 else N), dtype=torch.bfloat16, device=a.device)
     ws_bytes = ctypes.c_int64(0)
-    _lib.call("xstage_moe_workspace_bytes", kind, rows, K, N, E, ctypes.byref(ws_bytes))
+    _lib.call("xstage_moe_workspace_bytes", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(), rows, K,
+              N, E, ctypes.byref(ws_bytes))
     # Split-K's partials and tile counts: zeroed here, left zeroed by the launch (the caching allocator makes
     # this a memset of a few hundred KiB, and capturable in a CUDA graph).
     ws = torch.zeros(ws_bytes.value, dtype=torch.uint8, device=a.device) if ws_bytes.value > 0 else None

@@ -162,10 +162,16 @@ int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32
   });
 }
 
-// The split-K workspace xstage_moe_gemm needs for these sizes (0: none).
-int xstage_moe_workspace_bytes(int kind, int64_t rows_total, int64_t K, int64_t N, int64_t E, int64_t* bytes,
-                               char* err, int err_len) {
-  return guarded(err, err_len, [&] { *bytes = int64_t(xstage::moe_workspace_bytes(moe_args(kind, rows_total, K, N, E))); });
+// The split-K workspace xstage_moe_gemm needs for these arguments (0: none);
+// they are validated as the launch will validate them.
+int xstage_moe_workspace_bytes(int kind, const void* a, const void* b, void* c, const int32_t* offs,
+                               int64_t rows_total, int64_t K, int64_t N, int64_t E, int64_t* bytes, char* err,
+                               int err_len) {
+  return guarded(err, err_len, [&] {
+    xstage::MoeGemmArgs args = moe_args(kind, rows_total, K, N, E);
+    args.a = a, args.b = b, args.c = c, args.offs = offs;
+    *bytes = int64_t(xstage::moe_workspace_bytes(args));
+  });
 }
 
 int xstage_ulysses_timeout_record_bytes() { return int(xstage::ulysses_timeout_record_bytes()); }
