@@ -20,6 +20,7 @@ from xstage import _lib
 
 L1, L2 = 0, 1
 _NAMES = {L1: "xstage.grouped_mm_swiglu", L2: "xstage.grouped_mm"}
+_WORKSPACE_BYTES = {}  # (kind, rows, K, N, E, device) -> split-K workspace bytes: one library call an eager launch
 
 
 def moe_interleave_w13(w13):
@@ -97,17 +98,21 @@ def _launch(kind, a, b, offs, row_weight):
     if row_weight is not None:
         row_weight = _contiguous(row_weight)
     c = torch.empty((rows, N // 2 if kind == L1 else N), dtype=torch.bfloat16, device=a.device)
-    ws_bytes = ctypes.c_int64(0)
-    _lib.call("xstage_moe_workspace_bytes", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(), rows, K,
-              N, E, ctypes.byref(ws_bytes))
+    key = (kind, rows, K, N, E, a.device)
+    ws_bytes = _WORKSPACE_BYTES.get(key)
+    if ws_bytes is None:  # the size depends on these alone (the heuristic's tile and splits)
+        n = ctypes.c_int64(0)
+        with torch.cuda.device(a.device):
+            _lib.call("xstage_moe_workspace_bytes", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
+                      rows, K, N, E, ctypes.byref(n))
+        ws_bytes = _WORKSPACE_BYTES[key] = n.value
     # Split-K's partials and tile counts: zeroed here, left zeroed by the launch (the caching allocator makes
     # this a memset of a few hundred KiB, and capturable in a CUDA graph).
-    ws = torch.zeros(ws_bytes.value, dtype=torch.uint8, device=a.device) if ws_bytes.value > 0 else None
+    ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes > 0 else None
     with torch.cuda.device(a.device):
         _lib.call("xstage_moe_gemm", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                   None if row_weight is None else row_weight.data_ptr(), rows, K, N, E,
-                  None if ws is None else ws.data_ptr(), ws_bytes.value,
-                  torch.cuda.current_stream(a.device).cuda_stream)
+                  None if ws is None else ws.data_ptr(), ws_bytes, torch.cuda.current_stream(a.device).cuda_stream)
     return c
 
 
