@@ -85,6 +85,19 @@ TEST(VisibleGpu, PeerPathReceiverPolls) {
   check_trace(small_point(VisiblePath::peer, 33, 4 << 20, 1000, 16));
 }
 
+// The local path in a process of its own, as the command runs it: its first
+// launches (the poller, then the producers beside it) come before any other
+// kernel of the process has loaded the producers' module.
+TEST(VisibleGpu, CommandLocalPathInAFreshProcess) {
+  XSTAGE_NEED_GPUS(1);
+  const CliRun r = run_cli("visible --path local --K 132 --V 1MiB --G 0 --bursts 6 --timeout 20s --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto start = r.out.find('{');
+  ASSERT_NE(start, std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(start));
+  EXPECT_EQ(j["points"][0]["summary"]["markers_seen"].get<uint64_t>(), 132u * 6u);
+}
+
 TEST(VisibleGpu, CommandWritesJson) {
   XSTAGE_NEED_GPUS(1);
   const CliRun r = run_cli("visible --path host --K 16 --V 1MiB --G 0 --bursts 6 --calib-rounds 100 "
