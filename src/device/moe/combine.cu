@@ -17,7 +17,6 @@
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/moe/layer_device.cuh"
 #include "device/ptx/math.cuh"
-#include "device/remote/local_memory.hpp"
 
 namespace xstage::moe {
 
@@ -112,12 +111,12 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
 }  // namespace
 
 int preload_moe_combine() {
-  for (const void* k : {reinterpret_cast<const void*>(sm90_moe_combine<8, 1>),
-                        reinterpret_cast<const void*>(sm90_moe_combine<4, 2>),
-                        reinterpret_cast<const void*>(sm90_moe_combine<2, 4>),
-                        reinterpret_cast<const void*>(sm90_moe_combine<1, 8>)})
-    if (const int e = remote::check_local_frame(k); e != 0) return e;
-  return 0;
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, sm90_moe_combine<8, 1>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_combine<4, 2>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_combine<2, 4>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_combine<1, 8>);
+  return int(e);
 }
 
 int launch_moe_combine(const CombineParams& p, cudaStream_t stream) {

@@ -15,7 +15,6 @@
 // large reads its own pool needs, as many in flight as its warps allow.
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/moe/layer_device.cuh"
-#include "device/remote/local_memory.hpp"
 
 namespace xstage::moe {
 
@@ -130,8 +129,9 @@ size_t moe_pull_smem_bytes(int n, int P, int E_loc) { return 2 * (size_t(n) * P 
 size_t moe_pull_max_smem_bytes() { return kPullMaxSmem; }
 
 int preload_moe_pull() {
-  cudaError_t e = cudaError_t(remote::check_local_frame(reinterpret_cast<const void*>(sm90_moe_pull_plan)));
-  if (e == cudaSuccess) e = cudaError_t(remote::check_local_frame(reinterpret_cast<const void*>(sm90_moe_pull)));
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, sm90_moe_pull_plan);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_moe_pull);
   return int(e);
 }
 

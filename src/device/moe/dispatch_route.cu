@@ -14,7 +14,6 @@
 // stores precede the flags (the usual fence / atomic / fence chain).
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/moe/layer_device.cuh"
-#include "device/remote/local_memory.hpp"
 
 namespace xstage::moe {
 
@@ -114,7 +113,8 @@ __global__ void __launch_bounds__(kRouteThreads) sm90_moe_route(RouteParams p) {
 }  // namespace
 
 int preload_moe_route() {
-  return int(cudaError_t(remote::check_local_frame(reinterpret_cast<const void*>(sm90_moe_route))));
+  cudaFuncAttributes a;
+  return int(cudaFuncGetAttributes(&a, sm90_moe_route));
 }
 
 int launch_moe_route(const RouteParams& p, cudaStream_t stream) {

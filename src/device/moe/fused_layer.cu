@@ -4,7 +4,6 @@
 #include "device/moe/fused_layer_sm90.cuh"
 #include "device/moe/launch_grouped_gemm.cuh"  // encode_rows_k
 #include "device/moe/smem_opt_in.cuh"
-#include "device/remote/local_memory.hpp"
 
 namespace xstage::moe {
 
@@ -51,20 +50,20 @@ int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t s
 }
 
 int preload_fused_layer(int fused_tile) {
-  auto load = [](auto kernel) { return remote::check_local_frame(reinterpret_cast<const void*>(kernel)); };
-  int e = int(cudaErrorInvalidValue);
+  cudaFuncAttributes a;
+  cudaError_t e = cudaErrorInvalidValue;
   switch (fused_tile) {
     case kFusedM128N256:
-      e = load(sm90_fused_moe_layer<CfgM128N256<256>, true>);
-      if (e == 0) e = load(sm90_fused_moe_layer<CfgM128N256<0>, false>);
+      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<256>, true>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<0>, false>);
       break;
     case kFusedM64N256:
-      e = load(sm90_fused_moe_layer<CfgM64N256<256>, true>);
-      if (e == 0) e = load(sm90_fused_moe_layer<CfgM64N256<0>, false>);
+      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<256>, true>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<0>, false>);
       break;
     default: break;
   }
-  return e;
+  return int(e);
 }
 
 int fused_layer_block_m(int fused_tile) {

@@ -5,7 +5,6 @@
 // the pull kernel's plan.
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/moe/layer_device.cuh"
-#include "device/remote/local_memory.hpp"
 
 namespace xstage::moe {
 
@@ -29,7 +28,8 @@ __global__ void __launch_bounds__(kPermuteThreads) sm90_moe_permute(PermuteParam
 }  // namespace
 
 int preload_moe_permute() {
-  return int(cudaError_t(remote::check_local_frame(reinterpret_cast<const void*>(sm90_moe_permute))));
+  cudaFuncAttributes a;
+  return int(cudaFuncGetAttributes(&a, sm90_moe_permute));
 }
 
 int launch_moe_permute(const PermuteParams& p, int grid, cudaStream_t stream) {

@@ -6,7 +6,6 @@
 // stream order then carries the acquire to the kernels after it.
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/moe/layer_device.cuh"
-#include "device/remote/local_memory.hpp"
 
 namespace xstage::moe {
 
@@ -28,7 +27,8 @@ __global__ void __launch_bounds__(kWaitThreads) sm90_moe_wait_flags(WaitFlagsPar
 }  // namespace
 
 int preload_moe_wait_flags() {
-  return int(cudaError_t(remote::check_local_frame(reinterpret_cast<const void*>(sm90_moe_wait_flags))));
+  cudaFuncAttributes a;
+  return int(cudaFuncGetAttributes(&a, sm90_moe_wait_flags));
 }
 
 int launch_moe_wait_flags(const WaitFlagsParams& p, cudaStream_t stream) {

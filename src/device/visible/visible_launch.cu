@@ -1,4 +1,3 @@
-#include "device/remote/local_memory.hpp"
 #include "device/visible/visible_kernels.cuh"
 #include "device/visible/visible_launch.hpp"
 
@@ -43,10 +42,11 @@ int launch_timer_resolution(uint64_t* out, uint64_t max_ns, cudaStream_t stream)
 }
 
 int preload_visible_kernels() {
+  cudaFuncAttributes a;
   for (const void* f : {reinterpret_cast<const void*>(sm90_visible_producer), reinterpret_cast<const void*>(visible_poller),
                         reinterpret_cast<const void*>(ping_responder), reinterpret_cast<const void*>(timer_resolution),
                         reinterpret_cast<const void*>(visible_verify)})
-    if (const int e = remote::check_local_frame(f); e != 0) return e;
+    if (const cudaError_t e = cudaFuncGetAttributes(&a, f); e != cudaSuccess) return int(e);
   return 0;
 }
 

@@ -13,7 +13,6 @@
 
 #include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/layer_comm_launch.hpp"
-#include "device/remote/local_memory.hpp"
 #include "runtime/moe/moe_layer_impl.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
@@ -190,16 +189,13 @@ void MoeLayer::Impl::init() {
   for (Group& g : groups) {
     const std::vector<int32_t> t(size_t(g.n), T_max);
     XSTAGE_CUDA(cudaSetDevice(g.device));
-    // Every kernel of a run loaded, and the local memory its frames need
-    // reserved, now: a first launch that loads a module or grows the
-    // reservation behind a flag wait on this GPU blocks the host until the
-    // wait times out, before it has enqueued the other GPUs' kernels the wait
-    // is for (device/remote/local_memory.hpp).
+    // Every kernel of a run loaded now: under lazy loading a first launch
+    // behind a flag wait on this GPU could block the host until the wait
+    // times out, before it has enqueued the other GPUs' kernels the wait is for.
     check_cuda(moe::preload_moe_layer_comm_kernels(), "MoE layer: loading the dispatch and combine kernels", __FILE__,
                __LINE__);
     check_cuda(moe::preload_fused_layer(fused_tile_id(tile)), "MoE layer: loading the fused expert kernel", __FILE__,
                __LINE__);
-    check_cuda(remote::reserve_local_memory(), "MoE layer: reserving the kernels' local memory", __FILE__, __LINE__);
     XSTAGE_CUDA(cudaMemcpy(g.tokens, t.data(), t.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     // The world's streams do not wait for the legacy stream the memsets and copies ran on.
     XSTAGE_CUDA(cudaDeviceSynchronize());

@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include "device/probe/probe_launch.hpp"
-#include "device/remote/local_memory.hpp"
 #include "device/visible/visible_launch.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
@@ -275,10 +274,9 @@ VisibleRunner::VisibleRunner(const VisiblePoint& setup) : impl_(std::make_unique
       XSTAGE_CUDA(e);
   }
   m.cpu_base = cpu_now_ns();
-  for (int d : {setup.device, m.obs_device}) {  // before any kernel that spins is running (local_memory.hpp)
+  for (int d : {setup.device, m.obs_device}) {  // before any kernel that spins is running
     XSTAGE_CUDA(cudaSetDevice(d));
     XSTAGE_CUDA(visible::preload_visible_kernels());
-    XSTAGE_CUDA(remote::reserve_local_memory());
   }
   XSTAGE_CUDA(cudaSetDevice(setup.device));
   XSTAGE_CUDA(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
