@@ -41,15 +41,6 @@ int launch_timer_resolution(uint64_t* out, uint64_t max_ns, cudaStream_t stream)
   return static_cast<int>(cudaGetLastError());
 }
 
-int preload_visible_kernels() {
-  cudaFuncAttributes a;
-  for (const void* f : {reinterpret_cast<const void*>(sm90_visible_producer), reinterpret_cast<const void*>(visible_poller),
-                        reinterpret_cast<const void*>(ping_responder), reinterpret_cast<const void*>(timer_resolution),
-                        reinterpret_cast<const void*>(visible_verify)})
-    if (const cudaError_t e = cudaFuncGetAttributes(&a, f); e != cudaSuccess) return int(e);
-  return 0;
-}
-
 int launch_verify(const ProducerParams& p, unsigned long long* mismatches, cudaStream_t stream) {
   visible_verify<<<264, 256, 0, stream>>>(p, mismatches);
   return static_cast<int>(cudaGetLastError());

@@ -15,10 +15,5 @@ int launch_poller(const PollerParams& p, int threads, cudaStream_t stream);
 int launch_ping_responder(const PingParams& p, cudaStream_t stream);
 int launch_timer_resolution(uint64_t* out, uint64_t max_ns, cudaStream_t stream);
 int launch_verify(const ProducerParams& p, unsigned long long* mismatches, cudaStream_t stream);
-// Loads every kernel above on the current device. Under lazy module loading
-// a kernel's first launch loads it, and a load waits for the GPU's running
-// kernels: the producers' first launch behind a spinning poller on the same
-// GPU (the local path) then waits for a poller that waits for them.
-int preload_visible_kernels();
 
 }  // namespace xstage::visible

@@ -274,10 +274,6 @@ VisibleRunner::VisibleRunner(const VisiblePoint& setup) : impl_(std::make_unique
       XSTAGE_CUDA(e);
   }
   m.cpu_base = cpu_now_ns();
-  for (int d : {setup.device, m.obs_device}) {  // before any kernel that spins is running
-    XSTAGE_CUDA(cudaSetDevice(d));
-    XSTAGE_CUDA(visible::preload_visible_kernels());
-  }
   XSTAGE_CUDA(cudaSetDevice(setup.device));
   XSTAGE_CUDA(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   XSTAGE_CUDA(cudaSetDevice(m.obs_device));
