@@ -421,8 +421,9 @@ if has visible; then
   grep -E "tests passed|tests failed|Skipped|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/visible-tests.log" | tail -10 \
     >"$OUT/r/visible-tests-summary.txt"
   timed visible-host 60 $X visible --path host --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/host"
-  # The local path (a second kernel on the same GPU polls) timed out at K = 132 on 2026-11-30 (b5b9488,
-  # results/h200x2/visible/): it runs in the GPU tests at K = 33 only, until that is understood.
+  # The local path (a second kernel on the same GPU polls) times out in a process of its own at any K
+  # (docs/RESULTS.md section 10): it runs in the GPU tests at K = 33 only, after the host path, until
+  # that is understood.
   # Relaxed markers (no fence): the issuer is not held to the drain, so the stage can fill towards Q.
   timed visible-host-relaxed 60 $X visible --path host --K 132 --V 1MiB,8MiB --G 0 --markers relaxed \
     -o "$OUT/r/visible/host-relaxed"
