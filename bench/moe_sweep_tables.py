@@ -100,10 +100,11 @@ def duplex_rates(xstage, profile):
 def link_time_s(reads, stores, rates):
     """Least time to read `reads` and store `stores` bytes over a link whose directions run at (read alone,
     store alone, read together, store together): both directions at once until the shorter is done at its
-    shared rate, then the rest alone."""
+    shared rate, then the rest alone, or one direction after the other where that is faster."""
     ra, sa, rt, stt = (x * 1e9 for x in rates)
     both = min(reads / rt, stores / stt)
-    return both + (reads - both * rt) / ra + (stores - both * stt) / sa
+    overlapped = both + (reads - both * rt) / ra + (stores - both * stt) / sa
+    return min(overlapped, reads / ra + stores / sa)  # one direction at a time, where that is faster
 
 
 def readback_table(emulated, xstage):

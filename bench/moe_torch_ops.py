@@ -4,8 +4,9 @@ GEMMs, SwiGLU and routing weight fused into L1) against torch._grouped_mm,
 F.silu(gate) * up, the weight and torch._grouped_mm again, on the same
 tensors, eager and captured in a CUDA graph, the four timed in turn round by
 round (median per call over the rounds; SM clock read before and after).
-Eager includes each side's Python and launch overhead (ours: two ctypes
-calls a GEMM, the workspace query and the launch).
+Eager includes each side's Python and launch overhead (ours: the argument
+checks, a ctypes call for the launch and, on a shape's first call, one for
+the split-K workspace size).
   usage: bench/moe_torch_ops.py [--out moe-torch-ops.json] [--rounds 9]
 """
 import argparse

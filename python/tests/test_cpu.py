@@ -357,10 +357,6 @@ def test_moe_fake_shapes_and_torch_compile():
         assert h.shape == (7, 128) and h.device.type == "cuda"
 
 
-def _moe_args(rows=16, H=256, I=128, E=3):
-    return (_bf16(rows, H), _bf16(E, 2 * I, H), torch.zeros(E, dtype=torch.int32))
-
-
 @pytest.mark.parametrize("fn,args,exc,words", [
     ("l1", (_bf16(16, 256).half(), _bf16(3, 256, 256), torch.zeros(3, dtype=torch.int32)), TypeError,
      "x: expected dtype torch.bfloat16"),

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import xstage
+from conftest import require_gpus
 from xstage import _lib
 
 BF16 = torch.bfloat16
@@ -105,10 +106,15 @@ def test_another_stream_and_a_cuda_graph(cuda):
     x, w13, w2, offs, wt = problem(cuda, counts, H, I, True, seed=4)
     w13i = xstage.moe_interleave_w13(w13)
     eager = xstage.moe_experts(x, w13i, w2, offs, wt)
+    # On s, behind a sleep and the copy of the input: launched on any other stream, the op would read
+    # x_s before the copy lands.
+    x_s = torch.zeros_like(x)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        on_s = xstage.moe_experts(x, w13i, w2, offs, wt)
+        torch.cuda._sleep(50_000_000)
+        x_s.copy_(x)
+        on_s = xstage.moe_experts(x_s, w13i, w2, offs, wt)
     torch.cuda.current_stream().wait_stream(s)
     assert torch.equal(on_s, eager)
 
@@ -130,7 +136,7 @@ def test_split_k_in_a_cuda_graph(cuda):
     x, w13, w2, offs, _ = problem(cuda, counts, H, I, False, seed=6)
     h = xstage.grouped_mm_swiglu(x, xstage.moe_interleave_w13(w13), offs)
     ws, y0 = ctypes.c_int64(0), torch.empty(128, H, dtype=BF16, device=cuda)
-    _lib.call("xstage_moe_workspace_bytes", 1, h.data_ptr(), w2.data_ptr(), y0.data_ptr(), offs.data_ptr(), 128, I, H,
+    _lib.call("xstage_torch_moe_workspace_bytes", 1, h.data_ptr(), w2.data_ptr(), y0.data_ptr(), offs.data_ptr(), 128, I, H,
               1, ctypes.byref(ws))
     assert ws.value > 0, "the heuristic did not split K: this test would not cover split-K"
     eager = xstage.grouped_mm(h, w2, offs)
@@ -157,7 +163,19 @@ def test_torch_compile(cuda):
     assert torch.equal(got, xstage.moe_experts(x, w13i, w2, offs, wt))
 
 
-def test_tensors_on_two_devices(cuda):
+def test_tensors_on_cpu_and_gpu(cuda):
     x, w13, _, offs, _ = problem(cuda, [8], 256, 128, False)
     with pytest.raises(ValueError, match="expected every tensor on one device"):
         xstage.grouped_mm_swiglu(x, w13.cpu(), offs)
+
+
+def test_tensors_on_another_gpu_than_the_current_one():
+    require_gpus(2)
+    counts, H, I = [50, 0, 77], 256, 128
+    x, w13, w2, offs, wt = problem(torch.device("cuda", 0), counts, H, I, True, seed=12)
+    w13i = xstage.moe_interleave_w13(w13)
+    want = xstage.moe_experts(x, w13i, w2, offs, wt)
+    with torch.cuda.device(0):  # the op must launch on the tensors' GPU, with its own stream
+        got = xstage.moe_experts(*(t.to("cuda:1") for t in (x, w13i, w2, offs, wt)))
+    assert got.device == torch.device("cuda", 1)
+    assert torch.equal(got.cpu(), want.cpu())

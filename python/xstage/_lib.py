@@ -31,12 +31,12 @@ _SIGNATURES = {
         + [ctypes.c_uint64, ctypes.c_float, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_double,
            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int],
         ctypes.c_int),
-    "xstage_moe_gemm": (
+    "xstage_torch_moe_gemm": (
         [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_void_p, ctypes.c_int64,
                                                                           ctypes.c_void_p, ctypes.c_char_p,
                                                                           ctypes.c_int],
         ctypes.c_int),
-    "xstage_moe_workspace_bytes": (
+    "xstage_torch_moe_workspace_bytes": (
         [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [_c_i64p, ctypes.c_char_p, ctypes.c_int],
         ctypes.c_int),
     "xstage_ulysses_timeout_record_bytes": ([], ctypes.c_int),

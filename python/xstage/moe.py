@@ -29,9 +29,10 @@ def moe_interleave_w13(w13):
     that one output tile holds matching gate and up columns. A new contiguous
     tensor; 2I must be a multiple of 16."""
     op = "xstage.moe_interleave_w13"
-    if not isinstance(w13, torch.Tensor) or w13.dim() != 3:
-        raise ValueError(f"{op}: w13: expected a [E, 2I, H] tensor, got "
-                         f"{tuple(w13.shape) if isinstance(w13, torch.Tensor) else type(w13).__name__}")
+    if not isinstance(w13, torch.Tensor):
+        raise TypeError(f"{op}: w13: expected a torch.Tensor, got {type(w13).__name__}")
+    if w13.dim() != 3:
+        raise ValueError(f"{op}: w13: expected a [E, 2I, H] tensor, got shape {tuple(w13.shape)}")
     E, two_i, H = w13.shape
     if two_i % 16:
         raise ValueError(f"{op}: w13: 2I = {two_i} (dimension 1): expected a multiple of 16")
@@ -79,6 +80,8 @@ def _check(kind, a, b, offs, row_weight):
     ts = [a, b, offs] + ([row_weight] if row_weight is not None else [])
     if any(t.device != a.device for t in ts):
         raise ValueError(f"{op}: expected every tensor on one device, got {', '.join(str(t.device) for t in ts)}")
+    if a.device.type not in ("cuda", "meta"):
+        raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {a.device}")
     return rows, K, N, E
 
 
@@ -91,9 +94,6 @@ def _contiguous(t):
 
 def _launch(kind, a, b, offs, row_weight):
     rows, K, N, E = _check(kind, a, b, offs, row_weight)
-    op = _NAMES[kind]
-    if a.device.type != "cuda":
-        raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {a.device}")
     a, b, offs = _contiguous(a), _contiguous(b), _contiguous(offs)
     if row_weight is not None:
         row_weight = _contiguous(row_weight)
@@ -103,14 +103,17 @@ def _launch(kind, a, b, offs, row_weight):
     if ws_bytes is None:  # the size depends on these alone (the heuristic's tile and splits)
         n = ctypes.c_int64(0)
         with torch.cuda.device(a.device):
-            _lib.call("xstage_moe_workspace_bytes", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
+            _lib.call("xstage_torch_moe_workspace_bytes", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                       rows, K, N, E, ctypes.byref(n))
+        if len(_WORKSPACE_BYTES) >= 4096:  # a server's row counts vary without end: start over
+            _WORKSPACE_BYTES.clear()
         ws_bytes = _WORKSPACE_BYTES[key] = n.value
-    # Split-K's partials and tile counts: zeroed here, left zeroed by the launch (the caching allocator makes
-    # this a memset of a few hundred KiB, and capturable in a CUDA graph).
+    # Split-K's fp32 partials and tile counts (about 1 MiB for 128 rows on K = 6144; the library allows up to
+    # 1 GiB): a fresh zeroed tensor each call, from torch's caching allocator on the caller's stream, so that
+    # calls on other streams or in CUDA graphs never share one (the kernel needs it zeroed and to itself).
     ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes > 0 else None
     with torch.cuda.device(a.device):
-        _lib.call("xstage_moe_gemm", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
+        _lib.call("xstage_torch_moe_gemm", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                   None if row_weight is None else row_weight.data_ptr(), rows, K, N, E,
                   None if ws is None else ws.data_ptr(), ws_bytes, torch.cuda.current_stream(a.device).cuda_stream)
     return c

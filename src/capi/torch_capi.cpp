@@ -147,10 +147,11 @@ int xstage_ulysses_fused(const int64_t* shape, const void* q, const void* k, con
 // and output store. kind: 0 L1 (SwiGLU, W13 interleaved; row_weight
 // optional), 1 L2 (row_weight null). a [rows_total, K], b [E, N, K], c
 // [rows_total, N / 2 (L1) or N], offs int32 [E], all contiguous device
-// memory. workspace: workspace_bytes (xstage_moe_workspace_bytes) of zeroed
+// memory. workspace: workspace_bytes (xstage_torch_moe_workspace_bytes) of zeroed
 // device memory when that is above 0, each launch leaving it zeroed for the
-// next; one launch at a time may use it.
-int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32_t* offs, const float* row_weight,
+// next; one launch at a time may use it. (Not libxstage_moe.so's
+// xstage_moe_gemm, the bench's entry point, which takes the tile and splits.)
+int xstage_torch_moe_gemm(int kind, const void* a, const void* b, void* c, const int32_t* offs, const float* row_weight,
                     int64_t rows_total, int64_t K, int64_t N, int64_t E, void* workspace, int64_t workspace_bytes,
                     void* stream, char* err, int err_len) {
   return guarded(err, err_len, [&] {
@@ -162,9 +163,9 @@ int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32
   });
 }
 
-// The split-K workspace xstage_moe_gemm needs for these arguments (0: none);
+// The split-K workspace xstage_torch_moe_gemm needs for these arguments (0: none);
 // they are validated as the launch will validate them.
-int xstage_moe_workspace_bytes(int kind, const void* a, const void* b, void* c, const int32_t* offs,
+int xstage_torch_moe_workspace_bytes(int kind, const void* a, const void* b, void* c, const int32_t* offs,
                                int64_t rows_total, int64_t K, int64_t N, int64_t E, int64_t* bytes, char* err,
                                int err_len) {
   return guarded(err, err_len, [&] {

@@ -216,16 +216,15 @@ struct Buffers {
     return p;
   }
   // The timed wait before the pull (the counts flags) or the fused combine
-  // (the done flags), as the layer launches it.
-  // The combine's wait, as the layer launches it, gives up at once when the
-  // pull's has (skip_after_failed_pull).
+  // (the done flags), as the layer launches it; with skip_after_failed_pull
+  // the combine's wait gives up at once when the pull's has.
   int wait(const Case& c, bool counts_flags, uint64_t epoch, uint64_t timeout_ns,
            bool skip_after_failed_pull = false) const {
     moe::WaitFlagsParams p;
     p.flags = flag_table(), p.rank0 = 0, p.n = c.P, p.P = c.P;
     p.first = counts_flags ? moe::layer_flag_counts(0) : moe::layer_flag_done(c.P, 0);
     p.epoch = epoch, p.timeout_ns = timeout_ns, p.timeout_record = counts_flags ? records : records + 1;
-    if (skip_after_failed_pull) p.skip_if_set = records;
+    if (skip_after_failed_pull) p.earlier_records = records, p.earlier_count = 1;
     return moe::launch_moe_wait_flags(p, w->lead_stream());
   }
 };
@@ -518,7 +517,7 @@ TEST(MoeLayerCommWaits, AfterAFailedPullTheCombineStopsAtOnce) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(b.wait(c, false, 2, kLongWait, true), 0);
   auto p = b.combine_params(c, 2, kLongWait, true);
-  p.pull_record = b.records;
+  p.earlier_records = b.records, p.earlier_count = 1;
   ASSERT_EQ(moe::launch_moe_combine(p, st), 0);
   CK(cudaStreamSynchronize(st));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -93,10 +93,12 @@ struct FusedLayerParams {
   remote::FlagTimeoutRecord* timeout_record = nullptr;
 
   // The record of the dispatch's wait ahead of this launch (remote only;
-  // null: none). Set, the counts never came and the pool holds the last
-  // run's plan: the kernel stores nothing and publishes no done flag, so the
-  // ranks that wait for this rank's rows time out naming it instead of
-  // summing rows of another run.
+  // null: none; it stays set until check_waits() reports it). Set, the
+  // counts never came and the pool holds an earlier run's plan: the kernel
+  // stores nothing and publishes no done flag, so the ranks that wait for
+  // this rank's rows time out naming it instead of summing rows of another
+  // run. A wait of the kernel's own that times out (timeout_record) also
+  // keeps its done flags unpublished.
   const remote::FlagTimeoutRecord* pull_record = nullptr;
 
   // Optional per-tile trace: uint64 [2][max tiles][4]: [gemm][claim index] =

@@ -370,7 +370,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // touched; no copy counted any other), by the CTA's consumers.
     const int blocks = p.x_send != nullptr ? (pool_rows(p) + kFusedCopyBlockRows - 1) / kFusedCopyBlockRows : 0;
     for (int i = ct; i < 4 + p.E_run + blocks; i += 256) p.counters[i] = 0;
-    if (ct == 0 && p.flags != nullptr)
+    // A wait of this launch that timed out left rows computed from what had
+    // not arrived: no done flag, so no rank sums them (each times out naming
+    // this one).
+    const bool lost = p.timeout_record != nullptr &&
+                      *static_cast<const volatile unsigned int*>(&p.timeout_record->set) != 0u;
+    if (ct == 0 && p.flags != nullptr && !lost)
       for (int d = 0; d < p.world; ++d)
         for (int s = 0; s < p.local_ranks; ++s)
           ptx::st_release_sys_u64(p.flags[d] + p.done_flag + p.rank0 + s, p.epoch);

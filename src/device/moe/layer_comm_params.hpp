@@ -104,9 +104,12 @@ struct CombineParams {
   int rank0 = 0, n = 1, P = 1, E = 1, k = 1, T_max = 1, H = 0;
   uint64_t epoch = 0, timeout_ns = 0;
   remote::FlagTimeoutRecord* timeout_record = nullptr;
-  // Fused: the dispatch's wait record of this run; set, this rank's expert
-  // kernel ran nothing and the output keeps its last contents.
-  const remote::FlagTimeoutRecord* pull_record = nullptr;
+  // Fused: the records of the run's earlier waits on this GPU (the
+  // dispatch's, the expert kernel's; they stay set until check_waits()
+  // reports them). Any set: this rank's expert kernel published no rows and
+  // the output keeps its last contents.
+  const remote::FlagTimeoutRecord* earlier_records = nullptr;
+  int earlier_count = 0;
 };
 
 // A timed wait, by one CTA, for flags[rank0 + g / P][first + g % P] >= epoch,
@@ -120,10 +123,12 @@ struct WaitFlagsParams {
   int rank0 = 0, n = 1, P = 1, first = 0;
   uint64_t epoch = 0, timeout_ns = 0;
   remote::FlagTimeoutRecord* timeout_record = nullptr;
-  // An earlier wait of the run (the combine's: the dispatch's). Set, the run
-  // is lost already and what this wait would wait for may never come (this
-  // rank's own done flag): it returns at once, leaving its record clear.
-  const remote::FlagTimeoutRecord* skip_if_set = nullptr;
+  // Earlier waits of the run (the combine's: the dispatch's and the expert
+  // kernel's). Any set, the run is lost already and what this wait would
+  // wait for may never come (this rank's own done flag): it returns at once,
+  // leaving its record clear.
+  const remote::FlagTimeoutRecord* earlier_records = nullptr;
+  int earlier_count = 0;
 };
 
 // Permute (unfused): dst[row_perm[g]] = src[g] for every row g of the launch's pool.

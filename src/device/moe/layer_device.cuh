@@ -73,6 +73,11 @@ __device__ __forceinline__ bool wait_flags_geq(int count, FlagOf flag_of, uint64
 __device__ __forceinline__ bool wait_failed(const remote::FlagTimeoutRecord* r) {
   return r != nullptr && *static_cast<const volatile unsigned int*>(&r->set) != 0u;
 }
+__device__ __forceinline__ bool any_wait_failed(const remote::FlagTimeoutRecord* r, int n) {
+  for (int i = 0; i < n; ++i)
+    if (wait_failed(r + i)) return true;
+  return false;
+}
 
 // a[0 .. n) := exclusive prefix sums, a[n] := the total (a holds n + 1
 // entries). Every thread of the CTA calls it; blockDim.x a multiple of 32,

@@ -14,7 +14,7 @@ namespace {
 constexpr int kWaitThreads = 128;
 
 __global__ void __launch_bounds__(kWaitThreads) sm90_moe_wait_flags(WaitFlagsParams p) {
-  if (wait_failed(p.skip_if_set)) return;
+  if (any_wait_failed(p.earlier_records, p.earlier_count)) return;
   wait_flags_geq(
       p.n * p.P,
       [&](int g, int& rank, int& index) {

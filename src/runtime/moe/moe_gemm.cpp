@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 
@@ -57,10 +58,19 @@ SplitSizes split_sizes(const MoeGemmArgs& a, MoeTile t, int splits) {
   return {tiles * splits * bm * bn * int64_t(sizeof(float)), tiles};
 }
 
+// The current device's SM count, read once a device: the heuristic's input
+// on every launch (the attribute query is not free), per device because a
+// process may drive GPUs of different sizes (or MIG slices).
 int device_sms() {
-  int dev = 0, n = 0;
+  static std::atomic<int> sms[64] = {};
+  int dev = 0;
   XSTAGE_CUDA(cudaGetDevice(&dev));
-  XSTAGE_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {} beyond the 64 this library sizes for", dev));
+  int n = sms[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    XSTAGE_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    sms[dev].store(n, std::memory_order_relaxed);
+  }
   return n;
 }
 const char* kind_name(MoeGemmKind k) { return k == MoeGemmKind::l1_swiglu ? "L1" : "L2"; }
@@ -114,9 +124,12 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
   if (a.rows_total < 0) throw Error(fmt::format("moe gemm {}: rows_total: expected >= 0, got {}", k, a.rows_total));
   if (a.kind != MoeGemmKind::l1_swiglu && a.row_weight != nullptr)
     throw Error(fmt::format("moe gemm {}: row_weight: expected none (the routing weight belongs to L1's epilogue)", k));
-  if (int64_t(a.E) * a.N > INT32_MAX || int64_t(a.rows_total) * a.N > (int64_t(1) << 40))
+  if (int64_t(a.E) * a.N > INT32_MAX)
     throw Error(fmt::format("moe gemm {}: E * N = {}: expected below 2^31 (B's rows are indexed in 32 bits)", k,
                             int64_t(a.E) * a.N));
+  if (int64_t(a.rows_total) * a.N > (int64_t(1) << 40))
+    throw Error(fmt::format("moe gemm {}: rows * N = {}: expected at most 2^40 (the output's elements)", k,
+                            int64_t(a.rows_total) * a.N));
   const std::pair<const void*, const char*> ptrs[] = {{a.a, "a"}, {a.b, "b"}, {a.c, "c"}, {a.offs, "offs"}};
   for (const auto& [p, name] : ptrs) {
     if (p == nullptr && (a.rows_total > 0 || std::string(name) == "offs"))
@@ -143,16 +156,14 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
 
 MoeTile moe_resolved_tile(const MoeGemmArgs& a) {
   if (a.tile != MoeTile::automatic) return a.tile;
-  static const int sms = device_sms();
-  return moe_pick_tile(a.rows_total, a.E, a.N, sms);
+  return moe_pick_tile(a.rows_total, a.E, a.N, device_sms());
 }
 
 namespace {
 // The splits for the arguments' resolved tile t (resolved once by the caller).
 int splits_for(const MoeGemmArgs& a, MoeTile t) {
   if (a.splits > 0) return a.splits;
-  static const int sms = device_sms();
-  return moe_pick_splits(a.rows_total, a.E, a.N, a.K, t, sms);
+  return moe_pick_splits(a.rows_total, a.E, a.N, a.K, t, device_sms());
 }
 }  // namespace
 

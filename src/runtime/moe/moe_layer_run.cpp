@@ -60,7 +60,10 @@ void MoeLayer::Impl::wait_flags(Group& g, int first, MoeWait record) {
   p.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(w.local_index(g.rank0)));
   p.rank0 = g.rank0, p.n = g.n, p.P = P, p.first = first;
   p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + record;
-  if (record == kWaitCombine) p.skip_if_set = g.records + kWaitPull;  // this rank's own rows never come
+  if (record == kWaitCombine) {  // this rank's own rows never come after a failed pull or expert kernel
+    static_assert(kWaitPull == 0 && kWaitExperts == 1 && kWaitCombine == 2, "the earlier records come first");
+    p.earlier_records = g.records, p.earlier_count = kWaitCombine;
+  }
   check_cuda(moe::launch_moe_wait_flags(p, g.stream), "MoE layer: flag wait kernel launch", __FILE__, __LINE__);
 }
 
@@ -206,7 +209,7 @@ void MoeLayer::Impl::combine_rows(Group& g, bool fused) {
   if (!fused) p.topk_ids = g.topk_ids, p.pos = g.pos, p.send_base = g.send_base;
   p.rank0 = g.rank0, p.n = g.n, p.P = P, p.E = E, p.k = k, p.T_max = T_max, p.H = H;
   p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitCombine;
-  if (fused) p.pull_record = g.records + kWaitPull;
+  if (fused) p.earlier_records = g.records, p.earlier_count = kWaitCombine;
   if (fused) wait_flags(g, moe::layer_flag_done(P, 0), kWaitCombine);
   check_cuda(moe::launch_moe_combine(p, g.stream), "MoE layer: combine kernel launch", __FILE__, __LINE__);
 }
