@@ -63,9 +63,12 @@ struct MoeLayerOptions {
   int tokens_max = 0;                 // T_max per rank, >= 1
   MoeTile tile = MoeTile::automatic;  // m128n256 or m64n256 (automatic: by expected rows per expert)
   double timeout_s = 10;              // every cross-rank and dependency wait
-  // Tests only: the route publishes its counts one run behind, so every
-  // dispatch wait times out (what the kernels after a failed wait do).
+  // Tests only, what the kernels after a failed wait do: the route publishes
+  // its counts one run behind, so every dispatch wait times out; or the fused
+  // kernel's wait record is set before it starts, as if one of its own waits
+  // had timed out (its waits then give up at once).
   bool test_counts_never_come = false;
+  bool test_expert_wait_fails = false;
 };
 
 // Throws xstage::Error naming the first option that the layer cannot run

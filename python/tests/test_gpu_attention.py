@@ -1,6 +1,6 @@
 """xstage.attention on the GPU against torch SDPA: sizes not multiples of any
 tile, strided and misaligned inputs, scale, other streams, torch.compile and
-CUDA graph capture. Skips without a GPU (fails with XSTAGE_REQUIRE_GPU set)."""
+CUDA graph capture. Skips without a GPU (fails where XSTAGE_REQUIRE_GPU says the machine has them)."""
 import pytest
 import torch
 

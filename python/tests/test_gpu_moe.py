@@ -2,7 +2,7 @@
 torch's SwiGLU) and an fp32 reference: uneven and empty experts, row counts
 that are no multiple of any tile, routing weights, split-K (few rows on a long
 K), strided inputs, another stream, CUDA graph capture and torch.compile.
-Skips without a GPU (fails with XSTAGE_REQUIRE_GPU set)."""
+Skips without a GPU (fails where XSTAGE_REQUIRE_GPU says the machine has them)."""
 import ctypes
 
 import pytest

@@ -4,7 +4,7 @@ one rank by itself, or each GPU's rank under
 Against sequential Ulysses (torch SDPA + all_to_all_single) and fp32 SDPA on
 the whole sequence; fused against fused=False bit for bit (same kernel);
 uneven shards, repeated calls (epochs), store paths, torch.compile, CUDA graph
-capture of a step. Skips without a GPU (fails with XSTAGE_REQUIRE_GPU set)."""
+capture of a step. Skips without a GPU (fails where XSTAGE_REQUIRE_GPU says the machine has them)."""
 import pytest
 import torch
 import torch.distributed as dist

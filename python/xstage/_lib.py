@@ -11,7 +11,7 @@ import pathlib
 
 import torch  # noqa: F401  (loads the CUDA runtime the library resolves against)
 
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 _NAME = "libxstage_torch.so"
 _ERR_LEN = 1024
 
@@ -77,10 +77,13 @@ def lib():
             "install the package with `pip install .` from the xstage repository, or point XSTAGE_LIBRARY "
             "at a built libxstage_torch.so")
     handle = ctypes.CDLL(str(path))
-    for name, (args, res) in _SIGNATURES.items():
-        fn = getattr(handle, name)
-        fn.argtypes, fn.restype = args, res
+    # The version first: a library of another version may lack a symbol below.
+    handle.xstage_torch_abi_version.argtypes, handle.xstage_torch_abi_version.restype = [], ctypes.c_int
     version = handle.xstage_torch_abi_version()
+    if version == _ABI_VERSION:
+        for name, (args, res) in _SIGNATURES.items():
+            fn = getattr(handle, name)
+            fn.argtypes, fn.restype = args, res
     if version != _ABI_VERSION:
         raise RuntimeError(f"xstage: {path} has C ABI version {version}, this package expects {_ABI_VERSION}: "
                            "rebuild it from the same checkout")

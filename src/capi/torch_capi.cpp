@@ -74,7 +74,7 @@ xstage::MoeGemmArgs moe_args(int kind, int64_t rows_total, int64_t K, int64_t N,
 extern "C" {
 
 // Bumped whenever a signature below changes; python/xstage/_lib.py checks it.
-int xstage_torch_abi_version() { return 2; }
+int xstage_torch_abi_version() { return 3; }
 
 // O = softmax(scale Q K^T) V, bf16 [B, S, H, D]; strides: int64[12], the (b, s,
 // h) element strides of q, k, v and o. scale: NaN for 1/sqrt(D); kernel: an

@@ -70,48 +70,56 @@ void expect_checked(const MoeLayerBenchOptions& o) {
 
 }  // namespace
 
-// After the dispatch's wait times out, nothing of the run reaches an output:
-// the fused kernel stores no row and publishes no done flag, the combine's
-// wait returns at once (this rank's own flag cannot come) and the combine
-// leaves the output as it was; check_waits names the dispatch wait. The hook
-// makes every source's counts arrive one run late.
-TEST(MoeLayerEmulated, AfterAFailedDispatchWaitNothingIsWritten) {
+// After a wait of the run times out, nothing of it reaches an output. The
+// dispatch's (hook test_counts_never_come: every source's counts arrive one
+// run late): the fused kernel returns at once and publishes no done flag. The
+// fused kernel's own (hook test_expert_wait_fails: its record set before it
+// starts): it runs, but its last CTA publishes no done flag. Either way the
+// combine's wait returns at once (this rank's own flag cannot come), the
+// combine leaves the output as it was, and check_waits names the wait.
+TEST(MoeLayerEmulated, AfterAFailedWaitNothingIsWritten) {
   XSTAGE_NEED_GPUS(1);
-  for (Placement pl : {Placement::device, Placement::host}) {
-    SCOPED_TRACE(to_string(pl));
-    auto world = World::create({Backend::emulated, 2, pl, 0});
-    MoeLayerOptions lo;
-    lo.shape = parse_moe_shape("512/256/8/2");
-    lo.tokens_max = 40;
-    lo.timeout_s = 0.2;
-    lo.test_counts_never_come = true;
-    MoeLayer layer(*world, lo);
-    const int k = lo.shape.topk, E = lo.shape.experts, H = lo.shape.hidden;
-    std::vector<int32_t> ids(size_t(lo.tokens_max) * k);
-    for (int t = 0; t < lo.tokens_max; ++t)
-      for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = (t + 3 * j) % E;  // k distinct experts a token
-    const std::vector<float> wts(ids.size(), 0.5f);
-    for (int r = 0; r < 2; ++r) {
-      ASSERT_EQ(cudaMemcpy(layer.topk_ids(r), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(layer.topk_weights(r), wts.data(), wts.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      layer.set_tokens(r, lo.tokens_max);
+  for (bool dispatch_fails : {true, false})
+    for (Placement pl : {Placement::device, Placement::host}) {
+      SCOPED_TRACE(std::string(dispatch_fails ? "dispatch wait, " : "expert kernel's wait, ") + to_string(pl));
+      auto world = World::create({Backend::emulated, 2, pl, 0});
+      MoeLayerOptions lo;
+      lo.shape = parse_moe_shape("512/256/8/2");
+      lo.tokens_max = 40;
+      lo.timeout_s = 0.2;
+      lo.test_counts_never_come = dispatch_fails;
+      lo.test_expert_wait_fails = !dispatch_fails;
+      MoeLayer layer(*world, lo);
+      const int k = lo.shape.topk, E = lo.shape.experts, H = lo.shape.hidden;
+      std::vector<int32_t> ids(size_t(lo.tokens_max) * k);
+      for (int t = 0; t < lo.tokens_max; ++t)
+        for (int j = 0; j < k; ++j) ids[size_t(t) * k + j] = (t + 3 * j) % E;  // k distinct experts a token
+      const std::vector<float> wts(ids.size(), 0.5f);
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(cudaMemcpy(layer.topk_ids(r), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(layer.topk_weights(r), wts.data(), wts.size() * 4, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        layer.set_tokens(r, lo.tokens_max);
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the world's streams do not wait for the legacy stream
+      layer.poison_outputs();
+      MoeSchedulePlan plan;
+      layer.run(MoeLayerVariant::fused, plan);
+      const std::string want =
+          dispatch_fails ? "dispatch wait timed out" : "the fused expert kernel of ranks 0 .. 1 timed out";
+      try {
+        layer.check_waits();
+        ADD_FAILURE() << "check_waits did not report the failed wait";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      }
+      for (int r = 0; r < 2; ++r) {
+        std::vector<uint16_t> out(size_t(lo.tokens_max) * H);
+        ASSERT_EQ(cudaMemcpy(out.data(), layer.output(r), out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint16_t v) { return v == 0xFFFF; }))
+            << "rank " << r << ": the combine wrote the output of a run whose wait failed";
+      }
     }
-    layer.poison_outputs();
-    MoeSchedulePlan plan;
-    layer.run(MoeLayerVariant::fused, plan);
-    try {
-      layer.check_waits();
-      ADD_FAILURE() << "check_waits did not report the dispatch wait";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("dispatch wait timed out"), std::string::npos) << e.what();
-    }
-    for (int r = 0; r < 2; ++r) {
-      std::vector<uint16_t> out(size_t(lo.tokens_max) * H);
-      ASSERT_EQ(cudaMemcpy(out.data(), layer.output(r), out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint16_t v) { return v == 0xFFFF; }))
-          << "rank " << r << ": the combine wrote the output of a run whose dispatch failed";
-    }
-  }
 }
 
 TEST(MoeLayerEmulated, SmallShapeEveryScheduleP2AndP4BothPlacements) {

@@ -261,6 +261,8 @@ void MoeLayer::Impl::run(MoeLayerVariant v, const MoeSchedulePlan& plan) {
   if (v == MoeLayerVariant::fused) {
     for (Group& g : groups) {
       XSTAGE_CUDA(cudaSetDevice(g.device));
+      if (o.test_expert_wait_fails)
+        XSTAGE_CUDA(cudaMemsetAsync(&g.records[kWaitExperts].set, 0x01, sizeof(g.records[kWaitExperts].set), g.stream));
       experts_fused(g, plan, true);
       mark(g, 2);
     }
