@@ -13,12 +13,12 @@ import argparse
 import datetime
 import json
 import statistics
-import subprocess
 
 import torch
 import torch.nn.functional as F
 
 import xstage
+from moe_vs_torch import sm_clock  # bench/, beside this script
 
 SHAPES = [  # model, hidden, inter, local experts, rows an expert
     ("deepseek-v3 P=8", 7168, 2048, 32, 256),
@@ -26,15 +26,6 @@ SHAPES = [  # model, hidden, inter, local experts, rows an expert
     ("mixtral-8x7b P=2", 4096, 14336, 4, 512),
     ("hidream-i1 P=2", 2560, 6912, 2, 1024),
 ]
-
-
-def sm_clock():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=10).stdout
-        return int(out.strip().splitlines()[0])
-    except Exception:
-        return None
 
 
 def torch_experts(x, w13, w2, offs, wt):
