@@ -36,6 +36,7 @@
 #include "device/moe/epilogue_store.cuh"
 #include "device/moe/fused_layer_params.hpp"
 #include "device/moe/grouped_gemm_config.cuh"
+#include "device/moe/layer_device.cuh"
 #include "device/ptx/atomic_gpu.cuh"
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   auto b_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES + Cfg::A_BYTES; };
 
   // Every thread reads the same record, set (or not) before this launch began.
-  if (p.pull_record != nullptr && *static_cast<const volatile unsigned int*>(&p.pull_record->set) != 0u) return;
+  if (wait_failed(p.pull_record)) return;
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -373,8 +374,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // A wait of this launch that timed out left rows computed from what had
     // not arrived: no done flag, so no rank sums them (each times out naming
     // this one).
-    const bool lost = p.timeout_record != nullptr &&
-                      *static_cast<const volatile unsigned int*>(&p.timeout_record->set) != 0u;
+    const bool lost = wait_failed(p.timeout_record);
     if (ct == 0 && p.flags != nullptr && !lost)
       for (int d = 0; d < p.world; ++d)
         for (int s = 0; s < p.local_ranks; ++s)
