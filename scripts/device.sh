@@ -421,13 +421,13 @@ if has visible; then
   grep -E "tests passed|tests failed|Skipped|Failed|PASSED|FAILED|SKIPPED" "$OUT/r/visible-tests.log" | tail -10 \
     >"$OUT/r/visible-tests-summary.txt"
   timed visible-host 60 $X visible --path host --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/host"
-  # The local path (a second kernel on the same GPU polls) times out in a process of its own at any K
-  # (docs/RESULTS.md section 10): it runs in the GPU tests at K = 33 only, after the host path, until
-  # that is understood.
+  # The local path: a second kernel on the same GPU polls.
+  timed visible-local 60 $X visible --path local --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/local"
   # Relaxed markers (no fence): the issuer is not held to the drain, so the stage can fill towards Q.
   timed visible-host-relaxed 60 $X visible --path host --K 132 --V 1MiB,8MiB --G 0 --markers relaxed \
     -o "$OUT/r/visible/host-relaxed"
-  vis_json=("$OUT/r/visible/host/visible.json" "$OUT/r/visible/host-relaxed/visible.json")
+  vis_json=("$OUT/r/visible/host/visible.json" "$OUT/r/visible/host-relaxed/visible.json"
+    "$OUT/r/visible/local/visible.json")
   if ((ngpu > 1)); then
     timed visible-peer 60 $X visible --path peer --K 132 --V 1MiB,8MiB --G 0,10us -o "$OUT/r/visible/peer"
     timed visible-peer-relaxed 60 $X visible --path peer --K 132 --V 1MiB,8MiB --G 0 --markers relaxed \
@@ -438,7 +438,7 @@ if has visible; then
     [ -f "$j" ] && timed "visible-plot-$(basename "$(dirname "$j")")" 60 python3 bench/plot_visible.py "$j" \
       --out "$(dirname "$j")/occupancy.png"
   done
-  grep -hE "^== |clocks:|measured:|note:|error|warning" "$OUT"/r/visible-host*.log "$OUT"/r/visible-peer*.log \
+  grep -hE "^== |clocks:|measured:|note:|error|warning" "$OUT"/r/visible-host*.log "$OUT"/r/visible-local.log "$OUT"/r/visible-peer*.log \
     2>/dev/null >"$OUT/r/visible-summary.txt"
 fi
 

@@ -1,6 +1,7 @@
 #pragma once
 // One thread waiting on a flag with ptx::wait_flag_geq: the flag-timeout
-// selftest, and a building block for tests of the flag protocol.
+// selftest, and a building block for tests of the flag protocol. And the
+// context preparation every protocol whose kernels wait on one another needs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,5 +10,15 @@ namespace xstage::comm {
 
 void launch_wait_flag_geq(const uint64_t* flag, uint64_t expected, int rank, int flag_id, uint64_t timeout_ns,
                           cudaStream_t stream);
+
+// The first launch in a CUDA context of a kernel that can call printf (the
+// flag waits' timeout message) sets up the context's printf buffer, and holds
+// that launch until no kernel runs on the device. A kernel already spinning on
+// a flag that such a kernel, launched after it, is to set then waits its whole
+// timeout (measured on the H200 with driver 580: docs/RESULTS.md section 10).
+// This runs one printf-capable kernel, whose printf is never taken, on the
+// current device and waits for it; call it once per device before any kernel
+// waits on another. Throws xstage::Error on a CUDA error.
+void set_up_printf_buffer(cudaStream_t stream);
 
 }  // namespace xstage::comm

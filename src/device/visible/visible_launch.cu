@@ -46,4 +46,14 @@ int launch_verify(const ProducerParams& p, unsigned long long* mismatches, cudaS
   return static_cast<int>(cudaGetLastError());
 }
 
+int preload_kernels() {
+  cudaFuncAttributes a{};
+  for (const void* fn :
+       {reinterpret_cast<const void*>(sm90_visible_producer), reinterpret_cast<const void*>(visible_poller),
+        reinterpret_cast<const void*>(ping_responder), reinterpret_cast<const void*>(timer_resolution),
+        reinterpret_cast<const void*>(visible_verify)})
+    if (const cudaError_t e = cudaFuncGetAttributes(&a, fn); e != cudaSuccess) return static_cast<int>(e);
+  return 0;
+}
+
 }  // namespace xstage::visible

@@ -15,5 +15,9 @@ int launch_poller(const PollerParams& p, int threads, cudaStream_t stream);
 int launch_ping_responder(const PingParams& p, cudaStream_t stream);
 int launch_timer_resolution(uint64_t* out, uint64_t max_ns, cudaStream_t stream);
 int launch_verify(const ProducerParams& p, unsigned long long* mismatches, cudaStream_t stream);
+// Loads every kernel above on the current device (cudaFuncGetAttributes):
+// under lazy loading a kernel's first launch waits until no kernel runs, and
+// on the local path the poller runs beside the producer and the verify kernel.
+int preload_kernels();
 
 }  // namespace xstage::visible

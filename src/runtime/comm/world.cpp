@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "device/comm/wait_flag.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 
@@ -108,10 +109,15 @@ int World::local_index(int rank) const {
 void World::init_streams(std::vector<int> local_ranks) {
   local_ranks_ = std::move(local_ranks);
   for (int r : local_ranks_) {
-    local_devices_.push_back(device_of(r));
-    XSTAGE_CUDA(cudaSetDevice(local_devices_.back()));
+    const int device = device_of(r);
+    const bool new_device = std::find(local_devices_.begin(), local_devices_.end(), device) == local_devices_.end();
+    local_devices_.push_back(device);
+    XSTAGE_CUDA(cudaSetDevice(device));
     cudaStream_t s = nullptr;
     XSTAGE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // Ranks' kernels wait on each other's flags; a printf-capable kernel's
+    // first launch would wait for every other kernel to end first.
+    if (new_device) comm::set_up_printf_buffer(s);
     streams_.push_back(s);
     cudaEvent_t e = nullptr;
     XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

@@ -7,12 +7,14 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include <cuda_runtime.h>
 
+#include "device/comm/wait_flag.hpp"
 #include "device/probe/probe_launch.hpp"
 #include "device/visible/visible_launch.hpp"
 #include "xstage/device.hpp"
@@ -278,6 +280,15 @@ VisibleRunner::VisibleRunner(const VisiblePoint& setup) : impl_(std::make_unique
   XSTAGE_CUDA(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   XSTAGE_CUDA(cudaSetDevice(m.obs_device));
   XSTAGE_CUDA(cudaStreamCreateWithFlags(&m.obs_stream, cudaStreamNonBlocking));
+  // On the local path the poller spins while the producers (printf-capable:
+  // their start barrier's timeout message) and the verify kernel launch
+  // behind it on the same GPU. A first launch that loads a kernel, or sets up
+  // the printf buffer, would wait for the poller to time out.
+  for (const auto& [dev, s] : {std::pair{setup.device, m.stream}, std::pair{m.obs_device, m.obs_stream}}) {
+    XSTAGE_CUDA(cudaSetDevice(dev));
+    XSTAGE_CUDA(visible::preload_kernels());
+    comm::set_up_printf_buffer(s);
+  }
   m.ping.allocate(4096);
   const size_t dst = static_cast<size_t>(setup.dst_bytes);
   if (setup.path == VisiblePath::host)
