@@ -76,12 +76,21 @@ void expect_checked(const MoeLayerBenchOptions& o) {
 // fused kernel's own (hook test_expert_wait_fails: its record set before it
 // starts): it runs, but its last CTA publishes no done flag. Either way the
 // combine's wait returns at once (this rank's own flag cannot come), the
-// combine leaves the output as it was, and check_waits names the wait.
+// combine leaves the output as it was, and check_waits names the wait. The
+// unfused baseline after the dispatch's: its GEMMs and copies run on the
+// pool as it was, and its combine leaves the output as it was too.
 TEST(MoeLayerEmulated, AfterAFailedWaitNothingIsWritten) {
   XSTAGE_NEED_GPUS(1);
-  for (bool dispatch_fails : {true, false})
+  struct Case {
+    bool dispatch_fails;
+    MoeLayerVariant variant;
+  };
+  for (const Case c : {Case{true, MoeLayerVariant::fused}, Case{false, MoeLayerVariant::fused},
+                       Case{true, MoeLayerVariant::unfused}})
     for (Placement pl : {Placement::device, Placement::host}) {
-      SCOPED_TRACE(std::string(dispatch_fails ? "dispatch wait, " : "expert kernel's wait, ") + to_string(pl));
+      const bool dispatch_fails = c.dispatch_fails;
+      SCOPED_TRACE(std::string(dispatch_fails ? "dispatch wait, " : "expert kernel's wait, ") + to_string(pl) + ", " +
+                   to_string(c.variant));
       auto world = World::create({Backend::emulated, 2, pl, 0});
       MoeLayerOptions lo;
       lo.shape = parse_moe_shape("512/256/8/2");
@@ -104,7 +113,7 @@ TEST(MoeLayerEmulated, AfterAFailedWaitNothingIsWritten) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the world's streams do not wait for the legacy stream
       layer.poison_outputs();
       MoeSchedulePlan plan;
-      layer.run(MoeLayerVariant::fused, plan);
+      layer.run(c.variant, plan);
       const std::string want =
           dispatch_fails ? "dispatch wait timed out" : "the fused expert kernel of ranks 0 .. 1 timed out";
       try {

@@ -43,8 +43,9 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
   const int T = p.tokens[li];
   if (int(blockIdx.x) * kTokensPerCta >= T) return;  // no token of this rank for the CTA (uniform)
   const bool fused = p.pos == nullptr;
-  // The rows never came, or this rank's own expert kernel ran nothing: the output keeps its last contents.
-  if (fused && (wait_failed(p.timeout_record) || any_wait_failed(p.earlier_records, p.earlier_count))) return;
+  // The rows never came (fused), or this rank's rows are not this run's (its
+  // dispatch or expert kernel's wait failed): the output keeps its last contents.
+  if ((fused && wait_failed(p.timeout_record)) || any_wait_failed(p.earlier_records, p.earlier_count)) return;
   const uint16_t* rows = static_cast<const uint16_t*>(p.combine[s]);
   uint16_t* out = static_cast<uint16_t*>(p.out) + int64_t(li) * p.T_max * p.H;
   const int64_t pairs = int64_t(li) * p.T_max * p.k;

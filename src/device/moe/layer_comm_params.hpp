@@ -104,10 +104,11 @@ struct CombineParams {
   int rank0 = 0, n = 1, P = 1, E = 1, k = 1, T_max = 1, H = 0;
   uint64_t epoch = 0, timeout_ns = 0;
   remote::FlagTimeoutRecord* timeout_record = nullptr;
-  // Fused: the records of the run's earlier waits on this GPU (the
-  // dispatch's, the expert kernel's; they stay set until check_waits()
-  // reports them). Any set: this rank's expert kernel published no rows and
-  // the output keeps its last contents.
+  // The records of the run's earlier waits on this GPU (the dispatch's, the
+  // fused expert kernel's; they stay set until check_waits() reports them).
+  // Any set: this rank's rows are not this run's (fused: its expert kernel
+  // published none; unfused: its GEMMs ran on the pool as it was), and the
+  // output keeps its last contents.
   const remote::FlagTimeoutRecord* earlier_records = nullptr;
   int earlier_count = 0;
 };

@@ -209,7 +209,9 @@ void MoeLayer::Impl::combine_rows(Group& g, bool fused) {
   if (!fused) p.topk_ids = g.topk_ids, p.pos = g.pos, p.send_base = g.send_base;
   p.rank0 = g.rank0, p.n = g.n, p.P = P, p.E = E, p.k = k, p.T_max = T_max, p.H = H;
   p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitCombine;
-  if (fused) p.earlier_records = g.records, p.earlier_count = kWaitCombine;
+  // After a failed wait this rank's rows are another run's: the combine leaves
+  // the output as it was (unfused too: its GEMMs and copies ran on them).
+  p.earlier_records = g.records, p.earlier_count = kWaitCombine;
   if (fused) wait_flags(g, moe::layer_flag_done(P, 0), kWaitCombine);
   check_cuda(moe::launch_moe_combine(p, g.stream), "MoE layer: combine kernel launch", __FILE__, __LINE__);
 }
