@@ -45,7 +45,7 @@ class Ours:
         self.lib = ctypes.CDLL(path)
         f = self.lib.xstage_moe_gemm
         f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 8 + [ctypes.c_void_p,
+        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
         self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
         self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
@@ -54,11 +54,10 @@ class Ours:
         self.store = -1  # the output store of "ours": -1 auto (--out-store)
 
     def gemm(self, kind, a, b, c, offs, w, N, tile=-1, splits=0, store=None):
-        """store: None (--out-store), or a VARIANTS name: its output store and k-block."""
-        out, kb = (self.store, 0) if store is None else VARIANTS[store]
         rc = self.lib.xstage_moe_gemm(kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                                       None if w is None else w.data_ptr(), a.shape[0], a.shape[1], N, offs.numel(),
-                                      tile, splits, out, kb, torch.cuda.current_stream().cuda_stream, self.err, 512)
+                                      tile, splits, self.store if store is None else store,
+                                      torch.cuda.current_stream().cuda_stream, self.err, 512)
         if rc != 0:
             raise RuntimeError(self.err.value.decode())
 
@@ -74,8 +73,6 @@ class Ours:
 
 TILES = ["m128n256", "m64n256", "m128n128"]
 STORES = {"auto": -1, "staged": 0, "bulk": 1}
-# What --compare-stores may force: an output store, or the staged store with k-blocks of 32 (perf-log MoE 8).
-VARIANTS = {"auto": (-1, 0), "staged": (0, 0), "bulk": (1, 0), "k32": (0, 32)}
 TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128)}
 
 
@@ -159,8 +156,8 @@ def check_phase(ours, seed, stores):
                 rtot = x.shape[0]
                 h = torch.full((rtot, inter), float("nan"), device="cuda", dtype=torch.bfloat16)
                 y = torch.full((rtot, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
-                ours.gemm(0, x, w13i, h, offs, w, 2 * inter, store=store)
-                ours.gemm(1, h, w2, y, offs, None, hidden, store=store)
+                ours.gemm(0, x, w13i, h, offs, w, 2 * inter, store=STORES[store])
+                ours.gemm(1, h, w2, y, offs, None, hidden, store=STORES[store])
                 torch.cuda.synchronize()
                 ref_h, ref_y = torch.empty_like(h, dtype=torch.float32), torch.empty_like(y, dtype=torch.float32)
                 begin = 0
@@ -271,8 +268,8 @@ def speed_phase(ours, rows_list, rounds, seed, stores):
                "torch": lambda: torch_l2(h, w2, offs),
                "cublas1": lambda: torch.matmul(hd, wd2.T)}
         for st in stores:
-            fn1["ours_" + st] = lambda st=st: ours.gemm(0, x, w13i, h, offs, None, 2 * inter, store=st)
-            fn2["ours_" + st] = lambda st=st: ours.gemm(1, h, w2, y, offs, None, hidden, store=st)
+            fn1["ours_" + st] = lambda st=st: ours.gemm(0, x, w13i, h, offs, None, 2 * inter, store=STORES[st])
+            fn2["ours_" + st] = lambda st=st: ours.gemm(1, h, w2, y, offs, None, hidden, store=STORES[st])
         t1 = compare(fn1, f1 / (peak * 0.6e9), rounds)
         t2 = compare(fn2, f2 / (peak * 0.6e9), rounds)
         clk1 = sm_clock()
@@ -328,12 +325,12 @@ def sweep_phase(ours, rows_list, rounds, seed, stores):
                     for st in stores or ["auto"]:
                         key = f"{TILES[t]}/k{sp}" + (f"/{st}" if stores else "")
                         fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N, st=st:
-                                    ours.gemm(kind, a, b, c, offs, None, N, t, sp, st))
+                                    ours.gemm(kind, a, b, c, offs, None, N, t, sp, STORES[st]))
                         plans[key] = (t, sp, st)
             diffs = {}
             for key, (t, sp, st) in plans.items():
                 c.fill_(float("nan"))
-                ours.gemm(kind, a, b, c, offs, None, N, t, sp, st)
+                ours.gemm(kind, a, b, c, offs, None, N, t, sp, STORES[st])
                 torch.cuda.synchronize()
                 diffs[key] = rel(c, ref) if not bool(c.isnan().any()) else float("inf")
             clk0 = sm_clock()
@@ -372,15 +369,14 @@ def main():
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out-store", default="auto", choices=list(STORES), help="the output store of 'ours'")
     ap.add_argument("--compare-stores", default="",
-                    help="comma list of output stores (staged, bulk) or k32 (staged, k-blocks of 32) also timed, "
-                         "checked and swept, forced")
+                    help="comma list of output stores (staged, bulk) also timed, checked and swept, forced")
     a = ap.parse_args()
     ours = Ours(a.lib)
     ours.store = STORES[a.out_store]
     stores = [st for st in a.compare_stores.split(",") if st]
     for st in stores:
-        if st not in VARIANTS:
-            ap.error(f"--compare-stores {st}: expected one of {', '.join(VARIANTS)}")
+        if st not in STORES:
+            ap.error(f"--compare-stores {st}: expected one of {', '.join(STORES)}")
     res = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                device=torch.cuda.get_device_name(0), torch=torch.__version__, commit=a.commit, seed=a.seed,
                method="CUDA-graph replays of each side, alternating round by round; median per call over rounds")

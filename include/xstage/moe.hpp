@@ -59,9 +59,6 @@ struct MoeGemmArgs {
   // capture; launch them on one stream).
   int splits = 0;
   MoeOutStore out_store = MoeOutStore::automatic;
-  // The mainloop's k-block: 0 = automatic (64), 64, or 32 (staged output
-  // store only; docs/perf-log.md, MoE 8).
-  int k_block = 0;
   void* workspace = nullptr;  // 16-byte aligned, workspace_bytes long, or null
   size_t workspace_bytes = 0;
 };
@@ -92,7 +89,6 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream = nullptr);
 MoeTile moe_resolved_tile(const MoeGemmArgs& a);
 int moe_resolved_splits(const MoeGemmArgs& a);
 MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a);
-int moe_resolved_k_block(const MoeGemmArgs& a);
 
 // W13 from the usual [E, 2I, K] layout (gate rows 0 .. I-1, then up rows) to
 // the interleaved one, on the host (I a multiple of 8).

@@ -25,7 +25,6 @@ struct MoeBenchOptions {
   bool routing_weights = false;   // scale L1's output by each row's weight
   MoeTile tile_l1 = MoeTile::automatic, tile_l2 = MoeTile::automatic;
   MoeOutStore out_store = MoeOutStore::automatic;  // both GEMMs
-  int k_block = 0;                                  // both GEMMs (MoeGemmArgs::k_block)
   // Host inputs as float (rounded to bf16 here); all empty: random from `seed`.
   // x [rows, hidden] (l1, layer) or h [rows, inter] (l2 alone), w13 [E, 2 inter,
   // hidden] in the usual layout (gate rows, then up rows), w2 [E, hidden, inter],
@@ -42,7 +41,6 @@ struct MoeBenchOptions {
 struct MoeGemmReport {
   MoeTile tile = MoeTile::automatic;  // as resolved
   MoeOutStore out_store = MoeOutStore::automatic;  // as resolved
-  int k_block = 64;                                 // as resolved
   double flop = 0;
   float first_run_ms = 0;
   double median_ms = NAN, min_ms = NAN, tflops = NAN;

@@ -40,7 +40,6 @@ struct MoeArgs {
   std::vector<int> counts;
   bool uneven = false, routing_weights = false;
   std::string tile_l1 = "auto", tile_l2 = "auto", out_store = "auto";
-  int k_block = 0;
   uint64_t seed = 1;
   bool check = false, bench = false;
   int warmup = 3, iters = 0, check_rows = 0;
@@ -67,7 +66,6 @@ nlohmann::json gemm_json(const MoeGemmReport& g, bool bench, bool check) {
   auto c = [&](const nlohmann::json& v) { return check ? v : none; };
   return {{"tile", to_string(g.tile)},
           {"out_store", to_string(g.out_store)},
-          {"k_block", g.k_block},
           {"flop", g.flop},
           {"first_run_ms", g.first_run_ms},
           {"median_ms", b(num_or_null(g.median_ms))},
@@ -113,7 +111,6 @@ void run_moe_gemm(MoeArgs& a) {
   o.routing_weights = a.routing_weights || !a.weights_path.empty();
   o.tile_l1 = parse_moe_tile(a.tile_l1), o.tile_l2 = parse_moe_tile(a.tile_l2);
   o.out_store = parse_moe_out_store(a.out_store);
-  o.k_block = a.k_block;
   o.seed = a.seed, o.check = a.check, o.check_rows = a.check_rows;
   o.bench = a.bench, o.warmup = a.warmup, o.iters = a.iters, o.out_path = a.out_path;
   validate_moe_bench_options(o);
@@ -216,10 +213,6 @@ void add_moe_gemm_command(CLI::App& app) {
   sub->add_option("--out-store", a->out_store,
                   "How the epilogue's output leaves shared memory: auto, staged (16-byte stores from warp "
                   "staging rows) or bulk (the tile staged, one TMA bulk copy a row)")
-      ->capture_default_str();
-  sub->add_option("--k-block", a->k_block,
-                  "The mainloop's k-block: 0 (auto: 64), 64, or 32 (64-byte swizzled stages, twice as many; "
-                  "staged output store only)")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   sub->add_flag("--check", a->check, "Compare sampled rows with an fp64 CPU reference; scan for unwritten outputs");

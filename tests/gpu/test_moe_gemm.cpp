@@ -66,16 +66,6 @@ const CliCase kCliCases[] = {
                                  "--out-store bulk"},
     {"bulk_small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 16 --out-store bulk"},
     {"staged_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 517 --uneven --seed 17 --out-store staged"},
-    // k-blocks of 32 (64-byte swizzle, twice the stages) on the same kinds of cases.
-    {"k32_deepseek_v3_ep8_weights",
-     "--model deepseek-v3 --ep 8 --rows-per-expert 200 --uneven --routing-weights --seed 18 --k-block 32"},
-    {"k32_tile_m64n256", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m64n256 "
-                         "--tile-l2 m64n256 --routing-weights --k-block 32"},
-    {"k32_tile_m128n128", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m128n128 "
-                          "--tile-l2 m128n128 --k-block 32"},
-    {"k32_mixtral_ep8_split_k", "--model mixtral-8x7b --ep 8 --rows-per-expert 130 --routing-weights --seed 19 "
-                                "--k-block 32"},
-    {"k32_small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 20 --k-block 32"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });
@@ -84,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
 // them inside its last tile but must not store them.
 // workspace: split-K's partials and counts from the caller (zeroed once here), else the library's.
 void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, int splits, MoeOutStore store,
-                                              bool caller_workspace = false, int k_block = 0) {
+                                              bool caller_workspace = false) {
   const int E = 3, rows_total = 100, K = 136, N = 256;  // K: two k-blocks, the second ragged
   const std::vector<int32_t> offs = {0, 70, 70};
   const int n_out = kind == MoeGemmKind::l1_swiglu ? N / 2 : N;
@@ -100,7 +90,6 @@ void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, in
   ASSERT_EQ(cudaMemcpy(d_offs, offs.data(), E * 4, cudaMemcpyHostToDevice), cudaSuccess);
   MoeGemmArgs args{kind, a, b, c, d_offs, nullptr, rows_total, K, N, E, tile, splits};
   args.out_store = store;
-  args.k_block = k_block;
   void* ws = nullptr;
   if (caller_workspace) {
     args.workspace_bytes = moe_workspace_bytes(args);
@@ -173,18 +162,6 @@ TEST(MoeGemmApi, SplitKL2) {
   for (MoeOutStore st : kStores)
     for (MoeTile t : kTiles)
       for (int splits : {2, 3}) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t, splits, st);
-}
-
-// k-blocks of 32: K = 136 is four and a ragged fifth; every tile, with and without split-K.
-TEST(MoeGemmApi, KBlock32EveryTileAndSplit) {
-  XSTAGE_NEED_GPUS(1);
-  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2})
-    for (MoeTile t : kTiles)
-      for (int splits : {1, 2, 3}) {
-        SCOPED_TRACE(std::string(kind == MoeGemmKind::l2 ? "L2 " : "L1 ") + to_string(t) + " splits " +
-                     std::to_string(splits));
-        rows_past_the_last_expert_stay_untouched(kind, t, splits, MoeOutStore::warp_staged, false, 32);
-      }
 }
 
 // The caller's workspace, as a CUDA graph or a framework's allocator needs.

@@ -12,10 +12,10 @@ namespace {
 template <class Cfg, bool kBulk>
 int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   FusedTmaMaps tm;
-  int rc = encode_rows_k(&tm.a1, p.x_pool, p.hidden, p.rows_cap, Cfg::BLOCK_M, Cfg::BLOCK_K);
-  if (rc == 0) rc = encode_rows_k(&tm.b1, p.w13, p.hidden, int64_t(p.E_run) * 2 * p.inter, Cfg::BLOCK_N, Cfg::BLOCK_K);
-  if (rc == 0) rc = encode_rows_k(&tm.a2, p.h, p.inter, p.rows_cap, Cfg::BLOCK_M, Cfg::BLOCK_K);
-  if (rc == 0) rc = encode_rows_k(&tm.b2, p.w2, p.inter, int64_t(p.E_run) * p.hidden, Cfg::BLOCK_N, Cfg::BLOCK_K);
+  int rc = encode_rows_k(&tm.a1, p.x_pool, p.hidden, p.rows_cap, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k(&tm.b1, p.w13, p.hidden, int64_t(p.E_run) * 2 * p.inter, Cfg::BLOCK_N);
+  if (rc == 0) rc = encode_rows_k(&tm.a2, p.h, p.inter, p.rows_cap, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k(&tm.b2, p.w2, p.inter, int64_t(p.E_run) * p.hidden, Cfg::BLOCK_N);
   if (rc != 0) return rc;
   auto* fn = sm90_fused_moe_layer<Cfg, kBulk>;
   constexpr size_t smem = FusedSmem<Cfg>::BYTES;

@@ -16,14 +16,9 @@ namespace xstage::moe {
 // bulk copy (store_tile_bulk): the consumers go back to the mainloop while
 // the copy engine drains the tile. It costs a tile's worth of shared memory,
 // one pipeline stage of the largest tile.
-// BK: the k-block, 64 (128-byte swizzled rows) or 32 (64-byte rows: stages of
-// half the bytes, twice as many, so that more of the ring's bytes are in
-// flight while the consumers hold the one their wgmmas read).
-template <int BM, int BN, int WGN, int OUT_COLS_ = 0, int BK = 64>
+template <int BM, int BN, int WGN, int OUT_COLS_ = 0>
 struct GroupedGemmConfig {
-  static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = BK;
-  static_assert(BK == 64 || BK == 32, "k-blocks of one 128- or 64-byte swizzle row");
-  static constexpr int ROW_BYTES = BK * 2;  // a row of an operand's k-block, and its swizzle span
+  static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = 64;
   static constexpr int OUT_COLS = OUT_COLS_;
   static constexpr bool BULK_OUT = OUT_COLS > 0;
   static_assert(OUT_COLS == 0 || OUT_COLS == BN || 2 * OUT_COLS == BN, "a plain or a SwiGLU tile's columns");
@@ -67,12 +62,5 @@ template <int OUT_COLS = 0>
 using CfgM64N256 = GroupedGemmConfig<64, 256, 2, OUT_COLS>;
 template <int OUT_COLS = 0>
 using CfgM128N128 = GroupedGemmConfig<128, 128, 1, OUT_COLS>;
-// The same tiles with k-blocks of 32 (staged output only).
-template <int OUT_COLS = 0>
-using CfgM128N256K32 = GroupedGemmConfig<128, 256, 1, OUT_COLS, 32>;
-template <int OUT_COLS = 0>
-using CfgM64N256K32 = GroupedGemmConfig<64, 256, 2, OUT_COLS, 32>;
-template <int OUT_COLS = 0>
-using CfgM128N128K32 = GroupedGemmConfig<128, 128, 1, OUT_COLS, 32>;
 
 }  // namespace xstage::moe

@@ -5,9 +5,8 @@
 
 namespace xstage::moe {
 
-int launch_grouped_gemm_plain(const GroupedGemmParams& p, int tile, int out_store, int block_k,
-                              cudaStream_t stream) {
-  return launch_grouped_gemm_tile<PlainStoreEpilogue>(p, tile, out_store, block_k, stream);
+int launch_grouped_gemm_plain(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream) {
+  return launch_grouped_gemm_tile<PlainStoreEpilogue>(p, tile, out_store, stream);
 }
 
 }  // namespace xstage::moe

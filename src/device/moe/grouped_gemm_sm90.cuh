@@ -150,14 +150,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int warp = (tid / 32) % 4, lane = tid & 31;
   uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + ((tid - 128) / 32) * kStageWarpElems;
   uint8_t* out_tile = smem + Cfg::OFF_STAGING;  // BULK_OUT: the whole output tile
-  // K-major, 128- or 64-byte swizzle: 8-row atoms 8 rows apart; a k step of
-  // 16 moves 32 bytes inside the atom (ptx/wgmma.cuh).
-  constexpr uint32_t RB = Cfg::ROW_BYTES;
-  auto desc = [](uint32_t addr) {
-    return RB == 128 ? ptx::make_smem_desc_sw128(addr, 16, 8 * RB) : ptx::make_smem_desc_sw64(addr, 16, 8 * RB);
-  };
-  const uint64_t a_desc0 = desc(s_base + wg_m * 64 * RB);
-  const uint64_t b_desc0 = desc(s_base + Cfg::A_BYTES + wg_n * WN * RB);
+  // K-major, 128-byte swizzle: 8-row atoms 1024 bytes apart; a k step of 16
+  // moves 32 bytes inside the atom (ptx/wgmma.cuh).
+  const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
+  const uint64_t b_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::A_BYTES + wg_n * WN * 128, 16, 1024);
 
   float acc[WN / 8][4];
   uint32_t it = 0;

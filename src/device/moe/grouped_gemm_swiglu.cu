@@ -5,9 +5,8 @@
 
 namespace xstage::moe {
 
-int launch_grouped_gemm_swiglu(const GroupedGemmParams& p, int tile, int out_store, int block_k,
-                              cudaStream_t stream) {
-  return launch_grouped_gemm_tile<SwigluStoreEpilogue>(p, tile, out_store, block_k, stream);
+int launch_grouped_gemm_swiglu(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream) {
+  return launch_grouped_gemm_tile<SwigluStoreEpilogue>(p, tile, out_store, stream);
 }
 
 TileShape grouped_gemm_tile_shape(int tile) {

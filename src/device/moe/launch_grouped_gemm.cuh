@@ -12,11 +12,11 @@
 
 namespace xstage::moe {
 
-inline int encode_rows_k(CUtensorMap* map, const void* base, int K, int64_t rows, int box_rows, int block_k) {
+inline int encode_rows_k(CUtensorMap* map, const void* base, int K, int64_t rows, int box_rows) {
   const uint64_t dims[2] = {uint64_t(K), uint64_t(rows)};
   const uint64_t strides[1] = {uint64_t(K) * 2};
-  const uint32_t box[2] = {uint32_t(block_k), uint32_t(box_rows)};
-  return ptx::encode_tensor_map_bf16(map, base, 2, dims, strides, box, block_k * 2);
+  const uint32_t box[2] = {64, uint32_t(box_rows)};
+  return ptx::encode_tensor_map_bf16_sw128(map, base, 2, dims, strides, box);
 }
 
 template <class Cfg, class Epilogue>
@@ -24,8 +24,8 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   using Sched = sched::GroupedTileScheduler;
   if (p.rows_total == 0) return 0;  // nothing to compute; a TMA map of 0 rows is invalid
   GroupedTmaMaps tm;
-  int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M, Cfg::BLOCK_K);
-  if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N, Cfg::BLOCK_K);
+  int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
   if (rc != 0) return rc;
   Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
   // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
@@ -58,17 +58,7 @@ int launch_with_out_store(const GroupedGemmParams& p, int out_store, cudaStream_
 }
 
 template <class Epilogue>
-int launch_grouped_gemm_tile(const GroupedGemmParams& p, int tile, int out_store, int block_k, cudaStream_t stream) {
-  if (block_k == 32) {
-    if (out_store != kOutWarpStaged) return int(cudaErrorInvalidValue);
-    switch (tile) {
-      case kTileM128N256: return launch_grouped_gemm<CfgM128N256K32<0>, Epilogue>(p, stream);
-      case kTileM64N256: return launch_grouped_gemm<CfgM64N256K32<0>, Epilogue>(p, stream);
-      case kTileM128N128: return launch_grouped_gemm<CfgM128N128K32<0>, Epilogue>(p, stream);
-      default: return int(cudaErrorInvalidValue);
-    }
-  }
-  if (block_k != 64) return int(cudaErrorInvalidValue);
+int launch_grouped_gemm_tile(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream) {
   switch (tile) {
     case kTileM128N256: return launch_with_out_store<CfgM128N256, Epilogue>(p, out_store, stream);
     case kTileM64N256: return launch_with_out_store<CfgM64N256, Epilogue>(p, out_store, stream);

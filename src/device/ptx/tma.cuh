@@ -46,12 +46,12 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
 
 // A bf16 tensor of `rank` dimensions (innermost first: dims[0] contiguous),
 // strides in bytes of dimensions 1 .. rank-1 (multiples of 16), a box of
-// box[i] elements, 128- or 64-byte swizzle (box[0] * 2 at most that many
-// bytes), zero fill out of bounds. Returns a cudaError_t as int:
-// cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled,
-// cudaErrorInvalidValue when it rejects the arguments.
-inline int encode_tensor_map_bf16(CUtensorMap* out, const void* base, int rank, const uint64_t* dims,
-                                  const uint64_t* strides_bytes, const uint32_t* box, int swizzle_bytes) {
+// box[i] elements, 128-byte swizzle (box[0] * 2 must be at most 128), zero
+// fill out of bounds. Returns a cudaError_t as int: cudaErrorNotSupported when
+// the driver has no cuTensorMapEncodeTiled, cudaErrorInvalidValue when it
+// rejects the arguments.
+inline int encode_tensor_map_bf16_sw128(CUtensorMap* out, const void* base, int rank, const uint64_t* dims,
+                                        const uint64_t* strides_bytes, const uint32_t* box) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -70,15 +70,9 @@ inline int encode_tensor_map_bf16(CUtensorMap* out, const void* base, int rank, 
     if (i + 1 < rank) gstride[i] = strides_bytes[i];
   }
   const CUresult r = encode(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint32_t(rank), const_cast<void*>(base), gdim,
-                            gstride, bdim, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+                            gstride, bdim, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : int(cudaErrorInvalidValue);
-}
-
-inline int encode_tensor_map_bf16_sw128(CUtensorMap* out, const void* base, int rank, const uint64_t* dims,
-                                        const uint64_t* strides_bytes, const uint32_t* box) {
-  return encode_tensor_map_bf16(out, base, rank, dims, strides_bytes, box, 128);
 }
 
 }  // namespace xstage::ptx

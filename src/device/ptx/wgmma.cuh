@@ -46,15 +46,6 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_byte_addr
          (uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
 }
 
-// 64-byte swizzle (CU_TENSOR_MAP_SWIZZLE_64B): rows of 64 bytes (32 bf16), 8
-// rows form a 512-byte atom, swizzle mode 2. K-major: SBO = 512, and a k step
-// of 16 adds 32 bytes to the start, as above.
-__device__ __forceinline__ uint64_t make_smem_desc_sw64(uint32_t smem_byte_addr, uint32_t lbo_bytes,
-                                                        uint32_t sbo_bytes) {
-  return uint64_t((smem_byte_addr & 0x3FFFFu) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFFu) << 16) |
-         (uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t(2) << 62);
-}
-
 // Moves a descriptor's start address by `bytes` (a multiple of 16; the address
 // field is the low 14 bits and holds address >> 4, so no carry leaves it for
 // addresses inside the 256 KiB shared window).

@@ -121,10 +121,6 @@ void validate_moe_bench_options(const MoeBenchOptions& o) {
   if (o.check_rows < 0) throw Error(fmt::format("--check-rows: expected >= 1 (or 0: automatic), got {}", o.check_rows));
   if (o.routing_weights && o.mode == MoeBenchMode::l2)
     throw Error("--routing-weights: expected --gemm l1 or layer (the weight scales L1's output)");
-  if (o.k_block != 0 && o.k_block != 64 && o.k_block != 32)
-    throw Error(fmt::format("--k-block: expected 0 (auto), 64 or 32, got {}", o.k_block));
-  if (o.k_block == 32 && o.out_store == MoeOutStore::tile_bulk)
-    throw Error("--k-block 32: expected --out-store staged or auto (k-blocks of 32 are built with the staged store)");
 }
 
 MoeBenchReport run_moe_bench(MoeBenchOptions o) {
@@ -175,13 +171,8 @@ MoeBenchReport run_moe_bench(MoeBenchOptions o) {
                  o.routing_weights ? d_w.ptr : nullptr, rows, Hd, 2 * I, E, o.tile_l1};
   MoeGemmArgs l2{MoeGemmKind::l2, l2_a, w2.dev.ptr, d_y.ptr, d_offs.ptr, nullptr, rows, I, Hd, E, o.tile_l2};
   l1.out_store = l2.out_store = o.out_store;
-  l1.k_block = l2.k_block = o.k_block;
-  auto resolve = [](const MoeGemmArgs& g, MoeGemmReport& rep) {
-    validate_moe_gemm_args(g);
-    rep.tile = moe_resolved_tile(g), rep.out_store = moe_resolved_out_store(g), rep.k_block = moe_resolved_k_block(g);
-  };
-  if (r.has_l1) resolve(l1, r.l1);
-  if (r.has_l2) resolve(l2, r.l2);
+  if (r.has_l1) validate_moe_gemm_args(l1), r.l1.tile = moe_resolved_tile(l1), r.l1.out_store = moe_resolved_out_store(l1);
+  if (r.has_l2) validate_moe_gemm_args(l2), r.l2.tile = moe_resolved_tile(l2), r.l2.out_store = moe_resolved_out_store(l2);
   r.l1.flop = 2.0 * rows * Hd * 2.0 * I;
   r.l2.flop = 2.0 * rows * double(I) * Hd;
 

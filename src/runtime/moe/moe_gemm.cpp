@@ -143,10 +143,6 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
       a.out_store != MoeOutStore::tile_bulk)
     throw Error(fmt::format("moe gemm {}: out_store {}: expected -1 (auto), 0 (staged) or 1 (bulk)", k,
                             int(a.out_store)));
-  if (a.k_block != 0 && a.k_block != 64 && a.k_block != 32)
-    throw Error(fmt::format("moe gemm {}: k_block {}: expected 0 (auto), 64 or 32", k, a.k_block));
-  if (a.k_block == 32 && moe_resolved_out_store(a) != MoeOutStore::warp_staged)
-    throw Error(fmt::format("moe gemm {}: k_block 32: only with the staged output store", k));
   if (a.workspace != nullptr && !aligned16(a.workspace))
     throw Error(fmt::format("moe gemm {}: workspace: expected 16-byte alignment, got {}", k, a.workspace));
   if (a.tile != MoeTile::automatic) {
@@ -176,8 +172,6 @@ int moe_resolved_splits(const MoeGemmArgs& a) { return splits_for(a, moe_resolve
 MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a) {
   return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store();
 }
-
-int moe_resolved_k_block(const MoeGemmArgs& a) { return a.k_block != 0 ? a.k_block : 64; }
 
 size_t moe_workspace_bytes(const MoeGemmArgs& a) {
   validate_moe_gemm_args(a);
@@ -218,9 +212,9 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
       p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
     }
   }
-  const int out = int(moe_resolved_out_store(a)), kb = moe_resolved_k_block(a);
-  const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, out, kb, stream)
-                                                  : moe::launch_grouped_gemm_plain(p, tile, out, kb, stream);
+  const int out = int(moe_resolved_out_store(a));
+  const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, out, stream)
+                                                  : moe::launch_grouped_gemm_plain(p, tile, out, stream);
   XSTAGE_CUDA(rc);
 }
 
