@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "util/csv.hpp"
 #include "xstage/error.hpp"
 #include "xstage/model.hpp"
 #include "xstage/simulator.hpp"
@@ -134,19 +135,6 @@ double OwnCost::at(const std::string& path, int64_t S) const {
   return lo->second + x * (hi->second - lo->second);
 }
 
-namespace {
-
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cell;
-  std::istringstream in(line);
-  while (std::getline(in, cell, ',')) out.push_back(cell);
-  if (!line.empty() && line.back() == ',') out.push_back("");
-  return out;
-}
-
-}  // namespace
-
 double bulk_drain_ratio_from_probe(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   std::string line;
@@ -157,7 +145,7 @@ double bulk_drain_ratio_from_probe(const std::string& text, const std::string& n
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line[0] == '#') continue;
-    const std::vector<std::string> cells = split_csv_line(line);
+    const std::vector<std::string> cells = detail::split_csv_line(line, fmt::format("{}:{}", name, lineno));
     if (header.empty()) {
       header = cells;
       continue;
