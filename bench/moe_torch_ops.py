@@ -5,14 +5,17 @@ F.silu(gate) * up, the weight and torch._grouped_mm again, on the same
 tensors, eager and captured in a CUDA graph, the four timed in turn round by
 round (median per call over the rounds; SM clock read before and after).
 Eager includes each side's Python and launch overhead (ours: the argument
-checks, a ctypes call for the launch and, on a shape's first call, one for
-the split-K workspace size).
+checks, a ctypes call for each launch and, on a shape's first call, one for
+the split-K workspace size); "two ops" is moe_experts as the two ops
+grouped_mm_swiglu and grouped_mm called in turn, and host_us_per_call the
+time a call takes to return.
   usage: bench/moe_torch_ops.py [--out moe-torch-ops.json] [--rounds 9]
 """
 import argparse
 import datetime
 import json
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +48,17 @@ def timed(fn, reps):
     return a.elapsed_time(b) / reps
 
 
+def host_us(fn, reps):
+    """Host time a call takes to return (what it costs the Python thread, launches enqueued, not run)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / reps * 1e6
+
+
 def graph_of(fn):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -74,10 +88,12 @@ def main():
         offs = torch.arange(1, E + 1, device="cuda", dtype=torch.int32) * m
         wt = torch.rand(E * m, device="cuda") + 0.1
         ours = lambda: xstage.moe_experts(x, w13i, w2, offs, wt)
+        two_ops = lambda: xstage.grouped_mm(xstage.grouped_mm_swiglu(x, w13i, offs, wt), w2, offs)
         ref = lambda: torch_experts(x, w13, w2, offs, wt)
         err = ((ours().float() - ref().float()).norm() / ref().float().norm()).item()
         g_ours, g_ref = graph_of(ours), graph_of(ref)
-        fns = {"ours eager": ours, "torch eager": ref, "ours graph": g_ours.replay, "torch graph": g_ref.replay}
+        fns = {"ours eager": ours, "ours eager, two ops": two_ops, "torch eager": ref, "ours graph": g_ours.replay,
+               "torch graph": g_ref.replay}
         for f in fns.values():
             timed(f, 2)
         clk0 = sm_clock()
@@ -87,22 +103,29 @@ def main():
                 t[k].append(timed(f, a.reps))
         clk1 = sm_clock()
         med = {k: statistics.median(v) for k, v in t.items()}
+        host = {k: statistics.median(host_us(fns[k], a.reps) for _ in range(3))
+                for k in ("ours eager", "ours eager, two ops", "torch eager")}
         flop = 2.0 * E * m * H * 2 * I + 2.0 * E * m * I * H
         r = dict(shape=name, hidden=H, inter=I, experts=E, rows_per_expert=m, rel_diff=err, sm_clock_mhz=[clk0, clk1],
                  ms={k: dict(median=med[k], min=min(v), max=max(v)) for k, v in t.items()},
+                 host_us_per_call=host,
                  speedup_eager=med["torch eager"] / med["ours eager"],
+                 speedup_eager_two_ops=med["torch eager"] / med["ours eager, two ops"],
                  speedup_graph=med["torch graph"] / med["ours graph"],
                  tflops_ours_graph=flop / med["ours graph"] / 1e9)
         rows_out.append(r)
         print(f"{name:18s} rows {E * m:6d}: ours eager {med['ours eager']:.3f} ms, torch eager "
-              f"{med['torch eager']:.3f} ms (x{r['speedup_eager']:.2f}); graphs {med['ours graph']:.3f} / "
+              f"{med['torch eager']:.3f} ms (x{r['speedup_eager']:.2f}; two ops x{r['speedup_eager_two_ops']:.2f}); "
+              f"host us a call: ours {host['ours eager']:.0f}, two ops {host['ours eager, two ops']:.0f}, torch "
+              f"{host['torch eager']:.0f}; graphs {med['ours graph']:.3f} / "
               f"{med['torch graph']:.3f} ms (x{r['speedup_graph']:.2f}); rel diff {err:.1e}; clk {clk0}/{clk1}",
               flush=True)
         del x, w13, w2, w13i, g_ours, g_ref
         torch.cuda.empty_cache()
     json.dump(dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                    device=torch.cuda.get_device_name(0), torch=torch.__version__, commit=a.commit,
-                   method=f"median per call over {a.rounds} rounds of {a.reps} calls, the four timed in turn",
+                   method=f"median per call over {a.rounds} rounds of {a.reps} calls, the five timed in turn; "
+                          "host_us_per_call: the Python call's own time (median of 3 x reps calls, no sync inside)",
                    rows=rows_out), open(a.out, "w"), indent=1)
 
 

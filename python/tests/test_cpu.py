@@ -324,6 +324,8 @@ def test_moe_ops_registered_with_schemas():
     assert str(torch.ops.xstage.moe_l1.default._schema) == (
         "xstage::moe_l1(Tensor x, Tensor w13, Tensor offs, Tensor? row_weight) -> Tensor")
     assert str(torch.ops.xstage.moe_l2.default._schema) == "xstage::moe_l2(Tensor h, Tensor w2, Tensor offs) -> Tensor"
+    assert str(torch.ops.xstage.moe_experts.default._schema) == (
+        "xstage::moe_experts(Tensor x, Tensor w13, Tensor w2, Tensor offs, Tensor? row_weight) -> Tensor")
 
 
 def test_moe_interleave_w13_alternates_gate_and_up_in_groups_of_8():
@@ -349,6 +351,9 @@ def test_moe_fake_shapes_and_torch_compile():
     out, gm = _compile_and_capture(lambda x, w13, w2, offs, wt: xstage.moe_experts(x, w13, w2, offs, wt),
                                    x, w13, w2, offs, wt)
     assert out.shape == (rows, H) and out.dtype == BF16
+    assert _calls(gm, torch.ops.xstage.moe_experts) == 1
+    _, gm = _compile_and_capture(lambda x, w13, w2, offs, wt: xstage.grouped_mm(xstage.grouped_mm_swiglu(x, w13, offs, wt),
+                                                                             w2, offs), x, w13, w2, offs, wt)
     assert _calls(gm, torch.ops.xstage.moe_l1) == 1 and _calls(gm, torch.ops.xstage.moe_l2) == 1
     with FakeTensorMode():
         h = torch.ops.xstage.moe_l1(torch.empty(7, H, dtype=BF16, device="cuda"),
@@ -379,8 +384,14 @@ def test_moe_fake_shapes_and_torch_compile():
     ("l2", (_bf16(16, 128), "w2", torch.zeros(3, dtype=torch.int32)), TypeError, "w2: expected a torch.Tensor"),
 ])
 def test_moe_errors_say_what_and_where(fn, args, exc, words):
+    # Through the public functions, and for L1 also through moe_experts (it checks L1's arguments first).
     f = xstage.grouped_mm_swiglu if fn == "l1" else xstage.grouped_mm
     with pytest.raises(exc) as e:
         f(*args)
     name = "xstage.grouped_mm_swiglu" if fn == "l1" else "xstage.grouped_mm"
     assert str(e.value).startswith(name + ": ") and words in str(e.value), str(e.value)
+    if fn == "l1" and len(args) == 3:
+        w2 = _bf16(3, 256, 128)
+        with pytest.raises(exc) as e:
+            xstage.moe_experts(args[0], args[1], w2, args[2])
+        assert str(e.value).startswith(name + ": ") and words in str(e.value), str(e.value)

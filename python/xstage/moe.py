@@ -141,6 +141,29 @@ def _moe_l2_fake(h, w2, offs):
     return h.new_empty((rows, N))
 
 
+@torch.library.custom_op("xstage::moe_experts", mutates_args=())
+def _moe_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, offs: torch.Tensor,
+                 row_weight: Optional[torch.Tensor]) -> torch.Tensor:
+    return _launch(L2, _launch(L1, x, w13, offs, row_weight), w2, offs, None)
+
+
+@_moe_experts.register_fake
+def _moe_experts_fake(x, w13, w2, offs, row_weight):
+    rows, _, N, _ = _check(L1, x, w13, offs, row_weight)
+    h = x.new_empty((rows, N // 2))
+    rows, _, H, _ = _check(L2, h, w2, offs, None)
+    return x.new_empty((rows, H))
+
+
+def _tensors(op, **named):
+    """What the ops' schemas cannot say well: an argument that is no tensor at all."""
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+
+
+# The ops check their arguments (real and fake implementations alike), so the
+# functions below check only that they are tensors.
 def grouped_mm_swiglu(x, w13, offs, row_weight=None):
     """L1 of the expert layer: for every expert e, h[rows of e] = silu(g) * u
     (times row_weight[row] when given), where g and u are the gate and up
@@ -149,7 +172,7 @@ def grouped_mm_swiglu(x, w13, offs, row_weight=None):
     torch._grouped_mm takes them (any counts, 0 included); row_weight fp32
     [rows] or None. Returns a new bf16 [rows, I]; rows at or past offs[-1]
     belong to no expert and are left unwritten. Forward only."""
-    _check(L1, x, w13, offs, row_weight)
+    _tensors(_NAMES[L1], x=x, w13=w13, offs=offs, **({} if row_weight is None else {"row_weight": row_weight}))
     return torch.ops.xstage.moe_l1(x, w13, offs, row_weight)
 
 
@@ -158,11 +181,14 @@ def grouped_mm(h, w2, offs):
     expert e. h bf16 [rows, I]; w2 bf16 [E, H, I]; offs as in
     grouped_mm_swiglu. Returns a new bf16 [rows, H]; rows at or past
     offs[-1] are left unwritten. Forward only."""
-    _check(L2, h, w2, offs, None)
+    _tensors(_NAMES[L2], h=h, w2=w2, offs=offs)
     return torch.ops.xstage.moe_l2(h, w2, offs)
 
 
 def moe_experts(x, w13, w2, offs, row_weight=None):
     """Both GEMMs of the expert layer: grouped_mm(grouped_mm_swiglu(x, w13,
-    offs, row_weight), w2, offs)."""
-    return grouped_mm(grouped_mm_swiglu(x, w13, offs, row_weight), w2, offs)
+    offs, row_weight), w2, offs), as one op (one dispatch: eager calls on
+    small problems are bound by the host)."""
+    _tensors("xstage.moe_experts", x=x, w13=w13, w2=w2, offs=offs,
+             **({} if row_weight is None else {"row_weight": row_weight}))
+    return torch.ops.xstage.moe_experts(x, w13, w2, offs, row_weight)
