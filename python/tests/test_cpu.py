@@ -390,8 +390,31 @@ def test_moe_errors_say_what_and_where(fn, args, exc, words):
         f(*args)
     name = "xstage.grouped_mm_swiglu" if fn == "l1" else "xstage.grouped_mm"
     assert str(e.value).startswith(name + ": ") and words in str(e.value), str(e.value)
-    if fn == "l1" and len(args) == 3:
+    if fn == "l1":  # moe_experts checks L1's arguments first, under its own name
         w2 = _bf16(3, 256, 128)
         with pytest.raises(exc) as e:
-            xstage.moe_experts(args[0], args[1], w2, args[2])
-        assert str(e.value).startswith(name + ": ") and words in str(e.value), str(e.value)
+            xstage.moe_experts(args[0], args[1], w2, args[2], *args[3:])
+        assert str(e.value).startswith("xstage.moe_experts: ") and words in str(e.value), str(e.value)
+
+
+def test_moe_experts_checks_l2_before_anything_runs():
+    # Meta tensors: L1's arguments pass (the device check admits meta), so the error is L2's.
+    meta = lambda *shape: torch.empty(*shape, dtype=BF16, device="meta")  # noqa: E731
+    x, w13, offs = meta(16, 256), meta(3, 256, 256), torch.empty(3, dtype=torch.int32, device="meta")
+    for w2, exc, words in ((meta(3, 256, 100), ValueError, "w2: expected [E, N, K] with K = 128"),
+                           (meta(3, 200, 128), ValueError, "w2: H = 200 (dimension 1)"),
+                           ("w2", TypeError, "w2: expected a torch.Tensor, got str")):
+        with pytest.raises(exc) as e:
+            xstage.moe_experts(x, w13, w2, offs)
+        assert str(e.value).startswith("xstage.moe_experts: ") and words in str(e.value), str(e.value)
+
+
+def test_moe_errors_under_torch_compile_keep_their_type():
+    x = torch.empty(16, 256, dtype=torch.float16, device="meta")
+    w13 = torch.empty(3, 256, 256, dtype=BF16, device="meta")
+    w2 = torch.empty(3, 256, 128, dtype=BF16, device="meta")
+    offs = torch.empty(3, dtype=torch.int32, device="meta")
+    for f in (lambda: xstage.grouped_mm_swiglu(x, w13, offs), lambda: xstage.moe_experts(x, w13, w2, offs)):
+        torch._dynamo.reset()
+        with pytest.raises(TypeError, match="x: expected dtype torch.bfloat16"):
+            torch.compile(f)()

@@ -20,6 +20,7 @@ from xstage import _lib
 
 L1, L2 = 0, 1
 _NAMES = {L1: "xstage.grouped_mm_swiglu", L2: "xstage.grouped_mm"}
+_EXPERTS = "xstage.moe_experts"
 _WORKSPACE_BYTES = {}  # (kind, rows, K, N, E, device) -> split-K workspace bytes: one library call an eager launch
 
 
@@ -39,10 +40,10 @@ def moe_interleave_w13(w13):
     return w13.reshape(E, 2, two_i // 16, 8, H).permute(0, 2, 1, 3, 4).reshape(E, two_i, H).contiguous()
 
 
-def _check(kind, a, b, offs, row_weight):
+def _check(kind, a, b, offs, row_weight, op=None):
     """Shapes, dtypes, devices and layouts of one GEMM: a [rows, K], b [E, N, K], offs int32 [E], row_weight
-    fp32 [rows] (L1 only). Returns (rows, K, N, E)."""
-    op = _NAMES[kind]
+    fp32 [rows] (L1 only). Returns (rows, K, N, E). op: the name errors start with (default: the GEMM's)."""
+    op = op or _NAMES[kind]
     names = ("x", "w13") if kind == L1 else ("h", "w2")
     for name, t, dims in ((names[0], a, 2), (names[1], b, 3)):
         if not isinstance(t, torch.Tensor):
@@ -92,8 +93,10 @@ def _contiguous(t):
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _launch(kind, a, b, offs, row_weight):
-    rows, K, N, E = _check(kind, a, b, offs, row_weight)
+def _prepare(kind, a, b, offs, row_weight, op=None):
+    """Everything of one launch but the launch: the checks, operands the kernel can read in place, the output
+    and split-K's workspace. Returns the arguments of _run."""
+    rows, K, N, E = _check(kind, a, b, offs, row_weight, op)
     a, b, offs = _contiguous(a), _contiguous(b), _contiguous(offs)
     if row_weight is not None:
         row_weight = _contiguous(row_weight)
@@ -112,11 +115,20 @@ def _launch(kind, a, b, offs, row_weight):
     # 1 GiB): a fresh zeroed tensor each call, from torch's caching allocator on the caller's stream, so that
     # calls on other streams or in CUDA graphs never share one (the kernel needs it zeroed and to itself).
     ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes > 0 else None
+    return kind, a, b, c, offs, row_weight, (rows, K, N, E), ws, ws_bytes
+
+
+def _run(kind, a, b, c, offs, row_weight, dims, ws, ws_bytes):
+    rows, K, N, E = dims
     with torch.cuda.device(a.device):
         _lib.call("xstage_torch_moe_gemm", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                   None if row_weight is None else row_weight.data_ptr(), rows, K, N, E,
                   None if ws is None else ws.data_ptr(), ws_bytes, torch.cuda.current_stream(a.device).cuda_stream)
     return c
+
+
+def _launch(kind, a, b, offs, row_weight):
+    return _run(*_prepare(kind, a, b, offs, row_weight))
 
 
 @torch.library.custom_op("xstage::moe_l1", mutates_args=())
@@ -144,15 +156,24 @@ def _moe_l2_fake(h, w2, offs):
 @torch.library.custom_op("xstage::moe_experts", mutates_args=())
 def _moe_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, offs: torch.Tensor,
                  row_weight: Optional[torch.Tensor]) -> torch.Tensor:
-    return _launch(L2, _launch(L1, x, w13, offs, row_weight), w2, offs, None)
+    # Both GEMMs checked (and L2's input allocated) before L1 is launched: bad
+    # input stops the call before anything reaches the GPU.
+    l1 = _prepare(L1, x, w13, offs, row_weight, _EXPERTS)
+    l2 = _prepare(L2, l1[3], w2, offs, None, _EXPERTS)
+    _run(*l1)
+    return _run(*l2)
+
+
+def _check_experts(x, w13, w2, offs, row_weight):
+    """Both GEMMs' checks; returns the output's shape."""
+    rows, _, N, _ = _check(L1, x, w13, offs, row_weight, _EXPERTS)
+    rows, _, H, _ = _check(L2, x.new_empty((rows, N // 2)), w2, offs, None, _EXPERTS)
+    return rows, H
 
 
 @_moe_experts.register_fake
 def _moe_experts_fake(x, w13, w2, offs, row_weight):
-    rows, _, N, _ = _check(L1, x, w13, offs, row_weight)
-    h = x.new_empty((rows, N // 2))
-    rows, _, H, _ = _check(L2, h, w2, offs, None)
-    return x.new_empty((rows, H))
+    return x.new_empty(_check_experts(x, w13, w2, offs, row_weight))
 
 
 def _tensors(op, **named):
@@ -162,8 +183,15 @@ def _tensors(op, **named):
             raise TypeError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
 
 
-# The ops check their arguments (real and fake implementations alike), so the
-# functions below check only that they are tensors.
+def _optional(row_weight):
+    return {} if row_weight is None else {"row_weight": row_weight}
+
+
+# The ops check their arguments (real and fake implementations alike), so
+# eager calls here check only that they are tensors: no second pass. Under
+# torch.compile the op's check would run inside the fake implementation,
+# where tracing turns its TypeError or ValueError into an internal error:
+# there the whole check runs first.
 def grouped_mm_swiglu(x, w13, offs, row_weight=None):
     """L1 of the expert layer: for every expert e, h[rows of e] = silu(g) * u
     (times row_weight[row] when given), where g and u are the gate and up
@@ -172,7 +200,9 @@ def grouped_mm_swiglu(x, w13, offs, row_weight=None):
     torch._grouped_mm takes them (any counts, 0 included); row_weight fp32
     [rows] or None. Returns a new bf16 [rows, I]; rows at or past offs[-1]
     belong to no expert and are left unwritten. Forward only."""
-    _tensors(_NAMES[L1], x=x, w13=w13, offs=offs, **({} if row_weight is None else {"row_weight": row_weight}))
+    _tensors(_NAMES[L1], x=x, w13=w13, offs=offs, **_optional(row_weight))
+    if torch.compiler.is_compiling():
+        _check(L1, x, w13, offs, row_weight)
     return torch.ops.xstage.moe_l1(x, w13, offs, row_weight)
 
 
@@ -182,6 +212,8 @@ def grouped_mm(h, w2, offs):
     grouped_mm_swiglu. Returns a new bf16 [rows, H]; rows at or past
     offs[-1] are left unwritten. Forward only."""
     _tensors(_NAMES[L2], h=h, w2=w2, offs=offs)
+    if torch.compiler.is_compiling():
+        _check(L2, h, w2, offs, None)
     return torch.ops.xstage.moe_l2(h, w2, offs)
 
 
@@ -189,6 +221,7 @@ def moe_experts(x, w13, w2, offs, row_weight=None):
     """Both GEMMs of the expert layer: grouped_mm(grouped_mm_swiglu(x, w13,
     offs, row_weight), w2, offs), as one op (one dispatch: eager calls on
     small problems are bound by the host)."""
-    _tensors("xstage.moe_experts", x=x, w13=w13, w2=w2, offs=offs,
-             **({} if row_weight is None else {"row_weight": row_weight}))
+    _tensors(_EXPERTS, x=x, w13=w13, w2=w2, offs=offs, **_optional(row_weight))
+    if torch.compiler.is_compiling():
+        _check_experts(x, w13, w2, offs, row_weight)
     return torch.ops.xstage.moe_experts(x, w13, w2, offs, row_weight)

@@ -115,10 +115,10 @@ void World::init_streams(std::vector<int> local_ranks) {
     XSTAGE_CUDA(cudaSetDevice(device));
     cudaStream_t s = nullptr;
     XSTAGE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    streams_.push_back(s);  // owned (destroyed with the World) before anything below can throw
     // Ranks' kernels wait on each other's flags; a printf-capable kernel's
     // first launch would wait for every other kernel to end first.
     if (new_device) comm::set_up_printf_buffer(s);
-    streams_.push_back(s);
     cudaEvent_t e = nullptr;
     XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     fork_events_.push_back(e);
