@@ -7,7 +7,6 @@
 #include <cstring>
 #include <limits>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -284,11 +283,13 @@ VisibleRunner::VisibleRunner(const VisiblePoint& setup) : impl_(std::make_unique
   // their start barrier's timeout message) and the verify kernel launch
   // behind it on the same GPU. A first launch that loads a kernel, or sets up
   // the printf buffer, would wait for the poller to time out.
-  for (const auto& [dev, s] : {std::pair{setup.device, m.stream}, std::pair{m.obs_device, m.obs_stream}}) {
+  auto prepare = [](int dev, cudaStream_t s) {
     XSTAGE_CUDA(cudaSetDevice(dev));
     XSTAGE_CUDA(visible::preload_kernels());
     comm::set_up_printf_buffer(s);
-  }
+  };
+  prepare(setup.device, m.stream);
+  if (m.obs_device != setup.device) prepare(m.obs_device, m.obs_stream);
   m.ping.allocate(4096);
   const size_t dst = static_cast<size_t>(setup.dst_bytes);
   if (setup.path == VisiblePath::host)
