@@ -19,11 +19,6 @@ struct MainloopParams {
   int64_t v_stride_b = 0, v_stride_s = 0, v_stride_h = 0;
   int B = 0, H = 0, S_q = 0, S_kv = 0, D = 0;
   float scale_log2 = 0;  // softmax scale * log2(e): the kernel works in base 2
-  // Key order of the wgmma kernel: 0 every tile walks the keys forwards; 1
-  // every second tile of a CTA's walk walks them backwards, starting where
-  // the tile before it ended. Why: at long S one head's K and V outgrow L2,
-  // and a forward-only walk reads them in a cycle longer than L2 holds.
-  int kv_zigzag = 0;
 };
 
 // The local-store epilogue: O (bf16, [B, S_q, H, D] with strides) and the

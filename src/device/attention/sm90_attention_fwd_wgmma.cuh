@@ -234,22 +234,20 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
         for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
           ptx::tma_load_4d(smem + Cfg::OFF_Q + cb * Cfg::Q_BLOCK_BYTES, &tm.q, q_full, cb * 64, c.m_block * BM, c.h,
                            c.b);
-        const bool back = p.kv_zigzag != 0 && (tc & 1) != 0;  // the consumers' softmax masks by the same rule
         for (int j = 0; j < n_kv; ++j, ++it) {
           const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
-          const int kv = back ? n_kv - 1 - j : j;  // the key block of step j
           ptx::mbar_wait(k_empty + s, ph ^ 1);
           ptx::mbar_arrive_expect_tx(k_full + s, Cfg::KV_BYTES);
 #pragma unroll
           for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
             ptx::tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.k, k_full + s,
-                             cb * 64, kv * BN, c.h, c.b);
+                             cb * 64, j * BN, c.h, c.b);
           ptx::mbar_wait(v_empty + s, ph ^ 1);
           ptx::mbar_arrive_expect_tx(v_full + s, Cfg::KV_BYTES);
 #pragma unroll
           for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
             ptx::tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.v, v_full + s,
-                             cb * 64, kv * BN, c.h, c.b);
+                             cb * 64, j * BN, c.h, c.b);
           if constexpr (kSends) atomicExch_block(progress, it + 1);  // the sender's pace: step it is on its way
         }
       }
@@ -327,11 +325,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     const Coord c = *tile_slot;
     const int m0 = c.m_block * BM;
 
-    // Step j's key block: the producer's rule (p.kv_zigzag), so that the
-    // ragged last block is masked whichever step it comes in.
-    const bool back = p.kv_zigzag != 0 && (tc & 1) != 0;
     auto softmax = [&](int j) {
-      const int cols_valid = p.S_kv - (back ? n_kv - 1 - j : j) * BN;
+      const int cols_valid = p.S_kv - j * BN;
       if (cols_valid < BN)
         sm.template step<true>(s, p.scale_log2, cols_valid, lane, corr);
       else

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "device/attention/attention_launch.hpp"
-#include "runtime/attention/kv_order.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 
@@ -78,7 +77,6 @@ void attention_forward(const AttentionForwardArgs& a, cudaStream_t stream) {
   p.v_stride_b = a.v_stride.b, p.v_stride_s = a.v_stride.s, p.v_stride_h = a.v_stride.h;
   p.B = a.B, p.H = a.H, p.S_q = a.S_q, p.S_kv = a.S_kv, p.D = a.D;
   p.scale_log2 = static_cast<float>(double(effective_scale(a)) * 1.4426950408889634);
-  p.kv_zigzag = attention_kv_zigzag();
   attention::LocalStoreParams ep;
   ep.o = a.o;
   ep.o_stride_b = a.o_stride.b, ep.o_stride_s = a.o_stride.s, ep.o_stride_h = a.o_stride.h;

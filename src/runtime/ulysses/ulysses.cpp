@@ -19,7 +19,6 @@
 #include "device/fill/fill_random.hpp"
 #include "device/remote/diagnostics.hpp"
 #include "device/ulysses/launch.hpp"
-#include "runtime/attention/kv_order.hpp"
 #include "runtime/ulysses/ulysses_pipeline.hpp"
 #include "util/npy.hpp"
 #include "xstage/attention.hpp"
@@ -249,7 +248,6 @@ struct UlyssesAttention::Impl {
     p.q_stride_h = p.k_stride_h = p.v_stride_h = D;
     p.B = int(B * g.n), p.H = int(Hl), p.S_q = p.S_kv = int(S), p.D = int(D);
     p.scale_log2 = float(1.0 / std::sqrt(double(D)) * kLog2e);
-    p.kv_zigzag = attention_kv_zigzag();
     return p;
   }
 

@@ -11,7 +11,6 @@
 #include "device/attention/attention_launch.hpp"
 #include "device/remote/flag_timeout_record.hpp"
 #include "device/ulysses/launch.hpp"
-#include "runtime/attention/kv_order.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 #include "xstage/ulysses_layout.hpp"
@@ -117,7 +116,6 @@ void ulysses_fused_forward(const UlyssesFusedArgs& a, cudaStream_t stream) {
   p.v_stride_b = a.v_stride.b, p.v_stride_s = a.v_stride.s, p.v_stride_h = a.v_stride.h;
   p.B = int(s.B), p.H = int(Hl), p.S_q = p.S_kv = int(s.S), p.D = int(s.D);
   p.scale_log2 = float(double(scale) * 1.4426950408889634);
-  p.kv_zigzag = attention_kv_zigzag();
 
   ulysses::UlyssesStoreParams ep;
   ep.out = a.out_table;
