@@ -160,3 +160,65 @@ TEST(StorePaths, BadInputIsAnError) {
   EXPECT_THROW(predict_store_path(host, k, "paced"), Error);
   EXPECT_THROW(wgmma_store_path_kernel(k.kernel, 0, 128), Error);
 }
+
+TEST(LogSCurve, InterpolatesInLogSHoldsTheEndsAndIsZeroWhenEmpty) {
+  LogSCurve c;
+  EXPECT_DOUBLE_EQ(c.at(4096), 0.0);
+  c.add(4096, 0.01);
+  c.add(65536, 0.002);
+  EXPECT_DOUBLE_EQ(c.at(4096), 0.01);
+  EXPECT_NEAR(c.at(16384), 0.006, 1e-12);  // halfway in log S
+  EXPECT_DOUBLE_EQ(c.at(1024), 0.01);
+  EXPECT_DOUBLE_EQ(c.at(1 << 20), 0.002);
+  EXPECT_THROW(c.add(0, 0.1), Error);
+  EXPECT_THROW(c.add(4096, std::nan("")), Error);
+}
+
+TEST(TileSpreadCsv, ReadsBenchTileSpreadOutputAndNamesBadLines) {
+  const LogSCurve c = tile_spread_from_csv(
+      "S,ctas,tiles,tile_us,tile_spread\n4096,132,5,49.7,0.0096\n131072,132,186,1842.1,0.0014\n", "t.csv");
+  EXPECT_DOUBLE_EQ(c.at(4096), 0.0096);
+  EXPECT_DOUBLE_EQ(c.at(131072), 0.0014);
+  auto message = [](const std::string& text) {
+    try {
+      tile_spread_from_csv(text, "bad.csv");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("S,spread\n4096,0.01\n").find("bad.csv:1: no column \"tile_spread\""), std::string::npos);
+  EXPECT_NE(message("S,tile_spread\n4096,1.5\n").find("bad.csv:2: expected S >= 1 and tile_spread in [0, 1)"),
+            std::string::npos);
+  EXPECT_NE(message("S,tile_spread\nfour,0.1\n").find("bad.csv:2: S must be an integer"), std::string::npos);
+  EXPECT_NE(message("S,tile_spread\n4096\n").find("bad.csv:2: 1 cells"), std::string::npos);
+  EXPECT_NE(message("S,tile_spread\n").find("bad.csv: no rows"), std::string::npos);
+}
+
+TEST(StorePaths, DriftingCtasSpreadWholeTileBurstsAtLongS) {
+  // S = 65536 on the host profile: 46 waves. In lock step every wave's whole-tile
+  // bursts arrive at once and hold the next tile's loads; with the CTAs' tile
+  // times 0.5% apart (bench/tile_spread.py measures ~0.15-1% on device buffers)
+  // they stop coinciding after a few waves, so the whole-tile path costs far
+  // less, while a spread of 0 is the lock-step model.
+  const Profile& host = *find_embedded_profile("h200-host-pcie");
+  const Profile& local = *find_embedded_profile("h200-local");
+  const StorePathKernel k = host_kernel(65536, 82700);
+  StorePathOptions lock, drift;
+  drift.tile_spread = 0.005;
+  const double v_lock = predict_store_path(host, k, "vector16", lock, &local).residual;
+  const double v_drift = predict_store_path(host, k, "vector16", drift, &local).residual;
+  EXPECT_GT(v_lock, 0.05);
+  EXPECT_LT(v_drift, 0.5 * v_lock);
+  EXPECT_GE(v_drift, -1e-9);  // the slowest CTA keeps the attention-only time: no residual below 0
+  // Nothing to store: the spread leaves the attention-only time as it was.
+  StorePathKernel none = k;
+  none.kernel.payload_bytes = 0;
+  EXPECT_NEAR(predict_store_path(host, none, "vector16", drift, &local).residual,
+              predict_store_path(host, none, "vector16", lock, &local).residual, 1e-9);
+  StorePathOptions bad;
+  bad.tile_spread = 1.0;
+  EXPECT_THROW(predict_store_path(host, k, "vector16", bad, &local), Error);
+  bad.tile_spread = -0.1;
+  EXPECT_THROW(predict_store_path(host, k, "vector16", bad, &local), Error);
+}

@@ -19,10 +19,13 @@ inline constexpr unsigned int kDiagNoWait = 1;          // no receiver wait at t
 inline constexpr unsigned int kDiagNoAcquireFence = 2;  // the wait ends without its acquire fence
 inline constexpr unsigned int kDiagTrace = 128;         // time stamps of the kernel's end into p.trace
 inline constexpr unsigned int kDiagSlowPoll = 256;      // the receiver polls every ~2 us, not ~64 ns
-inline constexpr unsigned int kDiagAll = kDiagNoWait | kDiagNoAcquireFence | kDiagTrace | kDiagSlowPoll;
+inline constexpr unsigned int kDiagTileTrace = 512;     // each tile's end into p.trace (16-byte and bulk paths)
+inline constexpr unsigned int kDiagAll =
+    kDiagNoWait | kDiagNoAcquireFence | kDiagTrace | kDiagSlowPoll | kDiagTileTrace;
 
-// The trace's slots (wait_trace.cuh): one a CTA, then the waiting CTA's.
-inline constexpr int kTraceMaxGrid = 4096, kTraceSlots = 8;
+// The trace's slots (wait_trace.cuh): one a CTA, then the waiting CTA's,
+// then (kDiagTileTrace) kTileTraceMax tile ends a CTA.
+inline constexpr int kTraceMaxGrid = 4096, kTraceSlots = 8, kTileTraceMax = 256;
 
 // Whether diagnostic bit `bit` is set and compiled in.
 template <class Params>

@@ -18,6 +18,7 @@
 #include "device/remote/publish.cuh"
 #include "device/remote/receive.cuh"
 #include "device/remote/send.cuh"
+#include "device/remote/wait_trace.cuh"
 #include "xstage/remote_store.hpp"
 
 namespace xstage::remote {
@@ -42,6 +43,7 @@ struct RemoteStoreEpilogue {
   struct Pending {
     typename Dest::FlagKey key{};
     RankRange dst{0, -1};  // empty
+    uint32_t tiles = 0;    // kDiagTileTrace only: tiles this CTA has done
   };
   static constexpr bool kBeforeStore = kCompletion == Completion::lagged;
   static constexpr bool kOwnStaging = false;
@@ -60,6 +62,9 @@ struct RemoteStoreEpilogue {
 
   __device__ __forceinline__ static void tile_done(const Params& p, const Tile& c, int m0, int block_m, int, int tid,
                                                    Pending& pend) {
+    if constexpr (kDiagnostics) {
+      if (tid == 0) trace_tile_end(p, pend.tiles++);
+    }
     // At exit every flag is worked out again when the CTA has no tiles left.
     if (kCompletion == Completion::at_exit || tid != 0) return;
     pend.key = Dest::flag_key(p, c);

@@ -26,6 +26,16 @@ template <class Params>
 __device__ __forceinline__ void trace_published(const Params& p) {
   if (tracing(p) && blockIdx.x < kTraceMaxGrid) p.trace[blockIdx.x] = ptx::globaltimer_ns();
 }
+// kDiagTileTrace: the globaltimer when the CTA's k-th tile is done (its
+// rows stored or issued), so that the host sees how far the CTAs' tiles
+// drift apart over the waves (perf-log f18).
+template <class Params>
+__device__ __forceinline__ void trace_tile_end(const Params& p, uint32_t k) {
+  if constexpr (kDiagnostics) {
+    if ((p.experiment & kDiagTileTrace) && p.trace != nullptr && blockIdx.x < kTraceMaxGrid && k < kTileTraceMax)
+      p.trace[kTraceMaxGrid + kTraceSlots + uint64_t(blockIdx.x) * kTileTraceMax + k] = ptx::globaltimer_ns();
+  }
+}
 template <class Params>
 __device__ __forceinline__ void trace_wait_start(const Params& p) {
   if (tracing(p)) p.trace[kTraceMaxGrid] = ptx::globaltimer_ns();

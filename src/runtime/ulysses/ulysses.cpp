@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -124,9 +125,9 @@ unsigned int experiment_bits() {
     char* end = nullptr;
     const unsigned long x = std::strtoul(v, &end, 0);
     if (*end != 0 || (x & ~static_cast<unsigned long>(remote::kDiagAll)) != 0)
-      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT = '{}': expected a sum of the diagnostic bits {}, {}, {}, {}",
+      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT = '{}': expected a sum of the diagnostic bits {}, {}, {}, {}, {}",
                               v, remote::kDiagNoWait, remote::kDiagNoAcquireFence, remote::kDiagTrace,
-                              remote::kDiagSlowPoll));
+                              remote::kDiagSlowPoll, remote::kDiagTileTrace));
     if (x != 0 && !remote::kDiagnostics)
       throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT = '{}': diagnostics are compiled out of this build "
                               "(configure with -DXSTAGE_DIAGNOSTICS=ON)", v));
@@ -166,7 +167,8 @@ struct UlyssesAttention::Impl {
     unsigned long long* trace = nullptr;  // kDiagTrace only: time stamps of the last launch's end
   };
   static constexpr size_t kTraceBytes =
-      sizeof(unsigned long long) * size_t(remote::kTraceMaxGrid + remote::kTraceSlots);
+      sizeof(unsigned long long) *
+      size_t(remote::kTraceMaxGrid + remote::kTraceSlots + remote::kTraceMaxGrid * remote::kTileTraceMax);
 
   World& w;
   int64_t B, H, D, max_S, Hl;
@@ -205,7 +207,7 @@ struct UlyssesAttention::Impl {
       g.timeout_record =
           static_cast<remote::FlagTimeoutRecord*>(w.alloc_local(rank_base, sizeof(remote::FlagTimeoutRecord)));
       XSTAGE_CUDA(cudaMemset(g.timeout_record, 0, sizeof(remote::FlagTimeoutRecord)));
-      if (experiment_bits() & remote::kDiagTrace)
+      if (experiment_bits() & (remote::kDiagTrace | remote::kDiagTileTrace))
         g.trace = static_cast<unsigned long long*>(w.alloc_local(rank_base, kTraceBytes));
       groups.push_back(g);
     };
@@ -436,9 +438,39 @@ void UlyssesAttention::run(const UlyssesRun& r) {
   check_receivers();
 }
 
+namespace {
+
+// kDiagTileTrace: every CTA's tile ends of the last fused launch, appended to
+// the CSV file XSTAGE_TILE_TRACE names (S, cta, tile, end_ns; ns from the
+// launch's first tile end). Without the variable nothing is written.
+void dump_tile_trace(int device, const unsigned long long* trace, int64_t S) {
+  const char* path = std::getenv("XSTAGE_TILE_TRACE");
+  if (path == nullptr || *path == 0) return;
+  const size_t n = size_t(remote::kTraceMaxGrid) * remote::kTileTraceMax;
+  std::vector<unsigned long long> t(n);
+  XSTAGE_CUDA(cudaSetDevice(device));
+  XSTAGE_CUDA(cudaMemcpy(t.data(), trace + remote::kTraceMaxGrid + remote::kTraceSlots, n * sizeof(t[0]),
+                         cudaMemcpyDeviceToHost));
+  unsigned long long first = ~0ull;
+  for (unsigned long long x : t)
+    if (x != 0) first = std::min(first, x);
+  if (first == ~0ull) return;
+  std::FILE* f = std::fopen(path, "a");
+  if (f == nullptr) throw Error(fmt::format("XSTAGE_TILE_TRACE: cannot open {} for appending", path));
+  for (int c = 0; c < remote::kTraceMaxGrid; ++c)
+    for (int k = 0; k < remote::kTileTraceMax; ++k) {
+      const unsigned long long x = t[size_t(c) * remote::kTileTraceMax + size_t(k)];
+      if (x != 0) fmt::print(f, "{},{},{},{}\n", S, c, k, x - first);
+    }
+  std::fclose(f);
+}
+
+}  // namespace
+
 void UlyssesAttention::check_receivers() const {
   for (const auto& g : impl_->groups) {
-    if (g.trace != nullptr) {  // kDiagTrace: what the last fused launch's end looked like
+    if (g.trace != nullptr && (experiment_bits() & remote::kDiagTileTrace)) dump_tile_trace(g.device, g.trace, layout().shape().S);
+    if (g.trace != nullptr && (experiment_bits() & remote::kDiagTrace)) {  // what the last fused launch's end looked like
       std::vector<unsigned long long> t(size_t(remote::kTraceMaxGrid + remote::kTraceSlots));
       XSTAGE_CUDA(cudaSetDevice(g.device));
       XSTAGE_CUDA(cudaMemcpy(t.data(), g.trace, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
