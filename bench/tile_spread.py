@@ -13,7 +13,10 @@ of tile K lie 2 K tile_spread t apart. Also printed (stderr): the spread of
 the CTAs' mean tile times and the tiles' own jitter, to tell a steady drift
 from a random walk.
 
-Usage: bench/tile_spread.py TRACE.csv [--all] > tile-spread.csv
+With several traces (one launch each), the median over them a S, and
+their least and greatest beside it.
+
+Usage: bench/tile_spread.py TRACE.csv [TRACE.csv ...] > tile-spread.csv
 """
 import collections
 import csv
@@ -21,32 +24,45 @@ import statistics
 import sys
 
 
-def main(argv):
-    if not argv or argv[0].startswith("-"):
-        sys.exit(__doc__)
+def spreads_of(path):
+    """S -> (CTAs, tiles, mean tile ns, spread) of one launch's trace."""
     ends = collections.defaultdict(lambda: collections.defaultdict(dict))
-    with open(argv[0]) as f:
+    with open(path) as f:
         for row in csv.reader(f):
             if len(row) != 4:
-                sys.exit(f"{argv[0]}: expected rows S,cta,tile,end_ns, got {row}")
+                sys.exit(f"{path}: expected rows S,cta,tile,end_ns, got {row}")
             S, cta, tile, t = (int(x) for x in row)
             ends[S][cta][tile] = t
-    print("S,ctas,tiles,tile_us,tile_spread")
+    out = {}
     for S in sorted(ends):
         ctas = ends[S]
         K = min(len(v) for v in ctas.values())
         if K < 2:
-            print(f"S={S}: fewer than 2 tiles a CTA, no spread", file=sys.stderr)
+            print(f"{path} S={S}: fewer than 2 tiles a CTA, no spread", file=sys.stderr)
             continue
         durations = {c: [v[k] - v[k - 1] for k in range(1, K)] for c, v in ctas.items()}
         t = statistics.mean(x for d in durations.values() for x in d)
         last = [v[K - 1] for v in ctas.values()]
-        spread = (max(last) - min(last)) / (2 * K * t)
         means = [statistics.mean(d) for d in durations.values()]
         jitter = statistics.mean(statistics.pstdev(d) for d in durations.values()) / t
-        print(f"S={S}: {len(ctas)} CTAs, {K} tiles, tile {t / 1e3:.1f} us; CTAs' mean tile times "
-              f"{(max(means) - min(means)) / t:.2%} apart, jitter {jitter:.2%} a tile", file=sys.stderr)
-        print(f"{S},{len(ctas)},{K},{t / 1e3:.3f},{spread:.6f}")
+        print(f"{path} S={S}: {len(ctas)} CTAs, {K} tiles, tile {t / 1e3:.1f} us; CTAs' mean tile times "
+              f"{(max(means) - min(means)) / t:.2%} apart, jitter {jitter:.2%} a tile, last tile's ends "
+              f"{(max(last) - min(last)) / t:.3f} tile apart", file=sys.stderr)
+        out[S] = (len(ctas), K, t, (max(last) - min(last)) / (2 * K * t))
+    return out
+
+
+def main(argv):
+    if not argv or argv[0].startswith("-"):
+        sys.exit(__doc__)
+    runs = [spreads_of(p) for p in argv]
+    print("S,ctas,tiles,tile_us,tile_spread,launches,tile_spread_min,tile_spread_max")
+    for S in sorted(set().union(*runs)):
+        got = [r[S] for r in runs if S in r]
+        spread = [g[3] for g in got]
+        ctas, K, t = got[0][0], got[0][1], statistics.mean(g[2] for g in got)
+        print(f"{S},{ctas},{K},{t / 1e3:.3f},{statistics.median(spread):.6f},{len(got)},{min(spread):.6f},"
+              f"{max(spread):.6f}")
 
 
 if __name__ == "__main__":
