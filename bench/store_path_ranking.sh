@@ -8,15 +8,13 @@ cd "$(dirname "$0")/.."
 X=${1:-build/xstage}
 fmt=${2:-}
 u=results/h200/ulysses
-# How far the CTAs' tiles drift apart, traced on device buffers (bench/tile_spread.py, perf-log f18); one H200 only.
-spread="--tile-spread-table $u/tile-spread/tile-spread-device.csv"
 echo "== 1 x H200, host and device buffers (own cost: the device rows of the same sweep), $u/ulysses.json"
-$X ulysses-predict $u/ulysses.json --store-paths --bulk-probe results/h200/probe/probe-host.csv $spread $fmt
+$X ulysses-predict $u/ulysses.json --store-paths --bulk-probe results/h200/probe/probe-host.csv $fmt
 echo "== 1 x H200, pipelined sweep, host buffers (own cost: its device sweep)"
 $X ulysses-predict $u/pipelined/ulysses-pipelined-host.json --store-paths \
-  --own-cost $u/pipelined/ulysses-pipelined-device.json --bulk-probe results/h200/probe/probe-host.csv $spread $fmt
+  --own-cost $u/pipelined/ulysses-pipelined-device.json --bulk-probe results/h200/probe/probe-host.csv $fmt
 for b in peer nccl; do
-  echo "== 2 x H200, $b (no calibration at that commit: X-Stage alone; no tile spread measured over NVLink)"
+  echo "== 2 x H200, $b (no calibration at that commit: X-Stage alone)"
   $X ulysses-predict results/h200x2/ulysses/ulysses-$b.json --store-paths \
     --bulk-probe results/h200x2/probe/probe-peer.csv $fmt
 done

@@ -61,11 +61,6 @@ StorePathKernel wgmma_store_path_kernel(const UlyssesKernelShape& kernel, int64_
 struct StorePathOptions {
   double bulk_drain_ratio = 1.0;  // R of bulk copies over R of 16-byte stores on the profiled path
   bool load_coupling = true;      // whole-tile bursts beyond the near queue hold the next tile's loads
-  // Spread of the CTAs' tile times: slot c computes at (1 + tile_spread u_c) /
-  // (1 + tile_spread), u_c evenly spaced over [-1, 1] (the slowest slot keeps
-  // the attention-only tile time). SMs that run at different speeds drift
-  // apart over the waves, and their whole-tile bursts stop arriving at once.
-  double tile_spread = 0;
 };
 
 struct StorePathPrediction {
@@ -80,20 +75,9 @@ struct StorePathPrediction {
 StorePathPrediction predict_store_path(const Profile& profile, const StorePathKernel& k, const std::string& path,
                                        const StorePathOptions& opt = {}, const Profile* local = nullptr);
 
-// A quantity measured at some S. At an S between two measured ones:
-// interpolated in log S; outside them: the nearest one's; none: 0.
-class LogSCurve {
- public:
-  void add(int64_t S, double value);
-  bool empty() const { return by_S_.empty(); }
-  double at(int64_t S) const;
-
- private:
-  std::map<int64_t, double> by_S_;
-};
-
 // A path's own cost (fraction of attention-only time) against S, from
-// calibration rows (LogSCurve per path). No row for the path: 0.
+// calibration rows. At an S between two calibrated ones: interpolated in
+// log S; outside them: the nearest one's. No row for the path: 0.
 class OwnCost {
  public:
   void add(const std::string& path, int64_t S, double fraction);
@@ -102,14 +86,8 @@ class OwnCost {
   double at(const std::string& path, int64_t S) const;
 
  private:
-  std::map<std::string, LogSCurve> by_path_;
+  std::map<std::string, std::map<int64_t, double>> by_path_;
 };
-
-// StorePathOptions::tile_spread against S from a CSV with columns S and
-// tile_spread (bench/tile_spread.py: the CTAs' tile ends in a traced run on
-// device buffers, where no store holds a CTA back). Throws xstage::Error
-// naming the file and line for a missing column or a value outside [0, 1).
-LogSCurve tile_spread_from_csv(const std::string& csv_text, const std::string& name);
 
 // R of bulk copies over R of 16-byte stores, from a probe CSV (`xstage probe
 // -o`): over every (K, V, gap, gap kind spin) point with a `run` row of both

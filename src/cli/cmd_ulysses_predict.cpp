@@ -31,8 +31,6 @@ struct UlyssesPredictArgs {
   bool no_own_cost = false;
   std::string bulk_probe;     // probe CSV giving bulk copies' drain rate over 16-byte stores'
   double tie = 0.005;         // measured residuals closer than this are not a resolved pair
-  double tile_spread = 0;     // StorePathOptions::tile_spread at every S
-  std::string tile_spread_table;  // or against S from this CSV (bench/tile_spread.py)
   OutputFlags out;
 };
 
@@ -69,15 +67,8 @@ bool calibration_series(const RecordedUlyssesSeries& s) {
 }
 
 // The paths' own cost: measured less predicted residual on the calibration series.
-// The CTAs' tile spread at S: the table's where one is given, else --tile-spread.
-double tile_spread_at(const UlyssesPredictArgs& a, const LogSCurve& table, int64_t S) {
-  return table.empty() ? a.tile_spread : table.at(S);
-}
-
-// A path's own cost: its measured residual on device buffers less what the
-// X-Stage alone gives there, with the same tile spread as the predictions.
 OwnCost own_cost_from(const std::vector<RecordedUlyssesSeries>& report, const UlyssesPredictArgs& a,
-                      const LogSCurve& spread, std::map<std::string, Profile>& locals) {
+                      std::map<std::string, Profile>& locals) {
   OwnCost oc;
   for (const RecordedUlyssesSeries& series : report) {
     if (!calibration_series(series)) continue;
@@ -85,10 +76,8 @@ OwnCost own_cost_from(const std::vector<RecordedUlyssesSeries>& report, const Ul
     const Profile& local = local_of(a, series, locals);
     for (const RecordedUlyssesPoint& pt : series.points) {
       if (!(pt.attention_only_us > 0)) continue;
-      StorePathOptions opt;
-      opt.tile_spread = tile_spread_at(a, spread, pt.S);
       for (const auto& [path, measured] : pt.store_residual)
-        oc.add(path, pt.S, measured - predict_store_path(p, path_kernel(series, pt), path, opt, &local).residual);
+        oc.add(path, pt.S, measured - predict_store_path(p, path_kernel(series, pt), path, {}, &local).residual);
     }
   }
   return oc;
@@ -98,22 +87,17 @@ std::string percent(double v) { return std::isfinite(v) ? fmt::format("{:.1f}%",
 
 void run_store_paths(const UlyssesPredictArgs& a, const std::vector<RecordedUlyssesSeries>& recorded) {
   std::map<std::string, Profile> locals;
-  LogSCurve spread;
-  const std::string spread_source =
-      !a.tile_spread_table.empty() ? a.tile_spread_table : fmt::format("{} at every S", a.tile_spread);
-  if (!a.tile_spread_table.empty())
-    spread = tile_spread_from_csv(detail::read_whole_file(a.tile_spread_table), a.tile_spread_table);
   OwnCost own;
   std::string own_source = "none";
   if (!a.no_own_cost) {
     if (!a.own_cost_report.empty()) {
-      own = own_cost_from(read_ulysses_report(a.own_cost_report), a, spread, locals);
+      own = own_cost_from(read_ulysses_report(a.own_cost_report), a, locals);
       own_source = a.own_cost_report;
       if (own.empty())
         throw Error(fmt::format("--own-cost {}: no emulated series with device buffers to calibrate from",
                                 a.own_cost_report));
     } else {
-      own = own_cost_from(recorded, a, spread, locals);
+      own = own_cost_from(recorded, a, locals);
       if (!own.empty()) own_source = a.report + " (device placement)";
     }
   }
@@ -140,7 +124,6 @@ void run_store_paths(const UlyssesPredictArgs& a, const std::vector<RecordedUlys
       const double blind = predict_ulysses(p, k.kernel, &local).fused_us / pt.attention_only_us - 1;
       std::vector<std::string> paths;
       std::vector<double> measured, predicted, xs, owns;
-      opt.tile_spread = tile_spread_at(a, spread, pt.S);
       for (const auto& [path, m] : pt.store_residual) {
         const double x = predict_store_path(p, k, path, opt, &local).residual;
         const double o = own.at(path, pt.S);
@@ -171,8 +154,7 @@ void run_store_paths(const UlyssesPredictArgs& a, const std::vector<RecordedUlys
         rows.push_back({{"profile", p.name}, {"placement", placement}, {"S", pt.S}, {"path", paths[i]},
                         {"configs", configs}, {"measured_residual", measured[i]},
                         {"predicted_residual", predicted[i]}, {"xstage_residual", xs[i]}, {"own_cost", owns[i]},
-                        {"error", err}, {"path_blind_residual", blind}, {"tile_spread", opt.tile_spread},
-                        {"measured_rank", rank_of(measured, i)},
+                        {"error", err}, {"path_blind_residual", blind}, {"measured_rank", rank_of(measured, i)},
                         {"predicted_rank", rank_of(predicted, i)}});
       }
       r.add({placement, std::to_string(pt.S), std::to_string(ag.n),
@@ -190,7 +172,6 @@ void run_store_paths(const UlyssesPredictArgs& a, const std::vector<RecordedUlys
       std::cout << nlohmann::json{{"report", a.report},
                                   {"own_cost_from", own_source},
                                   {"bulk_drain_ratio", opt.bulk_drain_ratio},
-                                  {"tile_spread_from", spread_source},
                                   {"tie", a.tie},
                                   {"store_paths", rows},
                                   {"ranking", ranking}}
@@ -199,9 +180,9 @@ void run_store_paths(const UlyssesPredictArgs& a, const std::vector<RecordedUlys
       return;
     case Format::csv: std::cout << c.csv(); return;
     case Format::table:
-      std::cout << fmt::format("own cost from: {}; bulk drain ratio {:.3f}; tile spread: {}; residuals: least over "
-                               "each path's configurations; rank: measured / predicted (1 = least)\n",
-                               own_source, opt.bulk_drain_ratio, spread_source)
+      std::cout << fmt::format("own cost from: {}; bulk drain ratio {:.3f}; residuals: least over each path's "
+                               "configurations; rank: measured / predicted (1 = least)\n",
+                               own_source, opt.bulk_drain_ratio)
                 << t.text()
                 << fmt::format("\nranking agreement (resolved: measured more than {:.1f} points apart)\n", 100 * a.tie)
                 << r.text();
@@ -291,13 +272,6 @@ void add_ulysses_predict_command(CLI::App& app) {
   sub->add_option("--bulk-probe", a->bulk_probe,
                   "With --store-paths: a probe CSV with bulk and 16-byte runs; bulk copies drain at the ratio of "
                   "their sustained rates (default: the 16-byte R)");
-  sub->add_option("--tile-spread", a->tile_spread,
-                  "With --store-paths: spread of the CTAs' tile times, in [0, 1), at every S (default 0)")
-      ->check(CLI::Range(0.0, 0.999999));
-  sub->add_option("--tile-spread-table", a->tile_spread_table,
-                  "With --store-paths: the spread against S from a CSV of bench/tile_spread.py (columns S, "
-                  "tile_spread), read in log S")
-      ->excludes("--tile-spread");
   sub->add_option("--tie", a->tie, "With --store-paths: measured residuals closer than this (fraction) are not a "
                                    "resolved pair (default 0.005)")
       ->check(CLI::Range(0.0, 1.0));

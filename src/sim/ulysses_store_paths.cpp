@@ -99,20 +99,8 @@ StorePathPrediction predict_store_path(const Profile& profile, const StorePathKe
   const bool coupled = opt.load_coupling && !sched.sliced && tile_bytes > profile.t0.near_bytes;
   std::vector<Program> programs;
   programs.reserve(size_t(slots));
-  if (!(opt.tile_spread >= 0) || opt.tile_spread >= 1)
-    throw Error(fmt::format("predict_store_path: the tile spread must be in [0, 1), got {}", opt.tile_spread));
-  // Slot c's tile time; scaled so that the slowest slot's compute alone
-  // still takes the attention-only time (waves tiles of tile_ns).
-  auto slot_tiles = [&](int64_t c) { return c < full ? waves : waves - 1; };
-  auto speed = [&](int64_t c) {
-    const double u = slots > 1 ? 2.0 * double(c) / double(slots - 1) - 1.0 : 0.0;
-    return 1.0 + opt.tile_spread * u;
-  };
-  double longest = 0;
-  for (int64_t c = 0; c < slots; ++c) longest = std::max(longest, double(slot_tiles(c)) * speed(c));
-  const double norm = longest > 0 ? double(waves) / longest : 1.0;
   for (int64_t c = 0; c < slots; ++c) {
-    Program p = slot_program(slot_tiles(c), tile_ns * speed(c) * norm, tile_bytes, k, sched.sliced, slices, coupled);
+    Program p = slot_program(c < full ? waves : waves - 1, tile_ns, tile_bytes, k, sched.sliced, slices, coupled);
     if (!p.steps.empty()) programs.push_back(std::move(p));
   }
   StageConfig stage = stage_from_profile(profile);
@@ -128,78 +116,23 @@ StorePathPrediction predict_store_path(const Profile& profile, const StorePathKe
   return out;
 }
 
-void LogSCurve::add(int64_t S, double value) {
-  if (S < 1 || !std::isfinite(value))
-    throw Error(fmt::format("LogSCurve: expected S >= 1 and a finite value, got {} and {}", S, value));
-  by_S_[S] = value;
-}
-
-double LogSCurve::at(int64_t S) const {
-  if (by_S_.empty()) return 0.0;
-  auto hi = by_S_.lower_bound(S);
-  if (hi == by_S_.end()) return std::prev(by_S_.end())->second;
-  if (hi->first == S || hi == by_S_.begin()) return hi->second;
-  auto lo = std::prev(hi);
-  const double x = (std::log(double(S)) - std::log(double(lo->first))) /
-                   (std::log(double(hi->first)) - std::log(double(lo->first)));
-  return lo->second + x * (hi->second - lo->second);
-}
-
 void OwnCost::add(const std::string& path, int64_t S, double fraction) {
   if (S < 1 || !std::isfinite(fraction))
     throw Error(fmt::format("OwnCost: path {}: expected S >= 1 and a finite fraction, got {} and {}", path, S, fraction));
-  by_path_[path].add(S, fraction);
+  by_path_[path][S] = fraction;
 }
 
 double OwnCost::at(const std::string& path, int64_t S) const {
   auto it = by_path_.find(path);
-  return it == by_path_.end() ? 0.0 : it->second.at(S);
-}
-
-LogSCurve tile_spread_from_csv(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  std::vector<std::string> header;
-  size_t col_S = 0, col_spread = 0;
-  LogSCurve curve;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.empty() || line[0] == '#') continue;
-    const std::string where = fmt::format("{}:{}", name, lineno);
-    const std::vector<std::string> cells = detail::split_csv_line(line, where);
-    if (header.empty()) {
-      header = cells;
-      auto find = [&](const char* key) {
-        for (size_t i = 0; i < header.size(); ++i)
-          if (header[i] == key) return i;
-        throw Error(fmt::format("{}: no column \"{}\" (expected bench/tile_spread.py's CSV: S, ..., tile_spread)",
-                                where, key));
-      };
-      col_S = find("S");
-      col_spread = find("tile_spread");
-      continue;
-    }
-    if (cells.size() <= std::max(col_S, col_spread))
-      throw Error(fmt::format("{}: {} cells, the header has {}", where, cells.size(), header.size()));
-    int64_t S = 0;
-    double v = 0;
-    try {
-      size_t used = 0;
-      S = std::stoll(cells[col_S], &used);
-      if (used != cells[col_S].size()) throw std::invalid_argument("trailing");
-      v = std::stod(cells[col_spread], &used);
-      if (used != cells[col_spread].size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw Error(fmt::format("{}: S must be an integer and tile_spread a number, got \"{}\" and \"{}\"", where,
-                              cells[col_S], cells[col_spread]));
-    }
-    if (S < 1 || !(v >= 0) || !(v < 1))
-      throw Error(fmt::format("{}: expected S >= 1 and tile_spread in [0, 1), got {} and {}", where, S, v));
-    curve.add(S, v);
-  }
-  if (curve.empty()) throw Error(fmt::format("{}: no rows (expected bench/tile_spread.py's CSV)", name));
-  return curve;
+  if (it == by_path_.end() || it->second.empty()) return 0.0;
+  const std::map<int64_t, double>& m = it->second;
+  auto hi = m.lower_bound(S);
+  if (hi == m.end()) return std::prev(m.end())->second;
+  if (hi->first == S || hi == m.begin()) return hi->second;
+  auto lo = std::prev(hi);
+  const double x = (std::log(double(S)) - std::log(double(lo->first))) /
+                   (std::log(double(hi->first)) - std::log(double(lo->first)));
+  return lo->second + x * (hi->second - lo->second);
 }
 
 double bulk_drain_ratio_from_probe(const std::string& text, const std::string& name) {

@@ -237,19 +237,3 @@ TEST(OutputKeys, EveryCommandThatPrintsAResultHasJsonAndCsv) {
     EXPECT_NE(r.out.find("--csv"), std::string::npos) << cmd << "\n" << r.out;
   }
 }
-
-TEST(OutputKeys, UlyssesStorePathsNameTheirTileSpread) {
-  const std::string recorded = XSTAGE_SOURCE_DIR "/results/h200/ulysses/ulysses.json";
-  const std::string table = XSTAGE_SOURCE_DIR "/results/h200/ulysses/tile-spread/tile-spread-device.csv";
-  const std::string base = "ulysses-predict " + recorded + " --store-paths";
-  const json lock = json_of(base), drift = json_of(base + " --tile-spread-table " + table);
-  expect_same_keys(lock, drift, "ulysses-predict --store-paths");
-  EXPECT_EQ(drift["tile_spread_from"], table);
-  ASSERT_FALSE(drift["store_paths"].empty());
-  bool some_spread = false;
-  for (const json& row : drift["store_paths"]) some_spread |= row["tile_spread"].get<double>() > 0;
-  EXPECT_TRUE(some_spread);
-  for (const json& row : lock["store_paths"]) EXPECT_EQ(row["tile_spread"].get<double>(), 0.0);
-  EXPECT_NE(run_stdout(base + " --tile-spread 1.5").rc, 0);
-  EXPECT_NE(run_stdout(base + " --tile-spread 0.01 --tile-spread-table " + table).rc, 0);
-}

@@ -164,11 +164,17 @@ struct UlyssesAttention::Impl {
     uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // the first rank's shard
     int* order[2] = {nullptr, nullptr};                               // [TileOrder]: P * max_m_blocks
     remote::FlagTimeoutRecord* timeout_record = nullptr;  // what its wait timed out on, if it did
-    unsigned long long* trace = nullptr;  // kDiagTrace only: time stamps of the last launch's end
+    // Diagnostics only (kDiagTrace, kDiagTileTrace): time stamps of the last
+    // fused launch's end and of its tiles' ends; whether the tile stamps are
+    // of a launch not yet written out, and how many launches were.
+    unsigned long long* trace = nullptr;
+    bool tile_trace_pending = false;
+    int64_t tile_trace_launches = 0;
   };
+  static constexpr size_t kEndTraceBytes =
+      sizeof(unsigned long long) * size_t(remote::kTraceMaxGrid + remote::kTraceSlots);
   static constexpr size_t kTraceBytes =
-      sizeof(unsigned long long) *
-      size_t(remote::kTraceMaxGrid + remote::kTraceSlots + remote::kTraceMaxGrid * remote::kTileTraceMax);
+      kEndTraceBytes + sizeof(unsigned long long) * size_t(remote::kTraceMaxGrid) * remote::kTileTraceMax;
 
   World& w;
   int64_t B, H, D, max_S, Hl;
@@ -276,7 +282,7 @@ struct UlyssesAttention::Impl {
     attention_forward(a, g.stream);
   }
 
-  void launch_fused(const Group& g, const UlyssesRun& run) {
+  void launch_fused(Group& g, const UlyssesRun& run) {
     const auto p = mainloop(g);
     auto ep = store_params(g);
     sched::OrderedSchedulerParams sp;
@@ -290,6 +296,9 @@ struct UlyssesAttention::Impl {
     // nothing else and keeps the kernels' rows + paced_min_rows - 1 in range.
     ep.paced_min_rows = std::min(run.paced_rows > 0 ? run.paced_rows : kDefaultPacedRows, bm);
     const Completion completion = run.variant == UlyssesVariant::coupled ? Completion::coupled : run.flags;
+    if ((experiment_bits() & remote::kDiagTileTrace) && store != StorePath::vector16 && store != StorePath::bulk)
+      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT: the tile trace ({}) stamps the vector16 and bulk store "
+                              "paths only, not {}", remote::kDiagTileTrace, to_string(store)));
     if (const auto why = ulysses_combination_error(store, run.variant, run.flags, kernel))
       throw Error(fmt::format("ulysses: {} with store path {} and {} flags is not a combination the kernel runs: {}",
                               to_string(run.variant), to_string(store), to_string(run.flags), *why));
@@ -303,7 +312,11 @@ struct UlyssesAttention::Impl {
     ep.recv_epoch = run.test_receivers_time_out ? ep.epoch + 1000 : ep.epoch;
     ep.experiment = experiment_bits();
     if (g.trace != nullptr) {
-      XSTAGE_CUDA(cudaMemsetAsync(g.trace, 0, kTraceBytes, g.stream));
+      // The tile stamps (8 MiB) are cleared only when they are asked for: this
+      // memset runs inside the timed rounds.
+      const bool tiles = (experiment_bits() & remote::kDiagTileTrace) != 0;
+      XSTAGE_CUDA(cudaMemsetAsync(g.trace, 0, tiles ? kTraceBytes : kEndTraceBytes, g.stream));
+      g.tile_trace_pending = tiles;
       ep.trace = g.trace;
     }
     check_cuda(ulysses::launch_ulysses_attention(p, ep, sp, store, completion, kernel_id, g.stream),
@@ -422,7 +435,7 @@ void UlyssesAttention::enqueue(const UlyssesRun& run) {
     case UlyssesVariant::fused:
     case UlyssesVariant::coupled:
       ++m.epoch;
-      for (const auto& g : m.groups) {
+      for (auto& g : m.groups) {
         XSTAGE_CUDA(cudaSetDevice(g.device));
         m.launch_fused(g, run);
       }
@@ -440,10 +453,11 @@ void UlyssesAttention::run(const UlyssesRun& r) {
 
 namespace {
 
-// kDiagTileTrace: every CTA's tile ends of the last fused launch, appended to
-// the CSV file XSTAGE_TILE_TRACE names (S, cta, tile, end_ns; ns from the
-// launch's first tile end). Without the variable nothing is written.
-void dump_tile_trace(int device, const unsigned long long* trace, int64_t S) {
+// kDiagTileTrace: every CTA's tile ends of one fused launch, appended to the
+// CSV file XSTAGE_TILE_TRACE names (S, device, launch, cta, tile, end_ns; ns
+// from the launch's first tile end; `launch` counts this group's traced
+// launches). Without the variable nothing is written.
+void dump_tile_trace(int device, const unsigned long long* trace, int64_t S, int64_t launch) {
   const char* path = std::getenv("XSTAGE_TILE_TRACE");
   if (path == nullptr || *path == 0) return;
   const size_t n = size_t(remote::kTraceMaxGrid) * remote::kTileTraceMax;
@@ -452,15 +466,23 @@ void dump_tile_trace(int device, const unsigned long long* trace, int64_t S) {
   XSTAGE_CUDA(cudaMemcpy(t.data(), trace + remote::kTraceMaxGrid + remote::kTraceSlots, n * sizeof(t[0]),
                          cudaMemcpyDeviceToHost));
   unsigned long long first = ~0ull;
-  for (unsigned long long x : t)
-    if (x != 0) first = std::min(first, x);
+  int full = 0;  // CTAs whose every slot is used: their later tiles were not stamped
+  for (int c = 0; c < remote::kTraceMaxGrid; ++c) {
+    for (int k = 0; k < remote::kTileTraceMax; ++k)
+      if (t[size_t(c) * remote::kTileTraceMax + size_t(k)] != 0)
+        first = std::min(first, t[size_t(c) * remote::kTileTraceMax + size_t(k)]);
+    full += t[size_t(c) * remote::kTileTraceMax + remote::kTileTraceMax - 1] != 0;
+  }
   if (first == ~0ull) return;
+  if (full > 0)
+    fmt::print(stderr, "XSTAGE_TILE_TRACE: S {}: {} CTAs ran more than {} tiles; their later tiles are not in the trace\n",
+               S, full, remote::kTileTraceMax);
   std::FILE* f = std::fopen(path, "a");
   if (f == nullptr) throw Error(fmt::format("XSTAGE_TILE_TRACE: cannot open {} for appending", path));
   for (int c = 0; c < remote::kTraceMaxGrid; ++c)
     for (int k = 0; k < remote::kTileTraceMax; ++k) {
       const unsigned long long x = t[size_t(c) * remote::kTileTraceMax + size_t(k)];
-      if (x != 0) fmt::print(f, "{},{},{},{}\n", S, c, k, x - first);
+      if (x != 0) fmt::print(f, "{},{},{},{},{},{}\n", S, device, launch, c, k, x - first);
     }
   std::fclose(f);
 }
@@ -468,8 +490,11 @@ void dump_tile_trace(int device, const unsigned long long* trace, int64_t S) {
 }  // namespace
 
 void UlyssesAttention::check_receivers() const {
-  for (const auto& g : impl_->groups) {
-    if (g.trace != nullptr && (experiment_bits() & remote::kDiagTileTrace)) dump_tile_trace(g.device, g.trace, layout().shape().S);
+  for (auto& g : impl_->groups) {  // the tile trace's bookkeeping changes
+    if (g.tile_trace_pending) {  // written once a launch, whatever calls this afterwards
+      dump_tile_trace(g.device, g.trace, layout().shape().S, g.tile_trace_launches++);
+      g.tile_trace_pending = false;
+    }
     if (g.trace != nullptr && (experiment_bits() & remote::kDiagTrace)) {  // what the last fused launch's end looked like
       std::vector<unsigned long long> t(size_t(remote::kTraceMaxGrid + remote::kTraceSlots));
       XSTAGE_CUDA(cudaSetDevice(g.device));
