@@ -4,9 +4,10 @@ trace of a diagnostics build (XSTAGE_ULYSSES_EXPERIMENT=512 and
 XSTAGE_TILE_TRACE=FILE; rows S, device, launch, cta, tile, end_ns, one
 launch per (file, S, device, launch)) reduced to one row per launch:
 
-    spread = (latest - earliest end of the CTAs' last common tile) / (K t)
+    spread = (latest - earliest end of the CTAs' last common tile) / t
 
-in tiles, with K the tiles every CTA ran and t the mean tile time, beside
+in tiles, with K the tiles every CTA ran (the last common one is tile K - 1)
+and t the mean tile time, beside
 the CTAs' mean tile times (how far apart, as a fraction of t) and the
 tiles' own jitter (their standard deviation within a CTA over t): a steady
 drift shows in the first, a random walk in the second. Then, per S, the
