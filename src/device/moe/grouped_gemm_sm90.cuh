@@ -25,7 +25,6 @@
 //     counts itself in; the tile's last CTA sums every partial in split order
 //     and runs the epilogue (split_reduce below).
 #include <cstdint>
-#include <utility>
 
 #include <cuda.h>
 
@@ -84,27 +83,6 @@ struct GroupedTmaMaps {
   CUtensorMap a, b;
 };
 
-// The producer's L2 prefetch: a second walk over the CTA's tiles, one
-// k-block a step (not with split-K, whose items cover part of a tile's k range).
-template <class Scheduler>
-struct PrefetchCursor {
-  decltype(std::declval<const Scheduler&>().first()) w;
-  int kb = 0;
-  bool on;
-  __device__ __forceinline__ PrefetchCursor(const Scheduler& s, bool enabled) : w(s.first()), on(enabled) {}
-  __device__ __forceinline__ void step(const Scheduler& s, const GroupedTmaMaps& tm, int N, int bm, int bn,
-                                       int k_blocks) {
-    if (!s.valid(w)) return;
-    const auto c = s.coord(w);
-    ptx::tma_prefetch_l2_2d(&tm.a, kb * 64, c.row_begin + c.m_block * bm);
-    ptx::tma_prefetch_l2_2d(&tm.b, kb * 64, c.expert * N + c.n_block * bn);
-    if (++kb == k_blocks) {
-      kb = 0;
-      w = s.next(w);
-    }
-  }
-};
-
 // kSplitK: compiled apart, so that without it every k loop runs 0 .. k_blocks
 // from the parameters alone: the compiler keeps the loop state in uniform
 // registers. A k range derived from the tile walk (offsets read from memory)
@@ -147,11 +125,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (tid == 0) {
       ptx::tma_prefetch_descriptor(&tm.a);
       ptx::tma_prefetch_descriptor(&tm.b);
-      // The L2 prefetch walks the same k-blocks p.l2_prefetch loads ahead of
-      // the ring's loads, across tile boundaries (its own cursor).
-      PrefetchCursor<Scheduler> pf(sched, !kSplitK && p.l2_prefetch > 0);
-      if (pf.on)
-        for (int i = 0; i < p.l2_prefetch; ++i) pf.step(sched, tm, p.N, BM, BN, k_blocks);
       uint32_t it = 0;
       for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
         const auto c = sched.coord(w);
@@ -164,7 +137,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           ptx::mbar_arrive_expect_tx(full + s, Cfg::STAGE_BYTES);
           ptx::tma_load_2d(a_stage(s), &tm.a, full + s, kb * Cfg::BLOCK_K, a_row);
           ptx::tma_load_2d(b_stage(s), &tm.b, full + s, kb * Cfg::BLOCK_K, b_row);
-          if (pf.on) pf.step(sched, tm, p.N, BM, BN, k_blocks);
         }
       }
     }
