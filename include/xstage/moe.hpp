@@ -61,9 +61,6 @@ struct MoeGemmArgs {
   MoeOutStore out_store = MoeOutStore::automatic;
   void* workspace = nullptr;  // 16-byte aligned, workspace_bytes long, or null
   size_t workspace_bytes = 0;
-  // k-blocks of lookahead the producer prefetches into L2 beyond its ring
-  // (0 .. 32; 0 none; -1: the default).
-  int l2_prefetch = -1;
 };
 
 // The split-K workspace these arguments need (0 when they resolve to one split).

@@ -21,17 +21,15 @@ extern "C" {
 
 // kind: 0 L1 (SwiGLU, W13 interleaved), 1 L2; tile: -1 auto or a MoeTile value;
 // splits: 0 auto, else the split-K factor; out_store: -1 auto or a MoeOutStore
-// value; l2_prefetch: -1 default, else k-blocks (MoeGemmArgs). Returns 0, or
-// 1 with the error message in err.
+// value. Returns 0, or 1 with the error message in err.
 int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32_t* offs, const float* row_weight,
-                    int rows_total, int K, int N, int E, int tile, int splits, int out_store, int l2_prefetch,
-                    void* stream, char* err, int err_len) {
+                    int rows_total, int K, int N, int E, int tile, int splits, int out_store, void* stream, char* err,
+                    int err_len) {
   try {
     if (kind != 0 && kind != 1) throw xstage::Error("moe gemm: kind: expected 0 (L1) or 1 (L2), got " + std::to_string(kind));
     xstage::MoeGemmArgs args{kind == 0 ? xstage::MoeGemmKind::l1_swiglu : xstage::MoeGemmKind::l2,
                              a, b, c, offs, row_weight, rows_total, K, N, E, xstage::MoeTile(tile), splits};
     args.out_store = xstage::MoeOutStore(out_store);
-    args.l2_prefetch = l2_prefetch;
     xstage::moe_gemm(args, static_cast<cudaStream_t>(stream));
     return 0;
   } catch (const std::exception& e) {

@@ -25,7 +25,6 @@
 //     counts itself in; the tile's last CTA sums every partial in split order
 //     and runs the epilogue (split_reduce below).
 #include <cstdint>
-#include <utility>
 
 #include <cuda.h>
 
@@ -84,41 +83,6 @@ struct GroupedTmaMaps {
   CUtensorMap a, b;
 };
 
-// EXPERIMENT (perf-log MoE 9b): warp 1 of the producer warpgroup prefetches
-// into L2 the operands of the k-block |D| loads ahead of the producer's,
-// paced by the producer's load count in shared memory; D > 0 by the TMA unit
-// (lane 0), D < 0 a line at a time by the 32 lanes (prefetch.global.L2, not
-// through the TMA unit). Not with split-K.
-template <class Scheduler>
-__device__ __forceinline__ void prefetch_warp(const Scheduler& sched, const GroupedGemmParams& p,
-                                              const GroupedTmaMaps& tm, int bm, int bn, int k_blocks,
-                                              volatile int* loads_issued, int lane) {
-  const int d = p.l2_prefetch > 0 ? p.l2_prefetch : -p.l2_prefetch;
-  int j = 0;
-  for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
-    const auto c = sched.coord(w);
-    const int a_row = c.row_begin + c.m_block * bm, b_row = c.expert * p.N + c.n_block * bn;
-    for (int kb = 0; kb < k_blocks; ++kb, ++j) {
-      while (*loads_issued < j - d + 1) __nanosleep(64);
-      if (p.l2_prefetch > 0) {
-        if (lane == 0) {
-          ptx::tma_prefetch_l2_2d(&tm.a, kb * 64, a_row);
-          ptx::tma_prefetch_l2_2d(&tm.b, kb * 64, b_row);
-        }
-      } else {
-        const char* a = static_cast<const char*>(p.a) + (int64_t(kb) * 64) * 2;
-        const char* b = static_cast<const char*>(p.b) + (int64_t(kb) * 64) * 2;
-        for (int r = lane; r < bm + bn; r += 32) {
-          const int row = r < bm ? a_row + r : b_row + r - bm;
-          if (r < bm && row >= p.rows_total) continue;
-          const char* line = (r < bm ? a : b) + int64_t(row) * p.K * 2;
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-        }
-      }
-    }
-  }
-}
-
 // kSplitK: compiled apart, so that without it every k loop runs 0 .. k_blocks
 // from the parameters alone: the compiler keeps the loop state in uniform
 // registers. A k range derived from the tile walk (offsets read from memory)
@@ -137,7 +101,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR);
   uint64_t* empty = full + STAGES;
   volatile int* split_flag = reinterpret_cast<volatile int*>(smem + Cfg::OFF_SPLIT_FLAG);
-  volatile int* loads_issued = split_flag + 2;  // the producer's loads so far (the prefetch warp's pace)
   auto a_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES; };
   auto b_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES + Cfg::A_BYTES; };
 
@@ -147,7 +110,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::mbar_init(full + s, 1);
       ptx::mbar_init(empty + s, Cfg::CONSUMER_WARPS);
     }
-    *loads_issued = 0;
     ptx::mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier: the roles split below
@@ -163,7 +125,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (tid == 0) {
       ptx::tma_prefetch_descriptor(&tm.a);
       ptx::tma_prefetch_descriptor(&tm.b);
-      const bool pf_on = !kSplitK && p.l2_prefetch != 0;
       uint32_t it = 0;
       for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
         const auto c = sched.coord(w);
@@ -176,11 +137,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           ptx::mbar_arrive_expect_tx(full + s, Cfg::STAGE_BYTES);
           ptx::tma_load_2d(a_stage(s), &tm.a, full + s, kb * Cfg::BLOCK_K, a_row);
           ptx::tma_load_2d(b_stage(s), &tm.b, full + s, kb * Cfg::BLOCK_K, b_row);
-          if (pf_on) *loads_issued = int(it + 1);
         }
       }
-    } else if (!kSplitK && p.l2_prefetch != 0 && tid / 32 == 1) {
-      prefetch_warp(sched, p, tm, BM, BN, k_blocks, loads_issued, tid & 31);
     }
     return;
   }

@@ -35,11 +35,6 @@ struct GroupedGemmParams {
   int splits = 1;                     // 1 .. k-blocks (ceil(K / 64))
   float* split_ws = nullptr;
   int32_t* split_count = nullptr;
-  // The producer also asks the L2 for the operands of the k-block this many
-  // loads ahead of the one it copies into the ring (0: no such requests), so
-  // that a weight tile read for the first time comes from L2, not HBM, when
-  // its ring slot frees up: more bytes in flight than the ring holds.
-  int l2_prefetch = 0;
 };
 
 // The tile shapes compiled (BLOCK_M x BLOCK_N; two consumer warpgroups each).

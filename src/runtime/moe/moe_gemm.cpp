@@ -19,9 +19,6 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // Split-K partials beyond this size are refused: splits pay off only when few
 // tiles leave SMs idle, where the workspace is a few MiB.
 constexpr int64_t kMaxSplitWorkspaceBytes = int64_t(1) << 30;
-// The L2 prefetch distance in k-blocks when the caller leaves it (-1).
-constexpr int kDefaultL2Prefetch = 0;
-constexpr int kMaxL2Prefetch = 32;
 
 int64_t max_tiles(const MoeGemmArgs& a, int bm, int bn) { return (int64_t(a.rows_total) / bm + a.E) * (a.N / bn); }
 
@@ -146,9 +143,6 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
       a.out_store != MoeOutStore::tile_bulk)
     throw Error(fmt::format("moe gemm {}: out_store {}: expected -1 (auto), 0 (staged) or 1 (bulk)", k,
                             int(a.out_store)));
-  if (a.l2_prefetch < -kMaxL2Prefetch || a.l2_prefetch > kMaxL2Prefetch)
-    throw Error(fmt::format("moe gemm {}: l2_prefetch {}: expected -{} .. {} k-blocks", k, a.l2_prefetch,
-                            kMaxL2Prefetch, kMaxL2Prefetch));
   if (a.workspace != nullptr && !aligned16(a.workspace))
     throw Error(fmt::format("moe gemm {}: workspace: expected 16-byte alignment, got {}", k, a.workspace));
   if (a.tile != MoeTile::automatic) {
@@ -218,7 +212,6 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
       p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
     }
   }
-  p.l2_prefetch = a.l2_prefetch != -1 ? a.l2_prefetch : kDefaultL2Prefetch;
   const int out = int(moe_resolved_out_store(a));
   const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, out, stream)
                                                   : moe::launch_grouped_gemm_plain(p, tile, out, stream);
