@@ -37,6 +37,11 @@ struct ProbePoint {
   BurstCompletion completion = BurstCompletion::none;
   bool warmup = true;     // touch every slot first (translations cached), then let the stage drain
   double settle_ns = -1;  // pause before the measured bursts; < 0: long enough to drain the warm-up twice
+  // Producer k starts its first burst k / (K - 1) of this after producer 0
+  // (then keeps its own period): bursts that do not coincide, as the CTAs
+  // of a kernel that have drifted apart. Such points are not fitted (set
+  // "stagger"): the model's producers run in lock step.
+  double stagger_ns = 0;
 };
 
 struct ProbeMeasurement {

@@ -37,7 +37,7 @@ struct ProbeArgs {
   std::string dst_size = "256MiB";
   int bootstrap = 40;
   std::vector<int> K;
-  std::vector<std::string> V, G;
+  std::vector<std::string> V, G, stagger;
   int warps = 8;
   int bursts = 64;
   std::string store = "v4", gap_kind = "spin", completion = "none";
@@ -129,28 +129,32 @@ struct TransportOutcome {
 std::vector<PlannedPoint> custom_plan(const ProbeArgs& a) {
   if (a.K.empty() || a.V.empty() || a.G.empty()) throw Error("a custom sweep needs --K, --V and --G together");
   std::vector<PlannedPoint> plan;
+  const std::vector<std::string> staggers = a.stagger.empty() ? std::vector<std::string>{"0"} : a.stagger;
   for (int K : a.K)
     for (const auto& v : a.V)
-      for (const auto& g : a.G) {
-        ProbePoint p;
-        p.K = K;
-        p.V_bytes = parse_size_bytes(v, "--V");
-        p.gap_ns = parse_time_ns(g, "--G");
-        p.warps = a.warps;
-        p.bursts = a.bursts;
-        p.store = parse_store_kind(a.store);
-        p.gap = parse_gap_kind(a.gap_kind);
-        p.completion = parse_burst_completion(a.completion);
-        p.warmup = !a.no_warmup;
-        if (!a.settle.empty()) p.settle_ns = parse_time_ns(a.settle, "--settle");
-        plan.push_back({p, "train"});
-      }
+      for (const auto& g : a.G)
+        for (const auto& sg : staggers) {
+          ProbePoint p;
+          p.K = K;
+          p.V_bytes = parse_size_bytes(v, "--V");
+          p.gap_ns = parse_time_ns(g, "--G");
+          p.warps = a.warps;
+          p.bursts = a.bursts;
+          p.store = parse_store_kind(a.store);
+          p.gap = parse_gap_kind(a.gap_kind);
+          p.completion = parse_burst_completion(a.completion);
+          p.warmup = !a.no_warmup;
+          if (!a.settle.empty()) p.settle_ns = parse_time_ns(a.settle, "--settle");
+          p.stagger_ns = parse_time_ns(sg, "--stagger");
+          plan.push_back({p, p.stagger_ns > 0 ? "stagger" : "train"});
+        }
   return plan;
 }
 
 TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceInfo& dev) {
   Prober prober(t, a.device, static_cast<size_t>(parse_size_bytes(a.dst_size, "--dst-size")));
   const bool custom = !a.K.empty() || !a.V.empty() || !a.G.empty();
+  if (!custom && !a.stagger.empty()) throw Error("--stagger: expected with a custom sweep (--K, --V and --G)");
   const std::vector<PlannedPoint> plan = custom ? custom_plan(a) : plan_sweep(a.sweep, t, dev.sm_count);
 
   size_t last_pct = 0;
@@ -256,6 +260,9 @@ void add_probe_command(CLI::App& app) {
   sub->add_flag("--quiet", a->quiet, "No progress lines");
   sub->add_flag("--no-warmup", a->no_warmup, "Custom sweep: no warm-up pass before the measured bursts");
   sub->add_option("--settle", a->settle, "Custom sweep: pause before the measured bursts (default: drain the warm-up)");
+  sub->add_option("--stagger", a->stagger,
+                  "Custom sweep: spreads of the producers' first bursts, a list (0,10us); staggered points are not fitted")
+      ->delimiter(',');
   sub->add_option("--bursts-out", a->bursts_out, "Write every burst's spans (all points) to this CSV");
   add_output_flags(sub, a->out);
   sub->callback([a] { run_probe(*a); });

@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   if (threadIdx.x == 0) grid_arrive_and_wait(p.start_barrier, p.K, p.timeout_ns);
   __syncthreads();
   gap_work<GapKind::spin>(p.settle_cycles, acc);
+  if (p.stagger_cycles > 0 && p.K > 1) gap_work<GapKind::spin>(p.stagger_cycles * uint64_t(k) / uint64_t(p.K - 1), acc);
   uint64_t calib_t0 = 0, calib_c0 = 0;  // the measured run starts here
   if (threadIdx.x == 0) {
     calib_t0 = ptx::globaltimer_ns();

@@ -25,6 +25,7 @@ struct KernelParams {
   uint32_t slots_warm;     // slots touched by the warm-up pass before the measured bursts
   uint64_t gap_cycles;
   uint64_t settle_cycles;  // pause after the warm-up, so the measured run starts on an empty stage
+  uint64_t stagger_cycles; // producer k waits k / (K - 1) of this more before its first burst
   int K;
   BurstCompletion completion;
   uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)

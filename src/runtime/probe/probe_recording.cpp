@@ -52,17 +52,17 @@ ProbeRecording record_probe_sweep(Prober& prober, const DeviceInfo& dev, const s
                      stamp.date, build_commit(), stamp.command, ce, dst_size);
   csv += "transport,store,gap_kind,completion,warps,K,V_bytes,gap_ns,bursts,steady_from,set,stat,issue_ns,"
          "issue_p10_ns,issue_p90_ns,first_issue_ns,complete_ns,flag_ns,run_ns,sustained_Bps,mismatches,checked_words,"
-         "cycles_per_ns\n";
+         "cycles_per_ns,stagger_ns\n";
   size_t done = 0;
-  rec.per_burst_csv = "K,V_bytes,gap_ns,burst,issue_mean_ns,issue_max_ns,fence_ns,flag_ns\n";
+  rec.per_burst_csv = "K,V_bytes,gap_ns,burst,issue_mean_ns,issue_max_ns,fence_ns,flag_ns,stagger_ns\n";
   for (const auto& planned : plan) {
     const auto& [pt, set] = planned;
     const ProbeMeasurement m = prober.run(pt);
     for (size_t b = 0; b < m.issue_mean_ns.size(); ++b)
-      rec.per_burst_csv += fmt::format("{},{},{},{},{:.6g},{:.6g},{},{}\n", pt.K, m.V_bytes, pt.gap_ns, b,
+      rec.per_burst_csv += fmt::format("{},{},{},{},{:.6g},{:.6g},{},{},{}\n", pt.K, m.V_bytes, pt.gap_ns, b,
                                        m.issue_mean_ns[b], m.issue_max_ns[b],
                                        b < m.fence_ns.size() ? num(m.fence_ns[b]) : "",
-                                       b < m.complete_ns.size() ? num(m.complete_ns[b]) : "");
+                                       b < m.complete_ns.size() ? num(m.complete_ns[b]) : "", pt.stagger_ns);
     if (m.mismatches) ++rec.bad_points;
     const std::vector<double> run_row = {m.issue_run_ns};
     const std::vector<double>* stats[] = {&m.issue_max_ns, &m.issue_mean_ns, &run_row};
@@ -73,13 +73,13 @@ ProbeRecording record_probe_sweep(Prober& prober, const DeviceInfo& dev, const s
       const auto st = whole ? *stats[s] : steady(*stats[s]);
       // complete_ns: the system-scope fence returning (what a completion-coupled issuer waits for);
       // flag_ns: a receiver on the GPU seeing the release flag written after the burst.
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{:.4f}\n", to_string(t),
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{:.4f},{}\n", to_string(t),
                          to_string(pt.store), to_string(pt.gap), to_string(pt.completion), pt.warps, pt.K,
                          m.V_bytes, pt.gap_ns, pt.bursts, whole ? 0 : steady_from(pt.bursts), set, names[s],
                          num(mean_of(st)), whole ? "" : num(quantile_of(st, 0.1)),
                          whole ? "" : num(quantile_of(st, 0.9)), num((*stats[s == 2 ? 1 : s])[0]),
                          num(mean_of(steady(m.fence_ns))), num(mean_of(steady(m.complete_ns))), num(m.run_ns),
-                         m.sustained_Bps, m.mismatches, m.checked_words, m.cycles_per_ns);
+                         m.sustained_Bps, m.mismatches, m.checked_words, m.cycles_per_ns, pt.stagger_ns);
     }
     ++done;
     if (on_point) on_point(done, plan.size(), planned, m);

@@ -2,6 +2,7 @@
 // destination buffers per transport, launch,
 // per-burst statistics, and the destination check.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -142,6 +143,8 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   if (pt.bursts < 1 || pt.bursts > int(probe::kMaxBursts))
     throw Error(fmt::format("probe: bursts = {}; expected 1..{}", pt.bursts, probe::kMaxBursts));
   if (!(pt.gap_ns >= 0)) throw Error("probe: the gap must be >= 0");
+  if (!(pt.stagger_ns >= 0) || !std::isfinite(pt.stagger_ns))
+    throw Error(fmt::format("probe: stagger = {} ns; expected a finite time >= 0", pt.stagger_ns));
   const uint64_t chunk = static_cast<uint64_t>(pt.V_bytes / pt.K) / 16 * 16;
   if (chunk == 0)
     throw Error(fmt::format("probe: V = {} B is too small for K = {} producers (each needs >= 16 B)", pt.V_bytes, pt.K));
@@ -194,6 +197,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   const double settle_ns =
       pt.settle_ns >= 0 ? pt.settle_ns : 200e3 + 2.0 * warm_bytes / (m.transport == Transport::host ? 40.0 : 1000.0);
   kp.settle_cycles = static_cast<uint64_t>(settle_ns * m.cycles_per_ns);
+  kp.stagger_cycles = static_cast<uint64_t>(pt.stagger_ns * m.cycles_per_ns);
   kp.K = pt.K;
   kp.completion = pt.completion;
   kp.flags = m.flags;
