@@ -154,6 +154,14 @@ SimResult simulate_fed(const StageConfig& cfg, int producers, const StepFeed& fe
 // K producers in lock step: each stores V/K bytes then computes G ns, `bursts` times.
 std::vector<Program> periodic_programs(int K, double V_total_bytes, double gap_ns, long bursts);
 
+// The same producers a little apart, as the probe's --stagger runs them:
+// producer k computes k / (K - 1) x spread_ns first, then its periodic
+// program (unrolled: at most kMaxStaggeredBursts bursts in all). Throws
+// xstage::Error for a spread that is negative, not finite or beyond
+// kMaxTimeNs, and for too many bursts.
+constexpr double kMaxStaggeredBursts = 1 << 22;
+std::vector<Program> staggered_programs(int K, double V_total_bytes, double gap_ns, long bursts, double spread_ns);
+
 // Reads a heterogeneous schedule: CSV with columns producer,kind,amount
 // (kind "store" with a size such as 64KiB, or "compute" with a time such as
 // 3us); each producer's rows run in file order. Producers are numbered 0..K-1

@@ -37,6 +37,13 @@ const std::vector<std::string> kCsvColumns = {"shape",       "tokens",     "P", 
                                               "excess_bytes", "mean_rate", "scheduler", "measured_ms", "predicted_ms",
                                               "error",       "experts_ms", "stalled_ms"};
 
+// A shape as the table and the CSV name it: its name, or hidden/inter/experts/topk
+// for a shape given by its sizes (their name, "custom", would not tell them apart).
+std::string shape_label(const MoeShape& s) {
+  if (s.name != "custom") return s.name;
+  return fmt::format("{}/{}/{}/{}", s.hidden, s.inter, s.experts, s.topk);
+}
+
 constexpr MoeSchedule kSchedules[] = {MoeSchedule::expert_wave, MoeSchedule::interleaved, MoeSchedule::model_guided};
 
 // The grid: six shapes x T {256 .. 16K} x P {2, 4} (one rank a GPU: P = 2, two GPUs).
@@ -252,7 +259,7 @@ void print(const std::vector<Row>& rows, const MoePredictArgs& a, bool measured)
       const nlohmann::json j = row_json(r, a.tie);
       for (MoeSchedule k : kSchedules) {
         const nlohmann::json& p = j["schedulers"][moe_schedule_name(k)];
-        list.push_back({{"shape", j["shape"]}, {"tokens", j["tokens"]}, {"P", j["P"]}, {"backend", j["backend"]},
+        list.push_back({{"shape", shape_label(r.config.shape)}, {"tokens", j["tokens"]}, {"P", j["P"]}, {"backend", j["backend"]},
                         {"placement", j["placement"]}, {"routing", j["routing"]}, {"block_m", j["block_m"]},
                         {"profile", j["profile"]}, {"regime", j["regime"]["name"]}, {"rho", j["regime"]["rho"]},
                         {"excess_bytes", j["regime"]["excess_bytes"]}, {"mean_rate", j["regime"]["mean_rate"]},
@@ -271,7 +278,7 @@ void print(const std::vector<Row>& rows, const MoePredictArgs& a, bool measured)
     for (MoeSchedule k : kSchedules) {
       const MoeLayerPrediction& p = r.pred.schedulers.at(k);
       const double m = r.measured_ms.count(k) ? r.measured_ms.at(k) : NAN;
-      t.add({r.config.shape.name, std::to_string(r.config.tokens), std::to_string(r.config.P), path_of(r.config),
+      t.add({shape_label(r.config.shape), std::to_string(r.config.tokens), std::to_string(r.config.P), path_of(r.config),
              std::to_string(r.pred.block_m), g.name, fmt::format("{:.2f}", g.rho), format_bytes(g.excess_bytes), format_bytes(g.capacity_bytes),
              fmt::format("{:.2f}", g.mean_rate), moe_schedule_name(k), ms_text(m), ms_text(p.total_ns() * 1e-6),
              pct((p.total_ns() * 1e-6 - m) / m), ms_text(p.experts_ns * 1e-6), ms_text(p.stalled_ns * 1e-6)});

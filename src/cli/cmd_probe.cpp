@@ -154,7 +154,6 @@ std::vector<PlannedPoint> custom_plan(const ProbeArgs& a) {
 TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceInfo& dev) {
   Prober prober(t, a.device, static_cast<size_t>(parse_size_bytes(a.dst_size, "--dst-size")));
   const bool custom = !a.K.empty() || !a.V.empty() || !a.G.empty();
-  if (!custom && !a.stagger.empty()) throw Error("--stagger: expected with a custom sweep (--K, --V and --G)");
   const std::vector<PlannedPoint> plan = custom ? custom_plan(a) : plan_sweep(a.sweep, t, dev.sm_count);
 
   size_t last_pct = 0;
@@ -207,6 +206,9 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
   parse_store_kind(a.store);
   parse_gap_kind(a.gap_kind);
   parse_burst_completion(a.completion);
+  if (!a.stagger.empty() && a.K.empty() && a.V.empty() && a.G.empty())
+    throw Error("--stagger: expected with a custom sweep (--K, --V and --G)");
+  for (const auto& s : a.stagger) parse_time_ns(s, "--stagger");
   prepare_out_dir(a.out_dir, "-o");
   if (cuda_device_count() == 0)
     throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");

@@ -23,7 +23,7 @@ namespace {
 struct SimulateArgs {
   std::string profile = "h200-host-pcie";
   int K = 0;
-  std::string V, G, schedule, timeline, bursts_out;
+  std::string V, G, stagger, schedule, timeline, bursts_out;
   long bursts = 50;
   int show = 12;
   bool per_producer = false;
@@ -51,6 +51,10 @@ void run_simulate(const SimulateArgs& a) {
       throw Error(fmt::format("--K: expected a whole number in [1, {}] (or give --schedule FILE), got {}",
                               kMaxProducers, a.K));
     if (a.V.empty() || a.G.empty()) throw Error("--V and --G are required without --schedule");
+  } else if (!a.stagger.empty()) {
+    throw Error("--stagger: expected with the periodic schedule (--K, --V, --G), not with --schedule");
+  }
+  if (periodic) {
     if (a.bursts < 1) throw Error(fmt::format("--bursts: expected >= 1, got {}", a.bursts));
     if (double(a.K) * double(a.bursts) > kMaxSimulatedBursts)
       throw Error(fmt::format("--K x --bursts: {} x {} bursts; at most {:g} are simulated", a.K, a.bursts,
@@ -60,7 +64,8 @@ void run_simulate(const SimulateArgs& a) {
     if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
     if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
     for (const auto& w : range_warnings(p, a.K, V)) warn(w);
-    progs = periodic_programs(a.K, V, G, a.bursts);
+    progs = a.stagger.empty() ? periodic_programs(a.K, V, G, a.bursts)
+                              : staggered_programs(a.K, V, G, a.bursts, parse_time_ns(a.stagger, "--stagger"));
   } else {
     progs = read_schedule_csv(a.schedule);
   }
@@ -149,6 +154,8 @@ void add_simulate_command(CLI::App& app) {
   sub->add_option("--V", a->V, "Volume of one burst over all producers");
   sub->add_option("--G", a->G, "Gap of compute after each burst");
   sub->add_option("--bursts", a->bursts, "Bursts per producer (periodic schedule)")->capture_default_str();
+  sub->add_option("--stagger", a->stagger,
+                  "Periodic schedule: producer k starts k / (K - 1) of this late (the probe's --stagger)");
   sub->add_option("--schedule", a->schedule, "Heterogeneous schedule CSV: producer,kind,amount");
   sub->add_flag("--per-producer-capacity", a->per_producer, "Split Q and R statically among producers");
   sub->add_option("--timeline", a->timeline, "Write the occupancy timeline CSV here");

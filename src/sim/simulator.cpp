@@ -39,6 +39,8 @@ struct ProducerState {
   double burst_bytes = 0;
   double far_bytes = 0;   // what it issues at the producer's rate after its near queue
   double stall_mark = 0;  // stall integral when the burst started issuing
+  long busy_period = -1;  // the stage's busy period in which it last started issuing
+  bool first_of_period = false;  // its burst now issuing is its first of that busy period
   // wait_drain: the drained-bytes mark to reach, and which of its two ends has come.
   double wait_start = 0, wait_compute_end = 0;
   bool wait_computed = false, wait_drained = false;
@@ -93,6 +95,7 @@ class StageSim {
       double scale = nominal > 0 ? std::min(1.0, ragg_ / nominal) : 0.0;  // of every issuer's rate
       const double in_nom = scale * nominal;
       const double epsq = 1e-9 * Q_ + 1e-9;
+      cap_ = capacity();
       const bool full = q_ >= cap_ - epsq;
       const bool empty = q_ <= epsq;
       double in = in_nom, slope = in_nom - R_, throttle_loss = 0.0;
@@ -131,6 +134,7 @@ class StageSim {
       q_ = std::clamp(q_ + slope * dt, 0.0, std::max(q_, cap_));
       stall_integral_ += throttle_loss * dt;
       out_.max_occupancy = std::max(out_.max_occupancy, q_);
+      high_water_ = std::max(high_water_, q_);
 
       const double eps_t = 1e-9 * std::max(1.0, t_);
       while (!timed_.empty() && timed_.top().first <= t_ + eps_t) {
@@ -252,18 +256,34 @@ class StageSim {
     return !p.steps.empty();
   }
 
+  // The capacity in force. A busy period begins with a burst on an empty
+  // stage; while a producer issues its first burst of the busy period the
+  // stage offers all of Q (after a cold start: what it has regained, min(Q,
+  // Q_cold + warm x stored)). Otherwise Q_fill, or the highest level of this
+  // busy period if that is higher: a stage that held that much a gap ago
+  // holds it again. (With Q_fill alone, a Q_fill below R G would empty the
+  // stage in every gap, and the drain regime would lose the model's V/R - G.)
+  // Producers in lock step start and end their first bursts together, and
+  // the level peaks at their end: Q for the first burst, then the level it
+  // ended at. Decided per producer, not per burst start, so that producers a
+  // little apart see what producers in lock step see (the probe's --stagger:
+  // staggered first bursts are absorbed as coincident ones are,
+  // results/h200/probe/stagger/), and the order of events at one instant
+  // does not change it.
+  double capacity() const {
+    return first_bursts_issuing_ > 0 ? first_cap_ : std::min(Q_, std::max(Qfill_, high_water_));
+  }
+
   void start_issuing(int i) {
-    // The capacity this burst may use: on an empty stage all of Q (after a cold
-    // start: what the stage has regained, min(Q, Q_cold + warm x stored)). On a
-    // busy stage Q_fill, or the level the last burst of this busy period ended
-    // at if that is higher: a stage that held that much a gap ago holds it
-    // again. (With Q_fill alone, a Q_fill below R G would empty the stage in
-    // every gap, and the drain regime would lose the model's V/R - G.)
-    const bool empty = q_ <= 1e-9 * Q_ + 1e-9;
-    if (empty) busy_level_ = 0;  // a new busy period
-    cap_ = !empty ? std::min(Q_, std::max(Qfill_, busy_level_))
-                  : Qcold_ > 0 ? std::min(Q_, Qcold_ + warm_ * stored_) : Q_;
+    if (q_ <= 1e-9 * Q_ + 1e-9) {  // a new busy period
+      ++busy_period_;
+      high_water_ = 0;
+      first_cap_ = Qcold_ > 0 ? std::min(Q_, Qcold_ + warm_ * stored_) : Q_;
+    }
     ProducerState& s = st_[i];
+    s.first_of_period = s.busy_period != busy_period_;
+    s.busy_period = busy_period_;
+    first_bursts_issuing_ += s.first_of_period;
     s.phase = Phase::issuing;
     s.stall_mark = stall_integral_;
     const double near = rn_ > 0 ? std::min(s.burst_bytes, near_) : 0.0;
@@ -302,8 +322,9 @@ class StageSim {
   }
 
   void finish_burst(int i) {
-    busy_level_ = q_;  // the level this burst ended at
     ProducerState& s = st_[i];
+    first_bursts_issuing_ -= s.first_of_period;
+    s.first_of_period = false;
     BurstSpan b;
     b.producer = ids_[i];
     b.index = s.bursts++;
@@ -335,8 +356,11 @@ class StageSim {
   const double R_late_, R_early_, early_until_;
   double R_;  // the drain rate in force
   const double Q_, Qfill_, Qcold_, warm_;
-  double cap_;  // the capacity in force: Q (or what a cold stage has regained) or Q_fill
-  double busy_level_ = 0;  // the level the last finished burst of this busy period ended at
+  double cap_;  // the capacity in force (capacity())
+  long busy_period_ = 0;     // busy periods begun so far
+  long first_bursts_issuing_ = 0;  // producers issuing their first burst of this busy period
+  double first_cap_ = 0;     // what the stage offers those: Q, or what a cold stage has regained
+  double high_water_ = 0;    // the highest level of this busy period
   const double rp_, near_, rn_, ragg_, fixed_;
   const bool record_;
   const int stage_id_;
@@ -502,6 +526,25 @@ std::vector<Program> periodic_programs(int K, double V, double G, long bursts) {
   p.steps = {Step::store(V / K), Step::compute(G)};
   p.repeat = bursts;
   return std::vector<Program>(static_cast<size_t>(K), p);
+}
+
+std::vector<Program> staggered_programs(int K, double V, double G, long bursts, double spread_ns) {
+  if (!(spread_ns >= 0) || !(spread_ns <= kMaxTimeNs))
+    throw Error(fmt::format("staggered_programs: the spread must be a time in [0, {:g}] ns, got {}", kMaxTimeNs,
+                            spread_ns));
+  if (double(K) * double(bursts) > kMaxStaggeredBursts)
+    throw Error(fmt::format("staggered_programs: K x bursts = {} x {}; at most {:g} bursts are unrolled", K, bursts,
+                            kMaxStaggeredBursts));
+  std::vector<Program> progs = periodic_programs(K, V, G, bursts);
+  for (size_t k = 0; k < progs.size(); ++k) {
+    Program& p = progs[k];
+    std::vector<Step> steps{Step::compute(K > 1 ? spread_ns * double(k) / double(K - 1) : 0.0)};
+    steps.reserve(1 + p.steps.size() * size_t(std::max(p.repeat, 0L)));
+    for (long r = 0; r < p.repeat; ++r) steps.insert(steps.end(), p.steps.begin(), p.steps.end());
+    p.steps = std::move(steps);
+    p.repeat = 1;
+  }
+  return progs;
 }
 
 SteadyIssueTracker::SteadyIssueTracker(size_t producers, long skip) : producers_(producers), skip_(skip) {

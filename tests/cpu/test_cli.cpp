@@ -45,6 +45,10 @@ TEST(Cli, BadInputGivesOneClearLineAndNonZeroExit) {
       {"predict --profile /nonexistent.json --K 8 --V 1MiB --G 1us", "no such file"},
       {"fit /nonexistent.csv -o /tmp/x.json", "/nonexistent.csv: cannot open"},
       {"nosuchcommand", ""},
+      {"simulate --K 4 --V 1MiB --G 1us --stagger=-1us", "--stagger: '-1us' is negative"},
+      {"simulate --schedule /nonexistent.csv --stagger 1us", "--stagger: expected with the periodic schedule"},
+      {"probe --stagger 1us", "--stagger: expected with a custom sweep"},
+      {"probe --K 8 --V 1MiB --G 0 --stagger 2parsecs", "--stagger"},
   };
   for (const auto& c : cases) {
     const CliRun r = run_cli(c.args);
