@@ -44,12 +44,13 @@ struct Program {
 struct StageConfig {
   double R_Bps = 0;
   double Q_bytes = 0;
-  // A burst that starts on an empty stage may fill it to Q; one that starts
-  // while bytes are still queued only to Q_fill (<= Q; 0: Q). This is the
-  // profile's fill capacity (docs/model.md, section 4).
+  // While a producer issues its first burst of a busy period (one that began
+  // on an empty stage) the stage may fill to Q; otherwise to Q_fill (<= Q;
+  // 0: Q) or the busy period's highest level, whichever is higher. This is
+  // the profile's fill capacity (docs/model.md, section 4).
   double Q_fill_bytes = 0;
-  // The cold start: the stage starts cold; a burst that starts on an empty
-  // stage gets min(Q, Q_cold + Q_warm_per_byte x bytes stored so far) (0: Q).
+  // The cold start: the stage starts cold; what a busy period's first bursts
+  // get is min(Q, Q_cold + Q_warm_per_byte x bytes stored so far) (0: Q).
   double Q_cold_bytes = 0;
   double Q_warm_per_byte = 0;
   IssueCost issue;  // with the near queue (near_bytes per producer), if any
