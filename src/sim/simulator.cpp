@@ -275,7 +275,9 @@ class StageSim {
   }
 
   void start_issuing(int i) {
-    if (q_ <= 1e-9 * Q_ + 1e-9) {  // a new busy period
+    // A new busy period: an empty stage with no burst issuing (producers in
+    // lock step that start together open one period, not one each).
+    if (q_ <= 1e-9 * Q_ + 1e-9 && issuers_.empty() && near_q_.empty()) {
       ++busy_period_;
       high_water_ = 0;
       first_cap_ = Qcold_ > 0 ? std::min(Q_, Qcold_ + warm_ * stored_) : Q_;
