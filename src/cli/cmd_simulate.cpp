@@ -46,15 +46,13 @@ void run_simulate(const SimulateArgs& a) {
   bool periodic = a.schedule.empty();
   double V = 0, G = 0;
   if (a.show < 0) throw Error(fmt::format("--show: expected >= 0, got {}", a.show));
+  if (!periodic && !a.stagger.empty())
+    throw Error("--stagger: expected with the periodic schedule (--K, --V, --G), not with --schedule");
   if (periodic) {
     if (a.K < 1 || a.K > kMaxProducers)
       throw Error(fmt::format("--K: expected a whole number in [1, {}] (or give --schedule FILE), got {}",
                               kMaxProducers, a.K));
     if (a.V.empty() || a.G.empty()) throw Error("--V and --G are required without --schedule");
-  } else if (!a.stagger.empty()) {
-    throw Error("--stagger: expected with the periodic schedule (--K, --V, --G), not with --schedule");
-  }
-  if (periodic) {
     if (a.bursts < 1) throw Error(fmt::format("--bursts: expected >= 1, got {}", a.bursts));
     if (double(a.K) * double(a.bursts) > kMaxSimulatedBursts)
       throw Error(fmt::format("--K x --bursts: {} x {} bursts; at most {:g} are simulated", a.K, a.bursts,
