@@ -12,7 +12,11 @@ and after every shape (pynvml, else nvidia-smi).
 
 Phase 1 (--check): correctness against an fp32 reference on fresh random data,
 uneven rows per expert with empty experts, every model shape, routing weights
-on and off. Phase 2: the speed sweep.
+on and off. Phase 2: the speed sweep; with --ceilings also cuBLAS batched
+(torch.bmm) and dense (every row against one expert's weights) on each whole
+problem: what a user with equal rows per expert could call instead, and a
+GEMM of the same FLOPs without expert boundaries. Every timing carries the SM
+clock read while its replay ran.
 
     python3 bench/moe_vs_torch.py --lib build/libxstage_moe.so --out moe-gemm.json [--check] [--quick]
 Prints a table last.
@@ -200,13 +204,32 @@ def graph_of(fn, reps):
     return g
 
 
+_nvml = []
+
+
+def sm_clock_now():
+    """The SM clock now, by NVML (None without pynvml): read while a replay runs, it is that replay's clock."""
+    try:
+        if not _nvml:
+            import pynvml
+            pynvml.nvmlInit()
+            _nvml.append((pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)))
+        nv, h = _nvml[0]
+        return nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
+    except Exception:
+        return None
+
+
 def time_graph(g, reps):
+    """Milliseconds a call, and the SM clock read while the replay ran (the clock swings under the power cap,
+    and a kernel that draws more power may run at a lower one)."""
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     g.replay()
     b.record()
+    clk = sm_clock_now()
     b.synchronize()
-    return a.elapsed_time(b) / reps
+    return a.elapsed_time(b) / reps, clk
 
 
 def compare(fns, est_ms, rounds):
@@ -217,11 +240,16 @@ def compare(fns, est_ms, rounds):
         g.replay()
     torch.cuda.synchronize()
     t = {k: [] for k in fns}
+    clk = {k: [] for k in fns}
     for _ in range(rounds):
         for k, g in graphs.items():
-            t[k].append(time_graph(g, reps))
+            ms, c = time_graph(g, reps)
+            t[k].append(ms)
+            if c is not None:
+                clk[k].append(c)
     del graphs
-    return {k: dict(median_ms=statistics.median(v), min_ms=min(v), max_ms=max(v), reps=reps, rounds=rounds)
+    return {k: dict(median_ms=statistics.median(v), min_ms=min(v), max_ms=max(v), reps=reps, rounds=rounds,
+                    sm_clock_mhz_during=statistics.median(clk[k]) if clk[k] else None)
             for k, v in t.items()}
 
 
@@ -242,9 +270,27 @@ def uniform_problem(hidden, inter, El, m, seed):
     return x, w13, w13i, w2, offs, h, y
 
 
-def speed_phase(ours, rows_list, rounds, seed, stores):
+def swiglu(gu):
+    gate, up = gu.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def ceiling_fns(x, w13, h, w2, El, m):
+    """cuBLAS on the same uniform problem, the two things a user with equal rows per expert could call instead:
+    batched (torch.bmm, one GEMM an expert in one launch) and dense (one GEMM of all rows against expert 0's
+    weights: the same FLOPs with no expert boundary, every weight reused by every row: more than any grouped
+    GEMM can reuse). L1 adds torch's SwiGLU as torch_l1 does."""
+    hidden, inter = x.shape[1], h.shape[1]
+    xb, hb = x.view(El, m, hidden), h.view(El, m, inter)
+    return ({"bmm": lambda: swiglu(torch.bmm(xb, w13.transpose(-2, -1))),
+             "dense": lambda: swiglu(torch.matmul(x, w13[0].T))},
+            {"bmm": lambda: torch.bmm(hb, w2.transpose(-2, -1)),
+             "dense": lambda: torch.matmul(h, w2[0].T)})
+
+
+def speed_phase(ours, rows_list, rounds, seed, stores, ceilings=False):
     """Ours (--out-store), torch, cuBLAS on one expert, and ours with each output store of `stores` forced,
-    interleaved in one set of rounds."""
+    interleaved in one set of rounds; with `ceilings`, cuBLAS batched and dense on the whole problem too."""
     out = []
     peak = 990.0
     for name, hidden, inter, El, P, m in uniform_shapes(rows_list):
@@ -267,6 +313,10 @@ def speed_phase(ours, rows_list, rounds, seed, stores):
         fn2 = {"ours": lambda: ours.gemm(1, h, w2, y, offs, None, hidden),
                "torch": lambda: torch_l2(h, w2, offs),
                "cublas1": lambda: torch.matmul(hd, wd2.T)}
+        if ceilings:
+            c1, c2 = ceiling_fns(x, w13, h, w2, El, m)
+            fn1.update(c1)
+            fn2.update(c2)
         for st in stores:
             fn1["ours_" + st] = lambda st=st: ours.gemm(0, x, w13i, h, offs, None, 2 * inter, store=STORES[st])
             fn2["ours_" + st] = lambda st=st: ours.gemm(1, h, w2, y, offs, None, hidden, store=STORES[st])
@@ -283,6 +333,11 @@ def speed_phase(ours, rows_list, rounds, seed, stores):
                      cublas_tflops=fd / t["cublas1"]["median_ms"] / 1e9,
                      speedup=t["torch"]["median_ms"] / t["ours"]["median_ms"],
                      rel_diff_vs_torch=err, sm_clock_mhz=[clk0, clk1])
+            if ceilings:
+                r["cublas_whole"] = {k: dict(t[k], tflops=f / t[k]["median_ms"] / 1e9,
+                                             ours_over=t[k]["median_ms"] / t["ours"]["median_ms"],
+                                             torch_over=t[k]["median_ms"] / t["torch"]["median_ms"])
+                                     for k in ("bmm", "dense")}
             if stores:
                 r["ours_by_store"] = {st: dict(t["ours_" + st], tflops=f / t["ours_" + st]["median_ms"] / 1e9,
                                                speedup=t["torch"]["median_ms"] / t["ours_" + st]["median_ms"])
@@ -291,7 +346,8 @@ def speed_phase(ours, rows_list, rounds, seed, stores):
             print(f"{name:16s} P={P} E={El:3d} m={m:5d} {gemm:9s} {r['tile']:9s} "
                   f"ours {r['ours_tflops']:6.1f} torch {r['torch_tflops']:6.1f} cublas1 {r['cublas_tflops']:6.1f} "
                   f"TFLOP/s  x{r['speedup']:.2f}  diff {err:.1e}  clk {clk0}/{clk1}"
-                  + "".join(f"  {st} x{v['speedup']:.2f}" for st, v in r.get("ours_by_store", {}).items()),
+                  + "".join(f"  {st} x{v['speedup']:.2f}" for st, v in r.get("ours_by_store", {}).items())
+                  + "".join(f"  {k} {v['tflops']:6.1f}" for k, v in r.get("cublas_whole", {}).items()),
                   flush=True)
         del x, w13, w13i, w2, h, y, torch_h, torch_y
         torch.cuda.empty_cache()
@@ -368,6 +424,8 @@ def main():
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out-store", default="auto", choices=list(STORES), help="the output store of 'ours'")
+    ap.add_argument("--ceilings", action="store_true",
+                    help="also time cuBLAS batched (torch.bmm) and dense (all rows, one weight) on each whole problem")
     ap.add_argument("--compare-stores", default="",
                     help="comma list of output stores (staged, bulk) also timed, checked and swept, forced")
     a = ap.parse_args()
@@ -387,7 +445,7 @@ def main():
         res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed, stores)
         json.dump(res, open(a.out, "w"), indent=1)
     if not a.no_speed:
-        res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed, stores)
+        res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed, stores, a.ceilings)
     json.dump(res, open(a.out, "w"), indent=1)
     if a.check and not all(r["pass"] for r in res["check"]):
         print("CHECK FAILED", file=sys.stderr)

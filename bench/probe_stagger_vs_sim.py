@@ -46,12 +46,15 @@ def main():
     ap.add_argument("--xstage", default="build/xstage")
     ap.add_argument("--profile", default="h200-host-pcie")
     a = ap.parse_args()
-    print(f"{'K':>4} {'V':>10} {'gap':>10} {'stagger':>10} {'measured':>10} {'simulated':>10}  (run issue, us)")
+    print(f"{'K':>4} {'V':>10} {'gap':>10} {'stagger':>10} {'realised':>10} {'measured':>10} {'simulated':>10}"
+          "  (run issue, us; realised: the first bursts' start spread, where the CSV has it)")
     for r in probe_rows(a.probe_csv):
         K, V, G = int(r["K"]), float(r["V_bytes"]), float(r["gap_ns"])
         stagger = float(r.get("stagger_ns") or 0)
         sim = simulated_run_ns(a.xstage, a.profile, K, V, G, int(r["bursts"]), stagger)
-        print(f"{K:4d} {V:10.0f} {G / 1e3:8.1f}us {stagger / 1e3:8.2f}us {float(r['issue_ns']) / 1e3:10.2f} "
+        real = r.get("stagger_realised_ns") or ""
+        real = f"{float(real) / 1e3:8.2f}us" if real else f"{'-':>10}"
+        print(f"{K:4d} {V:10.0f} {G / 1e3:8.1f}us {stagger / 1e3:8.2f}us {real} {float(r['issue_ns']) / 1e3:10.2f} "
               f"{sim / 1e3:10.2f}")
 
 

@@ -148,6 +148,7 @@ if has attn; then  # attention forward: tests, sanitizers, and the side-by-side 
 fi
 
 if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side with torch._grouped_mm and cuBLAS
+  # (one expert; and batched and dense on the whole problem, --ceilings)
   mkdir -p "$OUT/r/moe"
   gpu_tests moe-tests 240 MoeGemm
   for tool in memcheck racecheck synccheck; do
@@ -163,7 +164,7 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
   clocks_start "$OUT/r/moe/clocks-moe.csv"
   # MOE_BENCH_ARGS: e.g. --rows 128,256 for a shorter run
   timed moe-bench 500 python3 bench/moe_vs_torch.py --lib "$lib" --check --rounds 7 --commit "$commit" \
-    --compare-stores staged,bulk --out "$OUT/r/moe/moe-gemm.json" ${MOE_BENCH_ARGS:-}
+    --compare-stores staged,bulk --ceilings --out "$OUT/r/moe/moe-gemm.json" ${MOE_BENCH_ARGS:-}
   clocks_stop
   tail -12 "$OUT/r/moe-bench.log" >"$OUT/r/moe-summary.txt"
 fi

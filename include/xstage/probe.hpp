@@ -44,6 +44,11 @@ struct ProbePoint {
   double stagger_ns = 0;
 };
 
+// The largest stagger accepted: a probe run lasts milliseconds, so a spread
+// of more than a second is a typo (a unit left out), and the producers would
+// spin through it with the GPU held.
+inline constexpr double kMaxStaggerNs = 1e9;
+
 struct ProbeMeasurement {
   ProbePoint point;
   double V_bytes = 0;                 // what was really stored per burst
@@ -53,6 +58,9 @@ struct ProbeMeasurement {
   std::vector<double> complete_ns;    // per burst (completion == flag): earliest start to the receiver seeing every flag
   double cycles_per_ns = 0;           // SM clock measured during the run
   double run_ns = 0;                  // first producer start to last producer end (global timer)
+  // The first bursts' start times, latest minus earliest (global timer): the
+  // stagger asked for plus the start barrier's release jitter.
+  double stagger_realised_ns = 0;
   // The run's issue time per burst: for each producer, its own time from its
   // first burst to the end of its last, minus its gaps, over the bursts; the
   // slowest producer's. Producers drift apart under backpressure (arbitration

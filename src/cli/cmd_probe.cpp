@@ -3,6 +3,7 @@
 // on held-out points. xstage validate: the same validation from a CSV.
 // The recording is the library's (xstage/probe_sweep.hpp), and so are the fit
 // and its files (xstage/probe_fit.hpp); here the options and the printing.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -176,8 +177,12 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   const std::string csv_path = fmt::format("{}/probe-{}.csv", a.out_dir, to_string(t));
   detail::write_file_replacing(csv_path, rec.csv);
 
-  if (custom && plan.size() < 5) {
-    warn(fmt::format("{}: {} points measured (fewer than 5: no fit), {}", to_string(t), plan.size(), csv_path));
+  // Staggered points are recorded but not fitted: only the lock-step ones count towards a fit.
+  const auto fitted = static_cast<size_t>(
+      std::count_if(plan.begin(), plan.end(), [](const PlannedPoint& p) { return p.set == "train"; }));
+  if (custom && fitted < 5) {
+    warn(fmt::format("{}: {} points measured, {} of them in lock step (fewer than 5: no fit), {}", to_string(t),
+                     plan.size(), fitted, csv_path));
     return outcome;
   }
   const bool validate = !custom;
@@ -208,7 +213,10 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
   parse_burst_completion(a.completion);
   if (!a.stagger.empty() && a.K.empty() && a.V.empty() && a.G.empty())
     throw Error("--stagger: expected with a custom sweep (--K, --V and --G)");
-  for (const auto& s : a.stagger) parse_time_ns(s, "--stagger");
+  for (const auto& s : a.stagger)
+    if (const double ns = parse_time_ns(s, "--stagger"); ns > kMaxStaggerNs)
+      throw Error(fmt::format("--stagger: '{}' is {} ns; expected at most {} ns (1 s: a probe run lasts milliseconds)",
+                              s, ns, kMaxStaggerNs));
   prepare_out_dir(a.out_dir, "-o");
   if (cuda_device_count() == 0)
     throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");

@@ -49,6 +49,7 @@ TEST(Cli, BadInputGivesOneClearLineAndNonZeroExit) {
       {"simulate --schedule /nonexistent.csv --stagger 1us", "--stagger: expected with the periodic schedule"},
       {"probe --stagger 1us", "--stagger: expected with a custom sweep"},
       {"probe --K 8 --V 1MiB --G 0 --stagger 2parsecs", "--stagger"},
+      {"probe --K 8 --V 1MiB --G 0 --stagger 2s", "--stagger: '2s' is"},
   };
   for (const auto& c : cases) {
     const CliRun r = run_cli(c.args);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 
 #include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
@@ -118,4 +120,37 @@ TEST(Probe, CommandWritesCsvProfileAndValidation) {
   EXPECT_NE(r.out.find("R = "), std::string::npos) << r.out;
   const CliRun p = run_cli("predict --profile " + dir + "/profile-local.json --K 8 --V 1MiB --G 2us --json");
   EXPECT_EQ(p.rc, 0) << p.out;
+}
+
+TEST(Probe, StaggerIsRealisedAndRecorded) {
+  XSTAGE_NEED_GPUS(1);
+  Prober prober(Transport::local, 0, size_t(16) << 20);
+  ProbePoint p;
+  p.K = 8;
+  p.V_bytes = 8 * 4096;
+  p.bursts = 4;
+  p.gap_ns = 1000;
+  const double lock = prober.run(p).stagger_realised_ns;
+  EXPECT_GE(lock, 0);
+  EXPECT_LT(lock, 50e3);  // only the start barrier's release jitter
+  p.stagger_ns = 300e3;
+  const double spread = prober.run(p).stagger_realised_ns;
+  EXPECT_GT(spread, 0.95 * p.stagger_ns);
+  EXPECT_LT(spread, p.stagger_ns + 50e3);
+  p.stagger_ns = 2 * kMaxStaggerNs;  // a unit left out: refused before anything runs
+  EXPECT_THROW(prober.run(p), Error);
+}
+
+TEST(Probe, StaggeredOnlySweepIsRecordedWithoutAFit) {
+  XSTAGE_NEED_GPUS(1);
+  const std::string dir = ::testing::TempDir() + "/probe-stagger-only";
+  const CliRun r =
+      run_cli("probe --transport local --K 8 --V 1MiB --G 0,2us,20us --stagger 10us,20us --bursts 8 --quiet -o " + dir);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("0 of them in lock step"), std::string::npos) << r.out;
+  std::ifstream csv(dir + "/probe-local.csv");
+  std::string text((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(",stagger_ns,stagger_realised_ns\n"), std::string::npos);
+  EXPECT_NE(text.find(",stagger,"), std::string::npos);
+  EXPECT_EQ(text.find(",train,"), std::string::npos);
 }

@@ -52,7 +52,7 @@ ProbeRecording record_probe_sweep(Prober& prober, const DeviceInfo& dev, const s
                      stamp.date, build_commit(), stamp.command, ce, dst_size);
   csv += "transport,store,gap_kind,completion,warps,K,V_bytes,gap_ns,bursts,steady_from,set,stat,issue_ns,"
          "issue_p10_ns,issue_p90_ns,first_issue_ns,complete_ns,flag_ns,run_ns,sustained_Bps,mismatches,checked_words,"
-         "cycles_per_ns,stagger_ns\n";
+         "cycles_per_ns,stagger_ns,stagger_realised_ns\n";
   size_t done = 0;
   rec.per_burst_csv = "K,V_bytes,gap_ns,burst,issue_mean_ns,issue_max_ns,fence_ns,flag_ns,stagger_ns\n";
   for (const auto& planned : plan) {
@@ -73,13 +73,14 @@ ProbeRecording record_probe_sweep(Prober& prober, const DeviceInfo& dev, const s
       const auto st = whole ? *stats[s] : steady(*stats[s]);
       // complete_ns: the system-scope fence returning (what a completion-coupled issuer waits for);
       // flag_ns: a receiver on the GPU seeing the release flag written after the burst.
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{:.4f},{}\n", to_string(t),
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6g},{},{},{:.4f},{},{}\n", to_string(t),
                          to_string(pt.store), to_string(pt.gap), to_string(pt.completion), pt.warps, pt.K,
                          m.V_bytes, pt.gap_ns, pt.bursts, whole ? 0 : steady_from(pt.bursts), set, names[s],
                          num(mean_of(st)), whole ? "" : num(quantile_of(st, 0.1)),
                          whole ? "" : num(quantile_of(st, 0.9)), num((*stats[s == 2 ? 1 : s])[0]),
                          num(mean_of(steady(m.fence_ns))), num(mean_of(steady(m.complete_ns))), num(m.run_ns),
-                         m.sustained_Bps, m.mismatches, m.checked_words, m.cycles_per_ns, pt.stagger_ns);
+                         m.sustained_Bps, m.mismatches, m.checked_words, m.cycles_per_ns, pt.stagger_ns,
+                         num(m.stagger_realised_ns));
     }
     ++done;
     if (on_point) on_point(done, plan.size(), planned, m);

@@ -143,8 +143,8 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   if (pt.bursts < 1 || pt.bursts > int(probe::kMaxBursts))
     throw Error(fmt::format("probe: bursts = {}; expected 1..{}", pt.bursts, probe::kMaxBursts));
   if (!(pt.gap_ns >= 0)) throw Error("probe: the gap must be >= 0");
-  if (!(pt.stagger_ns >= 0) || !std::isfinite(pt.stagger_ns))
-    throw Error(fmt::format("probe: stagger = {} ns; expected a finite time >= 0", pt.stagger_ns));
+  if (!(pt.stagger_ns >= 0) || !(pt.stagger_ns <= kMaxStaggerNs))
+    throw Error(fmt::format("probe: stagger = {} ns; expected 0 .. {} ns", pt.stagger_ns, kMaxStaggerNs));
   const uint64_t chunk = static_cast<uint64_t>(pt.V_bytes / pt.K) / 16 * 16;
   if (chunk == 0)
     throw Error(fmt::format("probe: V = {} B is too small for K = {} producers (each needs >= 16 B)", pt.V_bytes, pt.K));
@@ -242,6 +242,10 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
     r.issue_run_ns = std::max(r.issue_run_ns, busy / pt.bursts / r.cycles_per_ns);
   }
   const auto start = m.start.fetch(nrec);
+  {
+    const auto [lo, hi] = std::minmax_element(start.begin(), start.begin() + pt.K);  // burst 0 of every producer
+    r.stagger_realised_ns = double(*hi - *lo);
+  }
   // Issue span of burst b: start of b to start of b+1 (or the end of the run), minus the gap computed.
   auto span_cycles = [&](int b, int k) {
     const uint64_t next = b + 1 < pt.bursts ? start_cycles[size_t(b + 1) * pt.K + k] : calib[4 * k + 3];
