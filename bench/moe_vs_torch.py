@@ -76,7 +76,7 @@ class Ours:
 
 
 TILES = ["m128n256", "m64n256", "m128n128"]
-STORES = {"auto": -1, "staged": 0, "bulk": 1}
+STORES = {"auto": -1, "staged": 0, "bulk": 1, "tma": 2}
 TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128)}
 
 
@@ -253,9 +253,11 @@ def compare(fns, est_ms, rounds):
             for k, v in t.items()}
 
 
-def uniform_shapes(rows_list):
-    """(model, hidden, inter, local experts, P, rows per expert) of every speed cell."""
+def uniform_shapes(rows_list, models=None):
+    """(model, hidden, inter, local experts, P, rows per expert) of every speed cell (of `models`, if given)."""
     for name, hidden, inter, E, _ in MODELS:
+        if models and name not in models:
+            continue
         for P in RANKS:
             if E % P == 0:
                 for m in rows_list:
@@ -288,12 +290,12 @@ def ceiling_fns(x, w13, h, w2, El, m):
              "dense": lambda: torch.matmul(h, w2[0].T)})
 
 
-def speed_phase(ours, rows_list, rounds, seed, stores, ceilings=False):
+def speed_phase(ours, rows_list, rounds, seed, stores, ceilings=False, models=None):
     """Ours (--out-store), torch, cuBLAS on one expert, and ours with each output store of `stores` forced,
     interleaved in one set of rounds; with `ceilings`, cuBLAS batched and dense on the whole problem too."""
     out = []
     peak = 990.0
-    for name, hidden, inter, El, P, m in uniform_shapes(rows_list):
+    for name, hidden, inter, El, P, m in uniform_shapes(rows_list, models):
         x, w13, w13i, w2, offs, h, y = uniform_problem(hidden, inter, El, m, seed)
         rtot = x.shape[0]
         ours.gemm(0, x, w13i, h, offs, None, 2 * inter)
@@ -354,12 +356,13 @@ def speed_phase(ours, rows_list, rounds, seed, stores, ceilings=False):
     return out
 
 
-def sweep_phase(ours, rows_list, rounds, seed, stores):
+def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None):
     """Every compiled tile and split-K factor forced (ours only; torch once per shape for the ratio), the data
-    the tile heuristic is fitted from. Splits: 1, and those that keep one wave of work items on the SMs."""
+    the tile heuristic is fitted from. Splits: 1, and those that keep at most `waves` waves of work items on
+    the SMs."""
     out = []
     peak = 990.0
-    for name, hidden, inter, El, P, m in uniform_shapes(rows_list):
+    for name, hidden, inter, El, P, m in uniform_shapes(rows_list, models):
         x, w13, w13i, w2, offs, h, y = uniform_problem(hidden, inter, El, m, seed)
         rtot = x.shape[0]
         ref_h = torch_l1(x, w13, offs, None)
@@ -376,7 +379,7 @@ def sweep_phase(ours, rows_list, rounds, seed, stores):
                     continue
                 tiles = El * -(-m // bm) * (N // bn)
                 for sp in (1, 2, 3, 4, 6, 8):
-                    if sp > 1 and (tiles * sp > ours.sms or sp > (K + 63) // 64 // 8):
+                    if sp > 1 and (tiles * sp > waves * ours.sms or sp > (K + 63) // 64 // 8):
                         continue
                     for st in stores or ["auto"]:
                         key = f"{TILES[t]}/k{sp}" + (f"/{st}" if stores else "")
@@ -419,6 +422,9 @@ def main():
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="force every tile and split-K factor (the heuristic's data)")
     ap.add_argument("--sweep-rows", default="64,128,256,512")
+    ap.add_argument("--sweep-waves", type=int, default=1,
+                    help="split-K factors forced in the sweep: those that keep at most this many waves of work items")
+    ap.add_argument("--models", default="", help="comma list of model names (default: every model)")
     ap.add_argument("--rows", default=",".join(map(str, ROWS)))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -427,7 +433,7 @@ def main():
     ap.add_argument("--ceilings", action="store_true",
                     help="also time cuBLAS batched (torch.bmm) and dense (all rows, one weight) on each whole problem")
     ap.add_argument("--compare-stores", default="",
-                    help="comma list of output stores (staged, bulk) also timed, checked and swept, forced")
+                    help="comma list of output stores (staged, bulk, tma) also timed, checked and swept, forced")
     a = ap.parse_args()
     ours = Ours(a.lib)
     ours.store = STORES[a.out_store]
@@ -435,6 +441,7 @@ def main():
     for st in stores:
         if st not in STORES:
             ap.error(f"--compare-stores {st}: expected one of {', '.join(STORES)}")
+    models = [m for m in a.models.split(",") if m]
     res = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                device=torch.cuda.get_device_name(0), torch=torch.__version__, commit=a.commit, seed=a.seed,
                method="CUDA-graph replays of each side, alternating round by round; median per call over rounds")
@@ -442,10 +449,12 @@ def main():
         res["check"] = check_phase(ours, a.seed, stores or [a.out_store])
         json.dump(res, open(a.out, "w"), indent=1)
     if a.sweep:
-        res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed, stores)
+        res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed, stores,
+                                   a.sweep_waves, models)
         json.dump(res, open(a.out, "w"), indent=1)
     if not a.no_speed:
-        res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed, stores, a.ceilings)
+        res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed, stores, a.ceilings,
+                                   models)
     json.dump(res, open(a.out, "w"), indent=1)
     if a.check and not all(r["pass"] for r in res["check"]):
         print("CHECK FAILED", file=sys.stderr)

@@ -152,7 +152,7 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
   mkdir -p "$OUT/r/moe"
   gpu_tests moe-tests 240 MoeGemm
   for tool in memcheck racecheck synccheck; do
-    for st in staged bulk; do  # both output stores
+    for st in staged bulk tma; do  # every output store
       san "san-$tool-moe-$st" $tool $X moe-gemm --hidden 256 --inter 128 --counts 3,0,70,129,1 --routing-weights \
         --check --out-store $st
       # K = 6144 on few short experts: the heuristic splits L2's K in two (the split-K kernel and its reduce)
@@ -164,7 +164,7 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
   clocks_start "$OUT/r/moe/clocks-moe.csv"
   # MOE_BENCH_ARGS: e.g. --rows 128,256 for a shorter run
   timed moe-bench 500 python3 bench/moe_vs_torch.py --lib "$lib" --check --rounds 7 --commit "$commit" \
-    --compare-stores staged,bulk --ceilings --out "$OUT/r/moe/moe-gemm.json" ${MOE_BENCH_ARGS:-}
+    --compare-stores staged,bulk,tma --ceilings --out "$OUT/r/moe/moe-gemm.json" ${MOE_BENCH_ARGS:-}
   clocks_stop
   tail -12 "$OUT/r/moe-bench.log" >"$OUT/r/moe-summary.txt"
 fi

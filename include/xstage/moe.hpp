@@ -30,11 +30,13 @@ int moe_tile_block_m(MoeTile t);
 int moe_tile_block_n(MoeTile t);
 
 // How the epilogue's output tile leaves shared memory (src/device/moe/
-// epilogue_store.cuh): 16-byte stores from warp-private staging rows, or the
+// epilogue_store.cuh): 16-byte stores from warp-private staging rows; the
 // whole tile staged and sent as one TMA bulk copy a row, so that the
-// consumers return to the next tile's mainloop at once.
-enum class MoeOutStore : int { automatic = -1, warp_staged = 0, tile_bulk = 1 };
-// "auto", "staged", "bulk"; throws xstage::Error otherwise.
+// consumers return to the next tile's mainloop at once; or each warp's
+// 16 x 64 boxes staged in two small buffers and sent as TMA tensor stores
+// (asynchronous as bulk, without its tile of shared memory).
+enum class MoeOutStore : int { automatic = -1, warp_staged = 0, tile_bulk = 1, warp_tma = 2 };
+// "auto", "staged", "bulk", "tma"; throws xstage::Error otherwise.
 MoeOutStore parse_moe_out_store(const std::string& name);
 std::string to_string(MoeOutStore s);
 // The automatic choice: staged for every GEMM and tile, the faster in every

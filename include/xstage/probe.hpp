@@ -59,7 +59,7 @@ struct ProbeMeasurement {
   double cycles_per_ns = 0;           // SM clock measured during the run
   double run_ns = 0;                  // first producer start to last producer end (global timer)
   // The first bursts' start times, latest minus earliest (global timer): the
-  // stagger asked for plus the start barrier's release jitter.
+  // stagger asked for, plus what separates producers that wait for one instant.
   double stagger_realised_ns = 0;
   // The run's issue time per burst: for each producer, its own time from its
   // first burst to the end of its last, minus its gaps, over the bursts; the

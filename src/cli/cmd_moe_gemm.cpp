@@ -212,7 +212,8 @@ void add_moe_gemm_command(CLI::App& app) {
   sub->add_option("--tile-l2", a->tile_l2, "auto, m128n256, m64n256, m128n128")->capture_default_str();
   sub->add_option("--out-store", a->out_store,
                   "How the epilogue's output leaves shared memory: auto, staged (16-byte stores from warp "
-                  "staging rows) or bulk (the tile staged, one TMA bulk copy a row)")
+                  "staging rows), bulk (the tile staged, one TMA bulk copy a row) or tma (each warp's 16 x 64 "
+                  "boxes, double-buffered, one TMA tensor store a box)")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   sub->add_flag("--check", a->check, "Compare sampled rows with an fp64 CPU reference; scan for unwritten outputs");

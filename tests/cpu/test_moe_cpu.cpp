@@ -123,9 +123,10 @@ TEST(MoeArgs, ValidationNamesTheArgument) {
 }
 
 TEST(MoeArgs, OutStoreNames) {
-  for (MoeOutStore s : {MoeOutStore::automatic, MoeOutStore::warp_staged, MoeOutStore::tile_bulk})
+  for (MoeOutStore s :
+       {MoeOutStore::automatic, MoeOutStore::warp_staged, MoeOutStore::tile_bulk, MoeOutStore::warp_tma})
     EXPECT_EQ(parse_moe_out_store(to_string(s)), s);
-  EXPECT_THROW(parse_moe_out_store("tma"), Error);
+  EXPECT_THROW(parse_moe_out_store("tensor"), Error);
 }
 
 TEST(MoeCli, BadArgumentsFailBeforeTheGpu) {

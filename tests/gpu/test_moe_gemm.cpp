@@ -3,7 +3,8 @@
 // weights on and off, every tile shape forced, and through the API rows that
 // belong to no expert (past the last offset) left untouched, with and without
 // split-K (twice in a row: each launch must leave the tile counts at 0), with
-// both output stores (warp-staged 16-byte stores, whole-tile bulk copies) and
+// every output store (warp-staged 16-byte stores, whole-tile bulk copies, warp
+// boxes as TMA tensor stores) and
 // split-K's workspace from the library or from the caller.
 #include <gtest/gtest.h>
 
@@ -66,6 +67,18 @@ const CliCase kCliCases[] = {
                                  "--out-store bulk"},
     {"bulk_small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 16 --out-store bulk"},
     {"staged_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 517 --uneven --seed 17 --out-store staged"},
+    // Warp boxes as TMA tensor stores: ragged experts (warps whose rows cross an expert's end store themselves),
+    // every tile, split-K, a row or two an expert.
+    {"tma_deepseek_v3_ep8_weights",
+     "--model deepseek-v3 --ep 8 --rows-per-expert 200 --uneven --routing-weights --seed 18 --out-store tma"},
+    {"tma_tile_m64n256", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m64n256 "
+                         "--tile-l2 m64n256 --routing-weights --out-store tma"},
+    {"tma_tile_m128n128", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --tile-l1 m128n128 "
+                          "--tile-l2 m128n128 --out-store tma"},
+    {"tma_mixtral_ep8_split_k", "--model mixtral-8x7b --ep 8 --rows-per-expert 130 --routing-weights --seed 19 "
+                                "--out-store tma"},
+    {"tma_small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 20 --out-store tma"},
+    {"tma_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 517 --uneven --seed 21 --out-store tma"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });
@@ -135,7 +148,7 @@ void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, in
 }
 
 constexpr MoeTile kTiles[] = {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128};
-constexpr MoeOutStore kStores[] = {MoeOutStore::warp_staged, MoeOutStore::tile_bulk};
+constexpr MoeOutStore kStores[] = {MoeOutStore::warp_staged, MoeOutStore::tile_bulk, MoeOutStore::warp_tma};
 
 TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedL1) {
   XSTAGE_NEED_GPUS(1);

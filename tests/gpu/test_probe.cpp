@@ -130,13 +130,16 @@ TEST(Probe, StaggerIsRealisedAndRecorded) {
   p.V_bytes = 8 * 4096;
   p.bursts = 4;
   p.gap_ns = 1000;
+  // Every producer waits for the same instant of the global timer (plus its
+  // stagger): what is left is the timer's step and the few instructions
+  // between the deadline and the first burst's record.
   const double lock = prober.run(p).stagger_realised_ns;
   EXPECT_GE(lock, 0);
-  EXPECT_LT(lock, 50e3);  // only the start barrier's release jitter
+  EXPECT_LT(lock, 2e3);
   p.stagger_ns = 300e3;
   const double spread = prober.run(p).stagger_realised_ns;
-  EXPECT_GT(spread, 0.95 * p.stagger_ns);
-  EXPECT_LT(spread, p.stagger_ns + 50e3);
+  EXPECT_GT(spread, p.stagger_ns - 2e3);
+  EXPECT_LT(spread, p.stagger_ns + 2e3);
   p.stagger_ns = 2 * kMaxStaggerNs;  // a unit left out: refused before anything runs
   EXPECT_THROW(prober.run(p), Error);
 }

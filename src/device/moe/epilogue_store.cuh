@@ -23,11 +23,17 @@
 //     memory, then each row (< row_end) leaves as one TMA bulk copy; the
 //     consumers return to the mainloop as soon as the copies are issued, and
 //     the copy engine drains the tile while the next one computes.
+//   store_warp_tma: as asynchronous, in two small buffers a warp: its 16
+//     rows leave a box of 64 columns at a time as TMA tensor stores. When the
+//     tiles of all SMs end together, their 16-byte stores queue in the
+//     memory system and the staged writer's warps wait at each store; here
+//     only lane 0 issues, and only waits for a buffer to be read out.
 #include <cstdint>
 
 #include "device/moe/moe_params.hpp"
 #include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/math.cuh"
+#include "device/ptx/tma.cuh"
 
 namespace xstage::moe {
 
@@ -109,6 +115,67 @@ __device__ __forceinline__ void store_tile_bulk(const uint8_t* tile, uint16_t* c
   if (row < row_end) {
     ptx::bulk_store_s2g(c + int64_t(row) * n_out + col0, tile + ct * ROW_BYTES, OUT_COLS * 2);
     ptx::bulk_commit_group();
+  }
+}
+
+// Rows row .. row + 15 of c (n_out columns), those < row_end, from column
+// col0: each box of 64 columns is written into one of the warp's two 2 KiB
+// buffers (`boxes`, 1024-byte aligned) in the layout of the 128-byte TMA
+// swizzle (16-byte piece j of row r at piece j ^ (r % 8): the lanes' 4-byte
+// writes of one 8-column block hit 32 different banks), then lane 0 sends it
+// with one tensor store of `map` (c as 2-D, boxes of 64 x 16) and the warp
+// goes on. `groups` counts the warp's stores over all its tiles: store n
+// uses buffer n % 2, so the newest store still pending reads the other
+// buffer, and waiting until at most that one is pending frees this one. A
+// warp whose rows cross row_end (an expert's last rows, or past the tensor)
+// stores its rows < row_end itself, 16 bytes a lane from a box no store
+// reads any more. The caller waits for the stores (bulk_wait_group_all)
+// before the kernel ends.
+template <int OB, class Out>
+__device__ __forceinline__ void store_warp_tma(uint8_t* boxes, const CUtensorMap* map, uint16_t* c, int n_out,
+                                               int row, int row_end, int col0, int lane, uint32_t& groups,
+                                               Out&& out) {
+  static_assert(OB % 8 == 0, "64-column boxes");
+  constexpr int kBoxBytes = 16 * 128;
+  if (row >= row_end) return;
+  const bool whole = row + 16 <= row_end;  // the same in every lane
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int ch = 0; ch < OB / 8; ++ch) {
+    uint8_t* box = boxes + (groups & 1) * kBoxBytes;
+    if (lane == 0) {
+      if (whole)
+        ptx::bulk_wait_group_read<1>();
+      else
+        ptx::bulk_wait_group_read<0>();
+    }
+    __syncwarp();
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      uint32_t v[2];
+      out(ch * 8 + b, v);
+      // Rows g and g + 8 share r % 8 = g: the same piece order.
+      *reinterpret_cast<uint32_t*>(box + g * 128 + ((b ^ g) << 4) + 4 * t) = v[0];
+      *reinterpret_cast<uint32_t*>(box + (g + 8) * 128 + ((b ^ g) << 4) + 4 * t) = v[1];
+    }
+    if (whole) {
+      ptx::fence_proxy_async_shared();  // each lane's writes, before the TMA unit reads the box
+      __syncwarp();
+      if (lane == 0) {
+        ptx::tma_store_2d(map, box, col0 + ch * 64, row);
+        ptx::bulk_commit_group();
+      }
+      ++groups;
+    } else {
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i * 4 + (lane >> 3), piece = lane & 7;
+        if (row + r < row_end)
+          *reinterpret_cast<uint4*>(c + int64_t(row + r) * n_out + col0 + ch * 64 + piece * 8) =
+              *reinterpret_cast<const uint4*>(box + r * 128 + ((piece ^ (r & 7)) << 4));
+      }
+    }
   }
 }
 

@@ -16,11 +16,18 @@ namespace xstage::moe {
 // bulk copy (store_tile_bulk): the consumers go back to the mainloop while
 // the copy engine drains the tile. It costs a tile's worth of shared memory,
 // one pipeline stage of the largest tile.
-template <int BM, int BN, int WGN, int OUT_COLS_ = 0>
+// WARP_TMA: each consumer warp stages its 16 rows a box of 64 columns at a
+// time, swizzled, in one of two 2 KiB buffers, and one lane sends the box as
+// a TMA tensor store (store_warp_tma): the warp moves on while the TMA unit
+// writes, as with the bulk tile, but in 32 KiB, which the 128-row tiles have
+// beside their stages (no stage lost).
+template <int BM, int BN, int WGN, int OUT_COLS_ = 0, bool WARP_TMA_ = false>
 struct GroupedGemmConfig {
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = 64;
   static constexpr int OUT_COLS = OUT_COLS_;
   static constexpr bool BULK_OUT = OUT_COLS > 0;
+  static constexpr bool WARP_TMA = WARP_TMA_;
+  static_assert(!(BULK_OUT && WARP_TMA), "one output store");
   static_assert(OUT_COLS == 0 || OUT_COLS == BN || 2 * OUT_COLS == BN, "a plain or a SwiGLU tile's columns");
   static constexpr int WG_N = WGN, WG_M = 2 / WGN;
   static_assert(WG_M * 64 == BM, "each consumer warpgroup owns 64 rows of the tile");
@@ -43,12 +50,15 @@ struct GroupedGemmConfig {
   // or the whole tile with rows OUT_ROW_BYTES apart: 16 bytes of padding put
   // the 8 rows a warp's accumulator store touches in 8 different bank groups.
   static constexpr uint32_t OUT_ROW_BYTES = OUT_COLS * 2 + 16;
-  static constexpr size_t STAGING_BYTES =
-      BULK_OUT ? size_t(BM) * OUT_ROW_BYTES : size_t(CONSUMER_WARPS) * 16 * 72 * 2;
+  static constexpr size_t TMA_BOX_BYTES = 16 * 128;  // 16 rows of 64 bf16
+  static constexpr size_t STAGING_BYTES = BULK_OUT   ? size_t(BM) * OUT_ROW_BYTES
+                                          : WARP_TMA ? size_t(CONSUMER_WARPS) * 2 * TMA_BOX_BYTES
+                                                     : size_t(CONSUMER_WARPS) * 16 * 72 * 2;
   static constexpr int STAGES_FIT = int((SMEM_LIMIT - 1024 - 1024 - STAGING_BYTES) / STAGE_BYTES);
   static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
   static_assert(STAGES >= 2, "at least double buffering");
   static constexpr size_t OFF_STAGING = size_t(STAGES) * STAGE_BYTES;
+  static_assert(OFF_STAGING % 1024 == 0, "the swizzled boxes start on a 1024-byte swizzle atom");
   static constexpr size_t OFF_BAR = OFF_STAGING + STAGING_BYTES;  // full[STAGES], empty[STAGES]
   // Split-K: the tile's arrival count as the consumers' thread 0 read it.
   static constexpr size_t OFF_SPLIT_FLAG = OFF_BAR + 2 * STAGES * 8;
@@ -56,11 +66,11 @@ struct GroupedGemmConfig {
   static constexpr size_t SMEM_BYTES = OFF_SPLIT_FLAG + 16 + 1024;
 };
 
-template <int OUT_COLS = 0>
-using CfgM128N256 = GroupedGemmConfig<128, 256, 1, OUT_COLS>;
-template <int OUT_COLS = 0>
-using CfgM64N256 = GroupedGemmConfig<64, 256, 2, OUT_COLS>;
-template <int OUT_COLS = 0>
-using CfgM128N128 = GroupedGemmConfig<128, 128, 1, OUT_COLS>;
+template <int OUT_COLS = 0, bool WARP_TMA = false>
+using CfgM128N256 = GroupedGemmConfig<128, 256, 1, OUT_COLS, WARP_TMA>;
+template <int OUT_COLS = 0, bool WARP_TMA = false>
+using CfgM64N256 = GroupedGemmConfig<64, 256, 2, OUT_COLS, WARP_TMA>;
+template <int OUT_COLS = 0, bool WARP_TMA = false>
+using CfgM128N128 = GroupedGemmConfig<128, 128, 1, OUT_COLS, WARP_TMA>;
 
 }  // namespace xstage::moe

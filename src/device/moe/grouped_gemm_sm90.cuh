@@ -79,8 +79,9 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
 }
 
 // A as 2-D (K, rows_total), B as 2-D (K, E * N); boxes of 64 x BLOCK_M / BLOCK_N.
+// C (WARP_TMA only) as 2-D (output columns, rows_total), boxes of 64 x 16.
 struct GroupedTmaMaps {
-  CUtensorMap a, b;
+  CUtensorMap a, b, c;
 };
 
 // kSplitK: compiled apart, so that without it every k loop runs 0 .. k_blocks
@@ -157,6 +158,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   float acc[WN / 8][4];
   uint32_t it = 0;
+  uint32_t tma_groups = 0;  // WARP_TMA: the warp's box stores so far (store_warp_tma)
+  if constexpr (Cfg::WARP_TMA)
+    if (tid == 128) ptx::tma_prefetch_descriptor(&tm.c);
   for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
     const auto c = sched.coord(w);
     uint32_t prev_s = 0;
@@ -187,7 +191,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     constexpr int OB = WN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp
     uint16_t* const c_out = static_cast<uint16_t*>(p.c);
     const int n_out = p.N / Epilogue::kOutDiv;
-    if constexpr (Cfg::BULK_OUT) {
+    if constexpr (Cfg::WARP_TMA) {
+      uint8_t* boxes = smem + Cfg::OFF_STAGING + ((tid - 128) / 32) * 2 * Cfg::TMA_BOX_BYTES;
+      store_warp_tma<OB>(boxes, &tm.c, c_out, n_out, row, c.row_end, (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv,
+                         lane, tma_groups, out);
+    } else if constexpr (Cfg::BULK_OUT) {
       static_assert(Cfg::OUT_COLS == BN / Epilogue::kOutDiv, "the staged tile holds the epilogue's columns");
       const int ct = tid - 128;
       // The previous tile's row copies must have read the staged tile before
@@ -211,6 +219,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   // complete before the kernel's end makes them visible to the next launch.
   if constexpr (Cfg::BULK_OUT)
     if (tid - 128 < BM) ptx::bulk_wait_group_all();
+  if constexpr (Cfg::WARP_TMA)
+    if (lane == 0) ptx::bulk_wait_group_all();  // each warp's lane 0 issued its boxes' stores
 }
 
 }  // namespace xstage::moe

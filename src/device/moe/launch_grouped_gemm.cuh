@@ -23,9 +23,11 @@ template <class Cfg, class Epilogue>
 int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   using Sched = sched::GroupedTileScheduler;
   if (p.rows_total == 0) return 0;  // nothing to compute; a TMA map of 0 rows is invalid
-  GroupedTmaMaps tm;
+  GroupedTmaMaps tm{};
   int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
   if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
+  // C as 2-D (output columns, rows_total), boxes of 64 x 16: one consumer warp's rows.
+  if (rc == 0 && Cfg::WARP_TMA) rc = encode_rows_k(&tm.c, p.c, p.N / Epilogue::kOutDiv, p.rows_total, 16);
   if (rc != 0) return rc;
   Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
   // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
@@ -45,14 +47,17 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
 }
 
 // Shape<0> stores from warp-private staging rows, Shape<columns> stages the
-// whole tile and sends it as bulk copies (grouped_gemm_config.cuh).
-template <template <int> class Shape, class Epilogue>
+// whole tile and sends it as bulk copies, Shape<0, true> sends each warp's
+// boxes as TMA tensor stores (grouped_gemm_config.cuh).
+template <template <int, bool> class Shape, class Epilogue>
 int launch_with_out_store(const GroupedGemmParams& p, int out_store, cudaStream_t stream) {
-  using Staged = Shape<0>;
-  using Bulk = Shape<Staged::BLOCK_N / Epilogue::kOutDiv>;
+  using Staged = Shape<0, false>;
+  using Bulk = Shape<Staged::BLOCK_N / Epilogue::kOutDiv, false>;
+  using Tma = Shape<0, true>;
   switch (out_store) {
     case kOutWarpStaged: return launch_grouped_gemm<Staged, Epilogue>(p, stream);
     case kOutTileBulk: return launch_grouped_gemm<Bulk, Epilogue>(p, stream);
+    case kOutWarpTma: return launch_grouped_gemm<Tma, Epilogue>(p, stream);
     default: return int(cudaErrorInvalidValue);
   }
 }

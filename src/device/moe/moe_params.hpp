@@ -49,6 +49,7 @@ enum TileId : int {
 enum OutStoreId : int {
   kOutWarpStaged = 0,  // 16-byte stores from warp-private staging rows
   kOutTileBulk = 1,    // the whole tile staged, one TMA bulk copy a row
+  kOutWarpTma = 2,     // warp-private swizzled boxes, double-buffered, one TMA tensor store a box
 };
 
 }  // namespace xstage::moe

@@ -89,9 +89,22 @@ __device__ __forceinline__ void gap_work(uint64_t gap_cycles, float& acc) {
 
 // A one-shot barrier over the producers (all co-resident: the host checks the
 // occupancy). Times out with a message instead of hanging.
-__device__ inline void grid_arrive_and_wait(uint64_t* counter, int producers, uint64_t timeout_ns) {
-  atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull);
-  ptx::wait_flag_geq(counter, static_cast<uint64_t>(producers), /*rank=*/0, /*flag=*/-1, timeout_ns);
+// barrier[0] counts the arrivals; barrier[1] ends as the latest arrival's
+// global timer, the one instant every producer knows once all have arrived
+// (each raises it before it counts itself in, the fence keeping that order).
+// Returns that instant.
+__device__ inline uint64_t grid_arrive_and_wait(uint64_t* barrier, int producers, uint64_t timeout_ns) {
+  atomicMax(reinterpret_cast<unsigned long long*>(barrier + 1), ptx::globaltimer_ns());
+  __threadfence();
+  atomicAdd(reinterpret_cast<unsigned long long*>(barrier), 1ull);
+  ptx::wait_flag_geq(barrier, static_cast<uint64_t>(producers), /*rank=*/0, /*flag=*/-1, timeout_ns);
+  return ptx::ld_acquire_sys_u64(barrier + 1);
+}
+
+// Spins until the global timer reaches `deadline_ns`.
+__device__ inline void spin_until_ns(uint64_t deadline_ns) {
+  while (ptx::globaltimer_ns() < deadline_ns) {
+  }
 }
 
 __device__ inline void receive_flags(const KernelParams& p) {
@@ -148,10 +161,15 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   // Producers leave the warm-up at different times (it is throttled by the
   // stage too): gather them all, then settle together, so that the measured
   // bursts start on an empty stage at the same moment.
-  if (threadIdx.x == 0) grid_arrive_and_wait(p.start_barrier, p.K, p.timeout_ns);
+  // The first bursts start at one instant of the global timer (plus each
+  // producer's stagger), not after a spin counted in SM cycles from when each
+  // producer saw the barrier open: such spins over a settle of milliseconds
+  // ended 5-75 us apart (the realised stagger the probe records), so "lock
+  // step" was not.
+  __shared__ uint64_t released_ns;
+  if (threadIdx.x == 0) released_ns = grid_arrive_and_wait(p.start_barrier, p.K, p.timeout_ns);
   __syncthreads();
-  gap_work<GapKind::spin>(p.settle_cycles, acc);
-  if (p.stagger_cycles > 0 && p.K > 1) gap_work<GapKind::spin>(p.stagger_cycles * uint64_t(k) / uint64_t(p.K - 1), acc);
+  spin_until_ns(released_ns + p.settle_ns + (p.K > 1 ? p.stagger_ns * uint64_t(k) / uint64_t(p.K - 1) : 0));
   uint64_t calib_t0 = 0, calib_c0 = 0;  // the measured run starts here
   if (threadIdx.x == 0) {
     calib_t0 = ptx::globaltimer_ns();

@@ -24,12 +24,13 @@ struct KernelParams {
   uint32_t bursts;
   uint32_t slots_warm;     // slots touched by the warm-up pass before the measured bursts
   uint64_t gap_cycles;
-  uint64_t settle_cycles;  // pause after the warm-up, so the measured run starts on an empty stage
-  uint64_t stagger_cycles; // producer k waits k / (K - 1) of this more before its first burst
+  uint64_t settle_ns;      // pause after the warm-up, so the measured run starts on an empty stage
+  uint64_t stagger_ns;     // producer k waits k / (K - 1) of this more before its first burst
   int K;
   BurstCompletion completion;
   uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)
-  uint64_t* start_barrier; // device memory, zeroed: the producers meet here before the measured bursts
+  uint64_t* start_barrier; // [2] device memory, zeroed: the producers meet here before the measured bursts
+                           // ([0] arrivals, [1] the latest arrival's global timer)
   uint64_t timeout_ns;     // receiver's flag wait
   uint64_t* start_cycles;  // [bursts * K] SM clock at each burst's start
   uint32_t* gap_cycles_done;  // [bursts * K] cycles spent in each gap

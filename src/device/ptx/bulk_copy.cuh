@@ -30,6 +30,12 @@ __device__ __forceinline__ void bulk_wait_group_read_all() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
+// The same, leaving the newest N groups pending (a buffer of N + 1 in turn).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
 // Orders this thread's completed async-proxy (bulk copy) writes to global
 // memory before its later generic-proxy accesses (a release made after a
 // barrier, for instance).

@@ -42,6 +42,17 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
       : "memory");
 }
 
+// 2-D box store from shared memory (laid out, and swizzled, as the map's box;
+// 128-byte aligned, 1024 for the 128-byte swizzle) to global memory, in the
+// issuing thread's bulk async-group (bulk_copy.cuh: commit, wait). Parts of
+// the box outside the tensor are not written.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* smem_src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(smem_src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
 // ---- host
 
 // A bf16 tensor of `rank` dimensions (innermost first: dims[0] contiguous),

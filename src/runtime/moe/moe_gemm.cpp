@@ -98,7 +98,8 @@ MoeOutStore parse_moe_out_store(const std::string& name) {
   if (name == "auto") return MoeOutStore::automatic;
   if (name == "staged") return MoeOutStore::warp_staged;
   if (name == "bulk") return MoeOutStore::tile_bulk;
-  throw Error(fmt::format("--out-store {}: expected auto, staged or bulk", name));
+  if (name == "tma") return MoeOutStore::warp_tma;
+  throw Error(fmt::format("--out-store {}: expected auto, staged, bulk or tma", name));
 }
 
 std::string to_string(MoeOutStore s) {
@@ -106,6 +107,7 @@ std::string to_string(MoeOutStore s) {
     case MoeOutStore::automatic: return "auto";
     case MoeOutStore::warp_staged: return "staged";
     case MoeOutStore::tile_bulk: return "bulk";
+    case MoeOutStore::warp_tma: return "tma";
   }
   return "unknown";
 }
@@ -140,8 +142,8 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
     throw Error(fmt::format("moe gemm {}: splits: expected 0 (automatic) to ceil(K / 64) = {}, got {}", k,
                             (a.K + 63) / 64, a.splits));
   if (a.out_store != MoeOutStore::automatic && a.out_store != MoeOutStore::warp_staged &&
-      a.out_store != MoeOutStore::tile_bulk)
-    throw Error(fmt::format("moe gemm {}: out_store {}: expected -1 (auto), 0 (staged) or 1 (bulk)", k,
+      a.out_store != MoeOutStore::tile_bulk && a.out_store != MoeOutStore::warp_tma)
+    throw Error(fmt::format("moe gemm {}: out_store {}: expected -1 (auto), 0 (staged), 1 (bulk) or 2 (tma)", k,
                             int(a.out_store)));
   if (a.workspace != nullptr && !aligned16(a.workspace))
     throw Error(fmt::format("moe gemm {}: workspace: expected 16-byte alignment, got {}", k, a.workspace));

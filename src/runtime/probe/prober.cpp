@@ -162,7 +162,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   m.calib.resize(size_t(pt.K) * 4);
   m.sink.resize(pt.K);
   m.mismatches.resize(1);
-  m.barrier.resize(1);
+  m.barrier.resize(2);
   // The start barrier needs every producer resident at once.
   {
     int per_sm = 0;
@@ -181,7 +181,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   XSTAGE_CUDA(cudaMemsetAsync(m.dst, 0xA5, slot * slots_written, m.stream));
   XSTAGE_CUDA(cudaMemsetAsync(m.flags, 0, sizeof(uint64_t) * pt.K, m.stream));
   XSTAGE_CUDA(cudaMemsetAsync(m.mismatches.ptr, 0, sizeof(unsigned long long), m.stream));
-  XSTAGE_CUDA(cudaMemsetAsync(m.barrier.ptr, 0, sizeof(uint64_t), m.stream));
+  XSTAGE_CUDA(cudaMemsetAsync(m.barrier.ptr, 0, 2 * sizeof(uint64_t), m.stream));
 
   probe::KernelParams kp{};
   kp.dst = m.dst;
@@ -196,8 +196,8 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   const double warm_bytes = double(slot) * kp.slots_warm;
   const double settle_ns =
       pt.settle_ns >= 0 ? pt.settle_ns : 200e3 + 2.0 * warm_bytes / (m.transport == Transport::host ? 40.0 : 1000.0);
-  kp.settle_cycles = static_cast<uint64_t>(settle_ns * m.cycles_per_ns);
-  kp.stagger_cycles = static_cast<uint64_t>(pt.stagger_ns * m.cycles_per_ns);
+  kp.settle_ns = static_cast<uint64_t>(settle_ns);
+  kp.stagger_ns = static_cast<uint64_t>(pt.stagger_ns);
   kp.K = pt.K;
   kp.completion = pt.completion;
   kp.flags = m.flags;
