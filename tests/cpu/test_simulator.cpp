@@ -284,8 +284,9 @@ double slowest_mean_issue_ns(const SimResult& r, long bursts, long from = 0) {
 TEST(Simulator, StaggeredFirstBurstsAreAbsorbedAsCoincidentOnes) {
   // The host path's profile, 132 producers storing 4 MiB a burst 2 ms apart
   // (the stage drains between bursts). Measured with `xstage probe --stagger`
-  // (results/h200/probe/stagger/): 2.5 us a burst in lock step and 2.4-2.7 us
-  // with the first bursts spread over 0.1-10 us, against V / R = 81 us. A
+  // (results/h200/probe/stagger/global-timer-49ba6cd/): 1.66 us a burst in
+  // lock step and 1.57-1.66 us with the first bursts spread over 0.1-10 us,
+  // against V / R = 81 us. A
   // capacity decided at each producer's burst start gave the staggered ones
   // only Q_fill: 29-38 us.
   const Profile& p = *find_embedded_profile("h200-host-pcie");
@@ -323,8 +324,9 @@ TEST(Simulator, StaggeredProducersKeepTheDrainLaw) {
   // In the drain regime the stage never idles, so however far apart the
   // producers start, each producer's bursts cost V / R - G on average once
   // the run has settled (not each burst: the drain is shared unevenly, as on
-  // the GPU). Measured at 4 MiB, 40 us (the probe's slowest producer's mean):
-  // 44.3 us in lock step, 44.6-44.8 us staggered by 0.1-50 us; V / R - G = 41 us.
+  // the GPU). Measured at 4 MiB, 40 us (the probe's slowest producer's mean,
+  // results/h200/probe/stagger/global-timer-49ba6cd/): 45.8 us in lock step,
+  // 43.7-46.0 us staggered by 0.1-50 us; V / R - G = 41 us.
   const Profile& p = *find_embedded_profile("h200-host-pcie");
   const double V = 4 << 20, G = 40e3;
   const long bursts = 48;

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   // The first bursts start at one instant of the global timer (plus each
   // producer's stagger), not after a spin counted in SM cycles from when each
   // producer saw the barrier open: such spins over a settle of milliseconds
-  // ended 5-75 us apart (the realised stagger the probe records), so "lock
+  // ended 4-75 us apart (the realised stagger the probe records), so "lock
   // step" was not.
   __shared__ uint64_t released_ns;
   if (threadIdx.x == 0) released_ns = grid_arrive_and_wait(p.start_barrier, p.K, p.timeout_ns);
