@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """MoE grouped GEMMs against torch._grouped_mm: TFLOP/s by rows per expert,
 one panel per model and ranks, L1+SwiGLU and L2, ours solid and torch dashed,
-cuBLAS on one dense expert dotted (bench/moe_vs_torch.py's JSON).
+cuBLAS on one dense expert dotted, and where the run has them (--ceilings)
+cuBLAS batched on the whole problem dash-dot (bench/moe_vs_torch.py's JSON).
 
 usage: bench/plot_moe.py --out docs/img/moe-gemm-h200.png results/h200/moe/moe-gemm.json
 """
@@ -31,6 +32,9 @@ def main():
             ax.plot(m, [p[1]["ours_tflops"] for p in pts], "-o", color=color, ms=3, label=f"ours {gemm}")
             ax.plot(m, [p[1]["torch_tflops"] for p in pts], "--s", color=color, ms=3, label=f"torch {gemm}")
             ax.plot(m, [p[1]["cublas_tflops"] for p in pts], ":", color=color, label=f"cuBLAS 1 expert {gemm}")
+            if all("cublas_whole" in p[1] for p in pts):
+                ax.plot(m, [p[1]["cublas_whole"]["bmm"]["tflops"] for p in pts], "-.^", color=color, ms=3,
+                        label=f"cuBLAS batched (bmm) {gemm}")
         E = next(r["experts"] for r in rows if r["model"] == model and r["P"] == P)
         ax.set_title(f"{model}, P = {P} ({E} local experts)", fontsize=9)
         ax.set_xscale("log", base=2)
