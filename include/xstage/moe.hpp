@@ -39,8 +39,9 @@ enum class MoeOutStore : int { automatic = -1, warp_staged = 0, tile_bulk = 1, w
 // "auto", "staged", "bulk", "tma"; throws xstage::Error otherwise.
 MoeOutStore parse_moe_out_store(const std::string& name);
 std::string to_string(MoeOutStore s);
-// The automatic choice: staged for every GEMM and tile, the faster in every
-// cell measured (docs/design/moe.md, perf-log MoE 5).
+// The automatic choice: staged for every GEMM and tile (docs/design/moe.md;
+// bulk measured slower, perf-log MoE 5; tma level on L2's 128 x 256 tiles
+// and slower on 128 x 128 ones, MoE 10).
 MoeOutStore moe_pick_out_store();
 
 struct MoeGemmArgs {
