@@ -24,10 +24,10 @@
 //     consumers return to the mainloop as soon as the copies are issued, and
 //     the copy engine drains the tile while the next one computes.
 //   store_warp_tma: as asynchronous, in two small buffers a warp: its 16
-//     rows leave a box of 64 columns at a time as TMA tensor stores. When the
-//     tiles of all SMs end together, their 16-byte stores queue in the
-//     memory system and the staged writer's warps wait at each store; here
-//     only lane 0 issues, and only waits for a buffer to be read out.
+//     rows leave a box of 64 columns at a time as TMA tensor stores; only
+//     lane 0 issues, and the warp waits only for a buffer to be read out,
+//     not for its stores to be accepted (level with store_staged on the
+//     128 x 256 tiles, slower on 128 x 128: docs/perf-log.md, MoE 10).
 #include <cstdint>
 
 #include "device/moe/moe_params.hpp"

@@ -162,10 +162,9 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   // stage too): gather them all, then settle together, so that the measured
   // bursts start on an empty stage at the same moment.
   // The first bursts start at one instant of the global timer (plus each
-  // producer's stagger), not after a spin counted in SM cycles from when each
-  // producer saw the barrier open: such spins over a settle of milliseconds
-  // ended 4-75 us apart (the realised stagger the probe records), so "lock
-  // step" was not.
+  // producer's stagger): spins counted in SM cycles from when each producer
+  // saw the barrier open end 4-75 us apart over a settle of milliseconds (the
+  // realised stagger the probe records shows it), which is no lock step.
   __shared__ uint64_t released_ns;
   if (threadIdx.x == 0) released_ns = grid_arrive_and_wait(p.start_barrier, p.K, p.timeout_ns);
   __syncthreads();
