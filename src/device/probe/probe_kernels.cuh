@@ -3,6 +3,7 @@
 // extra CTA is the receiver that watches the release flags.
 #include <cstdint>
 
+#include "device/comm/grid_start.cuh"
 #include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
@@ -87,26 +88,6 @@ __device__ __forceinline__ void gap_work(uint64_t gap_cycles, float& acc) {
   }
 }
 
-// A one-shot barrier over the producers (all co-resident: the host checks the
-// occupancy). Times out with a message instead of hanging.
-// barrier[0] counts the arrivals; barrier[1] ends as the latest arrival's
-// global timer, the one instant every producer knows once all have arrived
-// (each raises it before it counts itself in, the fence keeping that order).
-// Returns that instant.
-__device__ inline uint64_t grid_arrive_and_wait(uint64_t* barrier, int producers, uint64_t timeout_ns) {
-  atomicMax(reinterpret_cast<unsigned long long*>(barrier + 1), ptx::globaltimer_ns());
-  __threadfence();
-  atomicAdd(reinterpret_cast<unsigned long long*>(barrier), 1ull);
-  ptx::wait_flag_geq(barrier, static_cast<uint64_t>(producers), /*rank=*/0, /*flag=*/-1, timeout_ns);
-  return ptx::ld_acquire_sys_u64(barrier + 1);
-}
-
-// Spins until the global timer reaches `deadline_ns`.
-__device__ inline void spin_until_ns(uint64_t deadline_ns) {
-  while (ptx::globaltimer_ns() < deadline_ns) {
-  }
-}
-
 __device__ inline void receive_flags(const KernelParams& p) {
   // One warp; lane l watches producer l*K/32 (every producer when K <= 32).
   const int lane = threadIdx.x;
@@ -161,14 +142,10 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   // Producers leave the warm-up at different times (it is throttled by the
   // stage too): gather them all, then settle together, so that the measured
   // bursts start on an empty stage at the same moment.
-  // The first bursts start at one instant of the global timer (plus each
-  // producer's stagger): spins counted in SM cycles from when each producer
-  // saw the barrier open end 4-75 us apart over a settle of milliseconds (the
-  // realised stagger the probe records shows it), which is no lock step.
-  __shared__ uint64_t released_ns;
-  if (threadIdx.x == 0) released_ns = grid_arrive_and_wait(p.start_barrier, p.K, p.timeout_ns);
-  __syncthreads();
-  spin_until_ns(released_ns + p.settle_ns + (p.K > 1 ? p.stagger_ns * uint64_t(k) / uint64_t(p.K - 1) : 0));
+  // The first bursts start at one instant of the global timer, plus each
+  // producer's stagger (grid_start.cuh says why not a cycle spin).
+  grid_start_after(p.start_barrier, p.K, p.timeout_ns,
+                   p.settle_ns + (p.K > 1 ? p.stagger_ns * uint64_t(k) / uint64_t(p.K - 1) : 0));
   uint64_t calib_t0 = 0, calib_c0 = 0;  // the measured run starts here
   if (threadIdx.x == 0) {
     calib_t0 = ptx::globaltimer_ns();

@@ -10,6 +10,7 @@
 // timeout).
 #include <cstdint>
 
+#include "device/comm/grid_start.cuh"
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/store.cuh"
@@ -31,7 +32,7 @@ __device__ __forceinline__ uint64_t* marker_at(uint64_t* markers, uint32_t b, in
   return markers + (uint64_t(b) * K + k) * kMarkerStrideWords;
 }
 
-// Clock spin for `cycles` of this SM's clock (the probe's spin gap).
+// Clock spin for `cycles` of this SM's clock (the probe's spin gap: compute time, not a common start).
 __device__ __forceinline__ void spin_cycles(uint64_t cycles) {
   const uint64_t start = ptx::clock_cycles();
   while (ptx::clock_cycles() - start < cycles) {
@@ -54,13 +55,9 @@ __global__ void __launch_bounds__(1024) sm90_visible_producer(const ProducerPara
   for (uint32_t b = threadIdx.x; b < p.bursts; b += blockDim.x) ptx::st_global_b64(marker_at(p.markers, b, p.K, k), 0);
   ptx::fence_sc_sys();
   __syncthreads();
-  // All producers are resident (the host checks the occupancy); the wait times out with a message.
-  if (threadIdx.x == 0) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(p.start_barrier), 1ull);
-    ptx::wait_flag_geq(p.start_barrier, static_cast<uint64_t>(p.K), /*rank=*/0, /*flag=*/-1, p.timeout_ns);
-  }
-  __syncthreads();
-  spin_cycles(p.settle_cycles);
+  // All producers are resident (the host checks the occupancy); the wait
+  // times out with a message; all start at one global-timer instant.
+  grid_start_after(p.start_barrier, p.K, p.timeout_ns, p.settle_ns);
 
   for (uint32_t b = 0; b < p.bursts; ++b) {
     uint8_t* chunk = p.dst + (b % p.slots) * p.slot_bytes + uint64_t(k) * p.chunk_bytes;

@@ -42,9 +42,9 @@ struct ProducerParams {
   uint32_t bursts;
   int K;
   uint64_t gap_cycles;      // SM cycles of clock spin after each burst
-  uint64_t settle_cycles;   // pause after the warm-up, so the measured run starts on a drained stage
+  uint64_t settle_ns;       // pause after the warm-up, so the measured run starts on a drained stage
   uint64_t* markers;        // [bursts * K * kMarkerStrideWords], in the destination's memory
-  uint64_t* start_barrier;  // device memory, zeroed
+  uint64_t* start_barrier;  // [2] device memory, zeroed (device/comm/grid_start.cuh)
   uint64_t timeout_ns;      // the start barrier's wait
   uint64_t* log;            // [bursts * K * 3]: globaltimer at first store, after the last store, after the fence
   uint32_t fenced_markers;  // 1: fence.acq_rel.sys + st.release.sys; 0: st.relaxed.sys (no fence, no wait)

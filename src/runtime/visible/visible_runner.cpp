@@ -369,7 +369,7 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
     dst = m.dev_dst.as<uint8_t>();
     markers = m.dev_markers.as<uint64_t>();
   }
-  m.barrier.allocate(p.device, sizeof(uint64_t) + sizeof(unsigned long long));
+  m.barrier.allocate(p.device, 2 * sizeof(uint64_t) + sizeof(unsigned long long));  // start barrier, verify count
   m.log.allocate(p.device, records * 3 * sizeof(uint64_t));
   XSTAGE_CUDA(cudaSetDevice(p.device));
   XSTAGE_CUDA(cudaMemsetAsync(dst, 0xA5, slot * slots, m.stream));
@@ -388,13 +388,13 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
   // it wrote drain (at >= 40 GB/s on the host path, 1 TB/s elsewhere) twice over.
   const double warm_bytes = double(slot) * slots;
   const double settle_ns = 200e3 + 2.0 * warm_bytes / (p.path == VisiblePath::host ? 40.0 : 1000.0);
-  kp.settle_cycles = static_cast<uint64_t>(settle_ns * m.cycles_per_ns);
+  kp.settle_ns = static_cast<uint64_t>(settle_ns);
   kp.markers = markers;
   kp.fenced_markers = p.fenced_markers ? 1u : 0u;
   kp.start_barrier = m.barrier.as<uint64_t>();
   kp.timeout_ns = static_cast<uint64_t>(p.timeout_ns);
   kp.log = m.log.as<uint64_t>();
-  auto* verify_count = reinterpret_cast<unsigned long long*>(m.barrier.as<uint64_t>() + 1);
+  auto* verify_count = reinterpret_cast<unsigned long long*>(m.barrier.as<uint64_t>() + 2);
 
   // Calibrate before.
   ClockOffset before0{}, before1{};
@@ -489,8 +489,8 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
   }
 
   XSTAGE_CUDA(cudaSetDevice(p.device));
-  const auto verify = fetch<unsigned long long>(m.barrier, 2);
-  tr.destination_mismatches = verify[1];
+  const auto verify = fetch<unsigned long long>(m.barrier, 3);
+  tr.destination_mismatches = verify[2];
   tr.checked_words = slot / 4 * slots;
   const auto log = fetch<uint64_t>(m.log, records * 3);
   const uint64_t g0 = m.gpu_base[0] != 0 ? m.gpu_base[0] : log[0];
