@@ -51,7 +51,7 @@ class Ours:
         f.restype = ctypes.c_int
         f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
-        self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
+        self.lib.xstage_moe_pick_tile.restype = ctypes.c_int  # (kind, out_store, rows, E, N, sms)
         self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
         self.err = ctypes.create_string_buffer(512)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -65,19 +65,20 @@ class Ours:
         if rc != 0:
             raise RuntimeError(self.err.value.decode())
 
-    def plan(self, rows, E, N, K):
-        """The heuristic's (tile id, splits)."""
-        t = self.lib.xstage_moe_pick_tile(rows, E, N, self.sms)
+    def plan(self, kind, rows, E, N, K, store=None):
+        """The heuristic's (tile id, splits) for GEMM `kind` (0 L1, 1 L2) and the output store."""
+        t = self.lib.xstage_moe_pick_tile(kind, self.store if store is None else store, rows, E, N, self.sms)
         return t, self.lib.xstage_moe_pick_splits(rows, E, N, K, t, self.sms)
 
-    def tile_name(self, rows, E, N, K):
-        t, s = self.plan(rows, E, N, K)
+    def tile_name(self, kind, rows, E, N, K):
+        t, s = self.plan(kind, rows, E, N, K)
         return TILES[t] + (f"/k{s}" if s > 1 else "")
 
 
-TILES = ["m128n256", "m64n256", "m128n128"]
+TILES = ["m128n256", "m64n256", "m128n128", "m64n80"]
 STORES = {"auto": -1, "staged": 0, "bulk": 1, "tma": 2}
-TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128)}
+TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80)}
+NARROW = 3  # m64n80: L2 with the staged store only (include/xstage/moe.hpp)
 
 
 def interleave_w13(w13):
@@ -328,7 +329,8 @@ def speed_phase(ours, rows_list, rounds, seed, stores, ceilings=False, models=No
         for gemm, t, f, err, n in (("L1+SwiGLU", t1, f1, err1, 2 * inter), ("L2", t2, f2, err2, hidden)):
             fd = f / El
             r = dict(model=name, P=P, experts=El, rows_per_expert=m, gemm=gemm,
-                     tile=ours.tile_name(rtot, El, n, hidden if gemm == "L1+SwiGLU" else inter), flop=f,
+                     tile=ours.tile_name(0 if gemm == "L1+SwiGLU" else 1, rtot, El, n,
+                                         hidden if gemm == "L1+SwiGLU" else inter), flop=f,
                      ours=t["ours"], torch=t["torch"], cublas_one_expert=t["cublas1"],
                      ours_tflops=f / t["ours"]["median_ms"] / 1e9,
                      torch_tflops=f / t["torch"]["median_ms"] / 1e9,
@@ -373,7 +375,7 @@ def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None):
             fns, plans = {}, {}
             fns["torch"] = (lambda a=a: torch_l1(x, w13, offs, None)) if kind == 0 else \
                 (lambda a=a: torch_l2(ref_h, w2, offs))
-            heur = ours.plan(rtot, El, N, K)
+            heur = ours.plan(kind, rtot, El, N, K, STORES[stores[0]] if stores else None)
             for t, (bm, bn) in TILE_SHAPE.items():
                 if N % bn:
                     continue
@@ -382,6 +384,8 @@ def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None):
                     if sp > 1 and (tiles * sp > waves * ours.sms or sp > (K + 63) // 64 // 8):
                         continue
                     for st in stores or ["auto"]:
+                        if t == NARROW and (kind == 0 or st not in ("auto", "staged")):
+                            continue
                         key = f"{TILES[t]}/k{sp}" + (f"/{st}" if stores else "")
                         fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N, st=st:
                                     ours.gemm(kind, a, b, c, offs, None, N, t, sp, STORES[st]))

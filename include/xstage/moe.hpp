@@ -22,8 +22,10 @@ namespace xstage {
 enum class MoeGemmKind : int { l1_swiglu = 0, l2 = 1 };
 
 // Tile shape, BLOCK_M x BLOCK_N (src/device/moe/moe_params.hpp's TileId values).
-enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2 };
-// "auto", "m128n256", "m64n256", "m128n128"; throws xstage::Error otherwise.
+// m64n80 is built for L2 with the staged store only (few long experts on a
+// narrow N, e.g. HiDream-I1's 2 experts of N = 2560).
+enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2, m64n80 = 3 };
+// "auto", "m128n256", "m64n256", "m128n128", "m64n80"; throws xstage::Error otherwise.
 MoeTile parse_moe_tile(const std::string& name);
 std::string to_string(MoeTile t);
 int moe_tile_block_m(MoeTile t);
@@ -75,8 +77,13 @@ size_t moe_workspace_bytes(const MoeGemmArgs& a);
 // the waves of `sm_count` CTAs they take, and a cost per tile of
 // BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N) (work plus a per-operand-row
 // load cost, so that small tiles pay for their lower data reuse); the
-// cheapest wins, ties to the larger tile.
-MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count);
+// cheapest wins, ties to the larger tile. narrow: m64n80 may be picked too
+// (L2 with the staged store, the one build of that tile).
+MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow = false);
+// Whether m64n80 is built for this GEMM and output store (`narrow` above).
+inline bool moe_narrow_tile_built(MoeGemmKind kind, MoeOutStore store) {
+  return kind == MoeGemmKind::l2 && (store == MoeOutStore::automatic || store == MoeOutStore::warp_staged);
+}
 // Split-K for `tile` (docs/design/moe.md), fitted to a sweep of forced tiles
 // and splits on one H200: 1 unless the expected tiles leave at least half the
 // SMs idle; then as many splits as keep one wave, each range at least

@@ -47,6 +47,20 @@ TEST(MoeTiles, SplitKOnlyWhenTilesLeaveHalfTheSmsIdle) {
   EXPECT_EQ(moe_pick_splits(128, 1, 256, 6144, MoeTile::m128n256, 132), 2);
 }
 
+TEST(MoeTiles, FewLongExpertsOnANarrowNTakeTheNarrowTileWhereItIsBuilt) {
+  // HiDream-I1 P = 2, L2 (2 experts, N = 2560), 128 rows: 40 tiles of
+  // 128 x 128 leave 92 SMs idle, 128 tiles of 64 x 80 fill one wave.
+  EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 132, true), MoeTile::m64n80);
+  EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 132, false), MoeTile::m128n128);
+  EXPECT_EQ(moe_pick_splits(2 * 128, 2, 2560, 6912, MoeTile::m64n80, 132), 1);
+  // N = 4096 is no multiple of 80.
+  EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132, true), MoeTile::m128n128);
+  EXPECT_TRUE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::automatic));
+  EXPECT_TRUE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::warp_staged));
+  EXPECT_FALSE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::warp_tma));
+  EXPECT_FALSE(moe_narrow_tile_built(MoeGemmKind::l1_swiglu, MoeOutStore::automatic));
+}
+
 TEST(MoeTiles, UpTo64RowsAnExpertTakeThe64RowTile) {
   EXPECT_EQ(moe_pick_tile(64, 1, 4096, 132), MoeTile::m64n256);      // Mixtral P = 8
   EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2560, 132), MoeTile::m64n256);  // HiDream P = 2
@@ -120,6 +134,21 @@ TEST(MoeArgs, ValidationNamesTheArgument) {
   EXPECT_NE(msg().find("workspace"), std::string::npos);
   a.workspace = nullptr;
   EXPECT_EQ(msg(), "");
+  // The 64 x 80 tile: N a multiple of 80, L2 only, the staged store only.
+  a.tile = MoeTile::m64n80;
+  EXPECT_NE(msg().find("no multiple of its 80 columns"), std::string::npos) << msg();
+  a.N = 640, a.kind = MoeGemmKind::l1_swiglu;
+  EXPECT_NE(msg().find("L2 only"), std::string::npos) << msg();
+  a.kind = MoeGemmKind::l2;
+  EXPECT_NE(msg().find("staged store only"), std::string::npos) << msg();
+  a.out_store = MoeOutStore::warp_staged;
+  EXPECT_EQ(msg(), "");
+}
+
+TEST(MoeArgs, TileNames) {
+  for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80})
+    EXPECT_EQ(parse_moe_tile(to_string(t)), t);
+  EXPECT_THROW(parse_moe_tile("m64n64"), Error);
 }
 
 TEST(MoeArgs, OutStoreNames) {

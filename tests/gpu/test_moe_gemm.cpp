@@ -79,6 +79,14 @@ const CliCase kCliCases[] = {
                                 "--out-store tma"},
     {"tma_small_counts", "--hidden 384 --inter 192 --counts 1,0,65,127,0,3 --routing-weights --seed 20 --out-store tma"},
     {"tma_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 517 --uneven --seed 21 --out-store tma"},
+    // The 64 x 80 L2 tile (warpgroup halves of 40 columns: the staged store's narrow rest), ragged experts,
+    // routing weights in L1, with and without split-K; and where the heuristic picks it (HiDream P = 2, 128 rows).
+    {"narrow_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 130 --uneven --routing-weights --seed 22 "
+                           "--tile-l2 m64n80"},
+    {"narrow_hidream_ep2_split_k", "--model hidream-i1 --ep 2 --rows-per-expert 40 --uneven --seed 23 "
+                                   "--tile-l2 m64n80"},  // 64 tiles: 2 splits
+    {"narrow_hidream_ep2_auto", "--model hidream-i1 --ep 2 --rows-per-expert 128 --seed 24"},
+    {"narrow_small_counts", "--hidden 640 --inter 192 --counts 1,0,65,127,0,3 --seed 25 --tile-l2 m64n80"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });
@@ -87,8 +95,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
 // them inside its last tile but must not store them.
 // workspace: split-K's partials and counts from the caller (zeroed once here), else the library's.
 void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, int splits, MoeOutStore store,
-                                              bool caller_workspace = false) {
-  const int E = 3, rows_total = 100, K = 136, N = 256;  // K: two k-blocks, the second ragged
+                                              bool caller_workspace = false, int N = 256) {
+  const int E = 3, rows_total = 100, K = 136;  // K: two k-blocks, the second ragged
   const std::vector<int32_t> offs = {0, 70, 70};
   const int n_out = kind == MoeGemmKind::l1_swiglu ? N / 2 : N;
   uint16_t *a, *b, *c;
@@ -160,6 +168,16 @@ TEST(MoeGemmApi, RowsPastTheLastExpertStayUntouchedL2) {
   XSTAGE_NEED_GPUS(1);
   for (MoeOutStore st : kStores)
     for (MoeTile t : kTiles) rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, t, 1, st);
+}
+
+// The 64 x 80 tile (L2, staged store): N = 640, a multiple of 80 and of 128,
+// without and with split-K, the library's workspace and the caller's.
+TEST(MoeGemmApi, NarrowTileL2) {
+  XSTAGE_NEED_GPUS(1);
+  for (int splits : {1, 2, 3})
+    rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, MoeTile::m64n80, splits, MoeOutStore::warp_staged,
+                                             false, 640);
+  rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, MoeTile::m64n80, 3, MoeOutStore::automatic, true, 640);
 }
 
 // Split-K: K = 136 is three k-blocks, the last ragged; 2 and 3 ranges.

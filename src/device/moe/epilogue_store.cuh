@@ -43,20 +43,40 @@ namespace xstage::moe {
 inline constexpr int kStageStride = 72;
 inline constexpr int kStageWarpElems = 16 * kStageStride;
 
-// out(ob, v): the packed bf16x2 values of output block ob (8 columns) for rows
-// g (v[0]) and g + 8 (v[1]) of this lane. OB output blocks, a multiple of 8.
-// row_ptr(r): where row r (0 .. 15) of the warp's rows goes, as the address
-// of its column 0 (its first output column is col0), or null for a row not
-// to store; called once per row a lane sends, before any store.
-template <int OB, class RowPtr, class Out>
-__device__ __forceinline__ void store_staged_rows(uint16_t* stage, int col0, int lane, RowPtr&& row_ptr, Out&& out) {
-  static_assert(OB % 8 == 0, "64-column chunks");
+// The last R (< 8) output blocks, from block B0 on: staged as the full chunks
+// are, then piece i (of 16 R, R pieces a row) leaves from lane i % 32.
+template <int B0, int R, class RowPtr, class Out>
+__device__ __forceinline__ void store_staged_rest(uint16_t* stage, int col0, int lane, RowPtr& row_ptr, Out& out) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int b = 0; b < R; ++b) {
+    uint32_t v[2];
+    out(B0 + b, v);
+    *reinterpret_cast<uint32_t*>(stage + g * kStageStride + b * 8 + 2 * t) = v[0];
+    *reinterpret_cast<uint32_t*>(stage + (g + 8) * kStageStride + b * 8 + 2 * t) = v[1];
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = lane; i < 16 * R; i += 32) {
+    const int r = i / R, piece = i % R;
+    uint16_t* dst = row_ptr(r);
+    if (dst != nullptr)
+      *reinterpret_cast<uint4*>(dst + col0 + B0 * 8 + piece * 8) =
+          *reinterpret_cast<const uint4*>(stage + r * kStageStride + piece * 8);
+  }
+  __syncwarp();  // the chunks that follow overwrite the rows just read
+}
+
+// Output blocks 0 .. 8 CH - 1 in chunks of 64 columns: each lane stores a
+// 16-byte piece of 4 rows a chunk.
+template <int CH, class RowPtr, class Out>
+__device__ __forceinline__ void store_staged_chunks(uint16_t* stage, int col0, int lane, RowPtr& row_ptr, Out& out) {
   const int g = lane >> 2, t = lane & 3;
   uint16_t* dst[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) dst[i] = row_ptr(i * 4 + (lane >> 3));
 #pragma unroll
-  for (int ch = 0; ch < OB / 8; ++ch) {
+  for (int ch = 0; ch < CH; ++ch) {
 #pragma unroll
     for (int b = 0; b < 8; ++b) {
       uint32_t v[2];
@@ -74,6 +94,21 @@ __device__ __forceinline__ void store_staged_rows(uint16_t* stage, int col0, int
     }
     __syncwarp();  // the next chunk overwrites the rows just read
   }
+}
+
+// out(ob, v): the packed bf16x2 values of output block ob (8 columns) for rows
+// g (v[0]) and g + 8 (v[1]) of this lane. OB output blocks: chunks of 8 (64
+// columns, a lane a 16-byte piece of 4 rows), then the OB % 8 blocks left
+// (a narrow tile's warpgroup half, e.g. 40 columns), whose 16 x (OB % 8)
+// pieces the lanes take in turn.
+// row_ptr(r): where row r (0 .. 15) of the warp's rows goes, as the address
+// of its column 0 (its first output column is col0), or null for a row not
+// to store; called before any store, once per row a lane sends in the 64-column
+// chunks, and once per piece in the narrow rest (so it must have no side effects).
+template <int OB, class RowPtr, class Out>
+__device__ __forceinline__ void store_staged_rows(uint16_t* stage, int col0, int lane, RowPtr&& row_ptr, Out&& out) {
+  if constexpr (OB % 8 != 0) store_staged_rest<OB / 8 * 8, OB % 8>(stage, col0, lane, row_ptr, out);
+  if constexpr (OB >= 8) store_staged_chunks<OB / 8>(stage, col0, lane, row_ptr, out);
 }
 
 // Rows row .. row + 15 of c (n_out columns), those < row_end.

@@ -21,7 +21,10 @@ namespace xstage::moe {
 // a TMA tensor store (store_warp_tma): the warp moves on while the TMA unit
 // writes, as with the bulk tile, but in 32 KiB, which the 128-row tiles have
 // beside their stages (no stage lost).
-template <int BM, int BN, int WGN, int OUT_COLS_ = 0, bool WARP_TMA_ = false>
+// MAX_STAGES: the ring's depth at most. A small tile streams its operands
+// (few FLOPs a loaded byte), so it wants more bytes in flight than a wide
+// tile's 4-6 stages hold; the wide tiles fit fewer than 8 anyway.
+template <int BM, int BN, int WGN, int OUT_COLS_ = 0, bool WARP_TMA_ = false, int MAX_STAGES = 8>
 struct GroupedGemmConfig {
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = 64;
   static constexpr int OUT_COLS = OUT_COLS_;
@@ -32,7 +35,10 @@ struct GroupedGemmConfig {
   static constexpr int WG_N = WGN, WG_M = 2 / WGN;
   static_assert(WG_M * 64 == BM, "each consumer warpgroup owns 64 rows of the tile");
   static constexpr int WG_TILE_N = BN / WGN;  // the wgmma N of one warpgroup
-  static_assert(WG_TILE_N % 16 == 0 && WG_TILE_N <= 256 && BN <= 256, "wgmma N and the TMA box (<= 256 rows)");
+  // wgmma N (a multiple of 8), the TMA box (<= 256 rows), and each warpgroup's
+  // B rows starting on an 8-row swizzle atom. (SwiGLU's gate/up pairs of
+  // 8-column blocks are the epilogue's requirement: SwigluStoreEpilogue.)
+  static_assert(WG_TILE_N % 8 == 0 && WG_TILE_N <= 256 && BN <= 256, "wgmma N and the TMA box (<= 256 rows)");
   static constexpr int CONSUMER_WGS = 2;
   static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
   static constexpr int CONSUMER_WARPS = 4 * CONSUMER_WGS;
@@ -55,7 +61,7 @@ struct GroupedGemmConfig {
                                           : WARP_TMA ? size_t(CONSUMER_WARPS) * 2 * TMA_BOX_BYTES
                                                      : size_t(CONSUMER_WARPS) * 16 * 72 * 2;
   static constexpr int STAGES_FIT = int((SMEM_LIMIT - 1024 - 1024 - STAGING_BYTES) / STAGE_BYTES);
-  static constexpr int STAGES = STAGES_FIT > 8 ? 8 : STAGES_FIT;
+  static constexpr int STAGES = STAGES_FIT > MAX_STAGES ? MAX_STAGES : STAGES_FIT;
   static_assert(STAGES >= 2, "at least double buffering");
   static constexpr size_t OFF_STAGING = size_t(STAGES) * STAGE_BYTES;
   static_assert(OFF_STAGING % 1024 == 0, "the swizzled boxes start on a 1024-byte swizzle atom");
@@ -72,5 +78,12 @@ template <int OUT_COLS = 0, bool WARP_TMA = false>
 using CfgM64N256 = GroupedGemmConfig<64, 256, 2, OUT_COLS, WARP_TMA>;
 template <int OUT_COLS = 0, bool WARP_TMA = false>
 using CfgM128N128 = GroupedGemmConfig<128, 128, 1, OUT_COLS, WARP_TMA>;
+// Few long experts on a narrow N (HiDream-I1's L2: 2 experts, N = 2560,
+// K = 6912): 64 x 80 tiles put about one tile on every SM with no split-K
+// (128 tiles at 128 rows an expert), each warpgroup 64 x 40, and 11 stages of
+// 18 KiB in flight for what is a weight stream. Plain epilogue and staged
+// store only (launch_grouped_gemm.cuh).
+template <int OUT_COLS = 0, bool WARP_TMA = false>
+using CfgM64N80 = GroupedGemmConfig<64, 80, 2, OUT_COLS, WARP_TMA, 12>;
 
 }  // namespace xstage::moe

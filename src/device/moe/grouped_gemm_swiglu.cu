@@ -14,6 +14,7 @@ TileShape grouped_gemm_tile_shape(int tile) {
     case kTileM128N256: return {128, 256};
     case kTileM64N256: return {64, 256};
     case kTileM128N128: return {128, 128};
+    case kTileM64N80: return {64, 80};
     default: return {};
   }
 }

@@ -68,6 +68,14 @@ int launch_grouped_gemm_tile(const GroupedGemmParams& p, int tile, int out_store
     case kTileM128N256: return launch_with_out_store<CfgM128N256, Epilogue>(p, out_store, stream);
     case kTileM64N256: return launch_with_out_store<CfgM64N256, Epilogue>(p, out_store, stream);
     case kTileM128N128: return launch_with_out_store<CfgM128N128, Epilogue>(p, out_store, stream);
+    case kTileM64N80:
+      // Built for the plain epilogue and the staged store only: 40 columns a
+      // warpgroup split SwiGLU's 16-column gate/up groups, and are no whole
+      // 64-column box (tma) or 16-mod-128-byte staged row (bulk). The runtime
+      // refuses the other combinations before they get here (moe_gemm.cpp).
+      if constexpr (Epilogue::kOutDiv == 1)
+        if (out_store == kOutWarpStaged) return launch_grouped_gemm<CfgM64N80<0, false>, Epilogue>(p, stream);
+      return int(cudaErrorInvalidValue);
     default: return int(cudaErrorInvalidValue);
   }
 }

@@ -42,7 +42,8 @@ enum TileId : int {
   kTileM128N256 = 0,  // warpgroups stacked along M: 64 x 256 each
   kTileM64N256 = 1,   // warpgroups side by side along N: 64 x 128 each (small experts)
   kTileM128N128 = 2,  // warpgroups stacked along M: 64 x 128 each (more tiles for few, large experts)
-  kTileCount = 3,
+  kTileM64N80 = 3,    // warpgroups side by side along N: 64 x 40 each (few long experts, narrow N); L2, staged
+  kTileCount = 4,
 };
 
 // How the epilogue's output leaves shared memory (grouped_gemm_config.cuh, OUT_COLS).

@@ -81,7 +81,8 @@ MoeTile parse_moe_tile(const std::string& name) {
   if (name == "m128n256") return MoeTile::m128n256;
   if (name == "m64n256") return MoeTile::m64n256;
   if (name == "m128n128") return MoeTile::m128n128;
-  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256 or m128n128", name));
+  if (name == "m64n80") return MoeTile::m64n80;
+  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256, m128n128 or m64n80", name));
 }
 
 std::string to_string(MoeTile t) {
@@ -90,6 +91,7 @@ std::string to_string(MoeTile t) {
     case MoeTile::m128n256: return "m128n256";
     case MoeTile::m64n256: return "m64n256";
     case MoeTile::m128n128: return "m128n128";
+    case MoeTile::m64n80: return "m64n80";
   }
   return "unknown";
 }
@@ -153,12 +155,21 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
     if (a.N % bn != 0)
       throw Error(fmt::format("moe gemm {}: tile {}: N = {} is no multiple of its {} columns", k, to_string(a.tile),
                               a.N, bn));
+    if (a.tile == MoeTile::m64n80 && a.kind != MoeGemmKind::l2)
+      throw Error(fmt::format("moe gemm {}: tile m64n80: built for L2 only (its 40-column warpgroup halves split "
+                              "SwiGLU's 16-column gate/up groups); expected auto, m128n256, m64n256 or m128n128",
+                              k));
+    if (a.tile == MoeTile::m64n80 && a.out_store != MoeOutStore::automatic &&
+        a.out_store != MoeOutStore::warp_staged)
+      throw Error(fmt::format("moe gemm {}: tile m64n80 with out_store {}: built with the staged store only; "
+                              "expected auto or staged",
+                              k, to_string(a.out_store)));
   }
 }
 
 MoeTile moe_resolved_tile(const MoeGemmArgs& a) {
   if (a.tile != MoeTile::automatic) return a.tile;
-  return moe_pick_tile(a.rows_total, a.E, a.N, device_sms());
+  return moe_pick_tile(a.rows_total, a.E, a.N, device_sms(), moe_narrow_tile_built(a.kind, a.out_store));
 }
 
 namespace {

@@ -8,23 +8,33 @@
 
 namespace xstage {
 
-MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count) {
-  struct Shape {
-    MoeTile tile;
-    int bm, bn;
-  };
+namespace {
+struct Shape {
+  MoeTile tile;
+  int bm, bn;
+};
+// Larger tiles first: ties go to them (more reuse of each loaded operand row).
+constexpr Shape kShapes[] = {{MoeTile::m128n256, 128, 256},
+                             {MoeTile::m128n128, 128, 128},
+                             {MoeTile::m64n256, 64, 256},
+                             {MoeTile::m64n80, 64, 80}};
+Shape shape_of(MoeTile t) {
+  for (const Shape& s : kShapes)
+    if (s.tile == t) return s;
+  return {t, 0, 0};
+}
+}  // namespace
+
+MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
   const double rows_per_expert = E > 0 ? double(rows_total) / E : 0;
   // Up to 64 rows an expert the 64-row tile computes no padded rows: fastest
   // in every model shape of the sweep at 64 rows, few experts included
   // (docs/design/moe.md).
   if (rows_per_expert <= 64 && N % 256 == 0) return MoeTile::m64n256;
-  // Larger tiles first: ties go to them (more reuse of each loaded operand row).
-  static constexpr Shape shapes[] = {
-      {MoeTile::m128n256, 128, 256}, {MoeTile::m128n128, 128, 128}, {MoeTile::m64n256, 64, 256}};
   MoeTile best = MoeTile::m128n128;
   double best_cost = -1;
-  for (const Shape& s : shapes) {
-    if (N % s.bn != 0) continue;
+  for (const Shape& s : kShapes) {
+    if (N % s.bn != 0 || (s.tile == MoeTile::m64n80 && !narrow)) continue;
     const int64_t m_blocks = int64_t(std::ceil(rows_per_expert / s.bm));
     const int64_t tiles = int64_t(E) * m_blocks * (N / s.bn);
     const int64_t waves = (tiles + sm_count - 1) / std::max(sm_count, 1);
@@ -35,8 +45,9 @@ MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count) {
 }
 
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
-  const int bm = tile == MoeTile::m64n256 ? 64 : 128, bn = tile == MoeTile::m128n128 ? 128 : 256;
-  if (E < 1 || N % bn != 0 || sm_count < 1) return 1;
+  const Shape s = shape_of(tile);
+  const int bm = s.bm, bn = s.bn;
+  if (E < 1 || bn == 0 || N % bn != 0 || sm_count < 1) return 1;
   const int64_t m_blocks = (int64_t(rows_total) / E + bm - 1) / bm;
   const int64_t tiles = std::max<int64_t>(1, int64_t(E) * m_blocks * (N / bn));
   // Split only when the tiles leave at least half the SMs idle: with fewer
