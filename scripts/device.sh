@@ -159,6 +159,11 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
       san "san-$tool-moe-splitk-$st" $tool $X moe-gemm --hidden 256 --inter 6144 --counts 3,0,70,129,1 \
         --routing-weights --check --out-store $st
     done
+    # the 64 x 80 L2 tile (staged store, its warpgroups' narrow 40-column rest); then 40 tiles on K = 6144: 2 splits
+    san "san-$tool-moe-narrow" $tool $X moe-gemm --hidden 640 --inter 192 --counts 1,0,65,127,0,3 --check \
+      --tile-l2 m64n80
+    san "san-$tool-moe-narrow-splitk" $tool $X moe-gemm --hidden 640 --inter 6144 --counts 3,0,70,129,1 --check \
+      --tile-l2 m64n80
   done
   lib=$B/libxstage_moe.so
   clocks_start "$OUT/r/moe/clocks-moe.csv"

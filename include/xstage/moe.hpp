@@ -41,10 +41,11 @@ enum class MoeOutStore : int { automatic = -1, warp_staged = 0, tile_bulk = 1, w
 // "auto", "staged", "bulk", "tma"; throws xstage::Error otherwise.
 MoeOutStore parse_moe_out_store(const std::string& name);
 std::string to_string(MoeOutStore s);
-// The automatic choice: staged for every GEMM and tile (docs/design/moe.md;
-// bulk measured slower, perf-log MoE 5; tma level on L2's 128 x 256 tiles
-// and slower on 128 x 128 ones, MoE 10).
-MoeOutStore moe_pick_out_store();
+// The automatic choice for a resolved tile: tma for L2 on 128 x 256 tiles,
+// staged otherwise (docs/design/moe.md; bulk measured slower, perf-log MoE 5;
+// tma 1.008x of staged on L2's 128 x 256 tiles, slower on 128 x 128 ones,
+// MoE 10 and 11).
+MoeOutStore moe_pick_out_store(MoeGemmKind kind, MoeTile tile);
 
 struct MoeGemmArgs {
   MoeGemmKind kind = MoeGemmKind::l2;

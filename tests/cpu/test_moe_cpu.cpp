@@ -53,6 +53,17 @@ TEST(MoeTiles, FewLongExpertsOnANarrowNTakeTheNarrowTileWhereItIsBuilt) {
   EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 132, true), MoeTile::m64n80);
   EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 132, false), MoeTile::m128n128);
   EXPECT_EQ(moe_pick_splits(2 * 128, 2, 2560, 6912, MoeTile::m64n80, 132), 1);
+  // 64 rows: 64 narrow tiles (then 2 splits) against 20 of 64 x 256.
+  EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2560, 132, true), MoeTile::m64n80);
+  EXPECT_EQ(moe_pick_splits(2 * 64, 2, 2560, 6912, MoeTile::m64n80, 132), 2);
+  // 256 rows: 80 tiles of 128 x 128 fill more than half the SMs: they stay.
+  EXPECT_EQ(moe_pick_tile(2 * 256, 2, 2560, 132, true), MoeTile::m128n128);
+  // 4 such experts at 128 rows: 80 wide tiles, no narrow tile.
+  EXPECT_EQ(moe_pick_tile(4 * 128, 4, 2560, 132, true), MoeTile::m128n128);
+  // Narrow tiles beyond one wave: not taken (1 expert of 512 rows, N = 1280: 8 x 16 = 128 narrow tiles fit,
+  // 3 experts of 256 rows: 3 x 4 x 16 = 192 do not).
+  EXPECT_EQ(moe_pick_tile(512, 1, 1280, 132, true), MoeTile::m64n80);
+  EXPECT_EQ(moe_pick_tile(3 * 256, 3, 1280, 132, true), MoeTile::m128n128);
   // N = 4096 is no multiple of 80.
   EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132, true), MoeTile::m128n128);
   EXPECT_TRUE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::automatic));
@@ -149,6 +160,13 @@ TEST(MoeArgs, TileNames) {
   for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80})
     EXPECT_EQ(parse_moe_tile(to_string(t)), t);
   EXPECT_THROW(parse_moe_tile("m64n64"), Error);
+}
+
+TEST(MoeArgs, AutomaticOutStore) {
+  EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l2, MoeTile::m128n256), MoeOutStore::warp_tma);
+  for (MoeTile t : {MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80})
+    EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l2, t), MoeOutStore::warp_staged) << to_string(t);
+  EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l1_swiglu, MoeTile::m128n256), MoeOutStore::warp_staged);
 }
 
 TEST(MoeArgs, OutStoreNames) {

@@ -183,7 +183,7 @@ int splits_for(const MoeGemmArgs& a, MoeTile t) {
 int moe_resolved_splits(const MoeGemmArgs& a) { return splits_for(a, moe_resolved_tile(a)); }
 
 MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a) {
-  return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store();
+  return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store(a.kind, moe_resolved_tile(a));
 }
 
 size_t moe_workspace_bytes(const MoeGemmArgs& a) {

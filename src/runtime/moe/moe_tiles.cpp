@@ -23,25 +23,44 @@ Shape shape_of(MoeTile t) {
     if (s.tile == t) return s;
   return {t, 0, 0};
 }
-}  // namespace
 
-MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
-  const double rows_per_expert = E > 0 ? double(rows_total) / E : 0;
-  // Up to 64 rows an expert the 64-row tile computes no padded rows: fastest
-  // in every model shape of the sweep at 64 rows, few experts included
-  // (docs/design/moe.md).
+int64_t expected_tiles(double rows_per_expert, int E, int N, const Shape& s) {
+  return int64_t(E) * int64_t(std::ceil(rows_per_expert / s.bm)) * (N / s.bn);
+}
+
+// The wide tiles: up to 64 rows an expert the 64-row tile (it computes no
+// padded rows: fastest in every model shape of the sweep at 64 rows, few
+// experts included, docs/design/moe.md), else the cheapest by the cost model.
+MoeTile pick_wide(double rows_per_expert, int E, int N, int sm_count) {
   if (rows_per_expert <= 64 && N % 256 == 0) return MoeTile::m64n256;
   MoeTile best = MoeTile::m128n128;
   double best_cost = -1;
   for (const Shape& s : kShapes) {
-    if (N % s.bn != 0 || (s.tile == MoeTile::m64n80 && !narrow)) continue;
-    const int64_t m_blocks = int64_t(std::ceil(rows_per_expert / s.bm));
-    const int64_t tiles = int64_t(E) * m_blocks * (N / s.bn);
-    const int64_t waves = (tiles + sm_count - 1) / std::max(sm_count, 1);
+    if (N % s.bn != 0 || s.tile == MoeTile::m64n80) continue;
+    const int64_t waves = (expected_tiles(rows_per_expert, E, N, s) + sm_count - 1) / std::max(sm_count, 1);
     const double cost = double(waves) * (double(s.bm) * s.bn + 64.0 * (s.bm + s.bn));
     if (best_cost < 0 || cost < best_cost) best = s.tile, best_cost = cost;
   }
   return best;
+}
+}  // namespace
+
+MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
+  const double rows_per_expert = E > 0 ? double(rows_total) / E : 0;
+  const MoeTile wide = pick_wide(rows_per_expert, E, N, sm_count);
+  // Few long experts: when the wide tiles leave at least half the SMs idle
+  // (where split-K would start), the 64 x 80 tile puts more CTAs on the weight
+  // stream without split-K's partials, as long as its tiles fit one wave
+  // (HiDream-I1 P = 2 L2 at 64 and 128 rows an expert: 1.35-1.45x torch
+  // against 0.94-1.15x for the wide tiles with or without splits; at 256
+  // rows, 80 tiles of 128 x 128, it is slower: docs/design/moe.md).
+  const Shape n = shape_of(MoeTile::m64n80);
+  if (narrow && N % n.bn == 0 && E > 0 && sm_count > 0) {
+    const int64_t wide_tiles = expected_tiles(rows_per_expert, E, N, shape_of(wide));
+    const int64_t narrow_tiles = expected_tiles(rows_per_expert, E, N, n);
+    if (2 * wide_tiles <= sm_count && narrow_tiles > wide_tiles && narrow_tiles <= sm_count) return MoeTile::m64n80;
+  }
+  return wide;
 }
 
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
@@ -60,7 +79,15 @@ int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_co
   return int(std::max<int64_t>(1, std::min<int64_t>({fill, deep, kMoeMaxSplits})));
 }
 
-MoeOutStore moe_pick_out_store() { return MoeOutStore::warp_staged; }
+MoeOutStore moe_pick_out_store(MoeGemmKind kind, MoeTile tile) {
+  // L2 on 128 x 256 tiles: the TMA tensor store returns each warp to the
+  // mainloop before its 32 KiB of output reach memory, which a tile of the
+  // short-K L2 shapes (K = 768-2048, 12-32 k-blocks) notices: 1.008x of
+  // staged (geomean of 18 cells at 128-512 rows, 16 of them >= 1.0x),
+  // neutral at long K. On 128 x 128 tiles, and in L1 (half the output), it
+  // is level or slower (docs/perf-log.md, MoE 10 and 11).
+  return kind == MoeGemmKind::l2 && tile == MoeTile::m128n256 ? MoeOutStore::warp_tma : MoeOutStore::warp_staged;
+}
 
 void moe_interleave_w13(const uint16_t* src, uint16_t* dst, int E, int I, int K) {
   for (int e = 0; e < E; ++e)
