@@ -78,8 +78,9 @@ size_t moe_workspace_bytes(const MoeGemmArgs& a);
 // the waves of `sm_count` CTAs they take, and a cost per tile of
 // BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N) (work plus a per-operand-row
 // load cost, so that small tiles pay for their lower data reuse); the
-// cheapest wins, ties to the larger tile. narrow: m64n80 may be picked too
-// (L2 with the staged store, the one build of that tile).
+// cheapest wins, ties to the larger tile. narrow (L2 with the staged store,
+// the one build of m64n80): where that pick leaves at least half the SMs
+// idle, m64n80 instead if 80 divides N and its tiles are more and fit one wave.
 MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow = false);
 // Whether m64n80 is built for this GEMM and output store (`narrow` above).
 inline bool moe_narrow_tile_built(MoeGemmKind kind, MoeOutStore store) {
