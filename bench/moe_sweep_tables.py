@@ -4,7 +4,8 @@ scheduler ratios (whole layer and experts phase, over all configurations and
 over the model's contended ones), model-guided against the better of
 expert-wave and interleaved, the best fused schedule and the unfused baseline
 over the floor, the unfused baseline over the best fused schedule. Ratios are
-of per-configuration medians over the paired rounds; the spread over
+of per-configuration medians over the paired rounds (one column: the median of
+each round's EW / IL, as `xstage moe-predict` names the faster); the spread over
 configurations is reported as min .. max.
   usage: bench/moe_sweep_tables.py SWEEP.json [SWEEP.json ...] [--xstage build/xstage]
 The contended flag comes from `xstage moe-predict SWEEP --json` (the regime
@@ -64,15 +65,19 @@ def main():
             key = (shape_of(c), c["tokens"], c["P"], c["backend"], c["placement"])
             if c["backend"] == "emulated":
                 emulated.setdefault(key[:3], {})[c["placement"]] = dict(c, floor_ms=floor, compute_ms=co, R_GBps=r)
+            e_r, i_r = c["ms"][need[0]], c["ms"][need[1]]
+            # Each round runs every variant in turn: its EW / IL compares times at about one SM clock.
+            paired = st.median(x / y for x, y in zip(e_r, i_r)) if len(e_r) == len(i_r) else ew / il
             rows.setdefault(path_of(c), []).append({
-                "ew_il": ew / il, "ew_il_exp": exp(need[0]) / exp(need[1]),
+                "ew_il": ew / il, "ew_il_paired": paired, "ew_il_exp": exp(need[0]) / exp(need[1]),
                 "mg_best2": mg / min(ew, il), "best_floor": best / floor, "unf_floor": ms["unfused"] / floor,
                 "unf_best": ms["unfused"] / best, "contended": contended.get(key, False),
                 "ok": (c.get("check") or {}).get("ok")})
-    print("| path | configs (checked ok) | EW / IL layer: geomean, max (min) | EW / IL experts phase | "
+    print("| path | configs (checked ok) | EW / IL layer: geomean, max (min) | EW / IL paired rounds: geomean, max | "
+          "EW / IL experts phase | "
           "contended: n, EW / IL layer geomean, max | MG within 2% of the better | best fused / floor geomean "
           "(min .. max) | unfused / floor | unfused / best fused geomean (min .. max) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for p, rs in rows.items():
         con = [r for r in rs if r["contended"]]
         f = lambda k, sub=rs: gm([r[k] for r in sub])
@@ -80,7 +85,8 @@ def main():
         mn = lambda k, sub=rs: min(r[k] for r in sub) if sub else float("nan")
         within = sum(r["mg_best2"] <= 1.02 for r in rs) / len(rs)
         print(f'| {p} | {len(rs)} ({sum(bool(r["ok"]) for r in rs)}) | {f("ew_il"):.3f}, {mx("ew_il"):.3f} '
-              f'({mn("ew_il"):.3f}) | {f("ew_il_exp"):.3f}, {mx("ew_il_exp"):.3f} | {len(con)}, '
+              f'({mn("ew_il"):.3f}) | {f("ew_il_paired"):.3f}, {mx("ew_il_paired"):.3f} | '
+              f'{f("ew_il_exp"):.3f}, {mx("ew_il_exp"):.3f} | {len(con)}, '
               f'{f("ew_il", con):.3f}, {mx("ew_il", con):.3f} | {within:.0%} | {f("best_floor"):.2f} '
               f'({mn("best_floor"):.2f} .. {mx("best_floor"):.2f}) | {f("unf_floor"):.2f} | '
               f'{f("unf_best"):.2f} ({mn("unf_best"):.2f} .. {mx("unf_best"):.2f}) |')

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -90,6 +92,9 @@ struct Row {
   MoeConfigPrediction pred;
   std::string profile, compute_source;
   std::map<MoeSchedule, double> measured_ms;  // medians (NaN: not measured)
+  // The median over rounds of each round's expert-wave / interleaved time
+  // (NaN: not measured, or rounds not paired one to one).
+  double paired_ew_over_il = NAN;
   std::map<MoeSchedule, std::map<std::string, double>> measured_phase_ms;  // dispatch, experts, combine (medians)
 };
 
@@ -113,6 +118,31 @@ int faster(double ew, double il, double tie) {
 }
 const char* faster_name(int f) { return f < 0 ? "expert-wave" : f > 0 ? "interleaved" : "tie"; }
 
+// The measured faster of the two, by paired rounds where the sweep has them:
+// each round runs every variant in turn, so a round's EW / IL compares times
+// taken at about the same SM clock, while the ratio of the two medians can
+// set a round of one at one clock against a round of the other at another
+// (the power cap moves the clock by 10-20% between rounds of one
+// configuration). Without paired rounds, the medians.
+double measured_ew(const Row& r, MoeSchedule s) { return r.measured_ms.count(s) ? r.measured_ms.at(s) : NAN; }
+// Median over rounds of round i's time of `a` over that of `b`; NaN unless
+// both were timed in the same rounds (equal counts, every time positive).
+double paired_ratio(const RecordedMoeConfig& rc, const std::string& a, const std::string& b) {
+  auto x = rc.ms.find(a), y = rc.ms.find(b);
+  if (x == rc.ms.end() || y == rc.ms.end() || x->second.empty() || x->second.size() != y->second.size()) return NAN;
+  std::vector<double> q;
+  for (size_t i = 0; i < x->second.size(); ++i) {
+    if (!(x->second[i] > 0) || !(y->second[i] > 0)) return NAN;
+    q.push_back(x->second[i] / y->second[i]);
+  }
+  return moe_median(q);
+}
+int faster_measured(const Row& r, double tie) {
+  const double p = r.paired_ew_over_il;
+  if (std::isfinite(p) && p > 0) return faster(p, 1.0, tie);
+  return faster(measured_ew(r, MoeSchedule::expert_wave), measured_ew(r, MoeSchedule::interleaved), tie);
+}
+
 nlohmann::json row_json(const Row& r, double tie) {
   nlohmann::json sch = nlohmann::json::object();
   for (MoeSchedule s : kSchedules) {
@@ -131,10 +161,11 @@ nlohmann::json row_json(const Row& r, double tie) {
                                  {"rows_wait_ms", p.rows_wait_ns * 1e-6},
                                  {"plan", plan_json(p.plan)}};
   }
-  auto get = [&](MoeSchedule s) { return r.measured_ms.count(s) ? r.measured_ms.at(s) : NAN; };
-  const int fm = faster(get(MoeSchedule::expert_wave), get(MoeSchedule::interleaved), tie);
+  auto get = [&](MoeSchedule s) { return measured_ew(r, s); };
+  const int fm = faster_measured(r, tie);
   const int fp = faster(r.pred.schedulers.at(MoeSchedule::expert_wave).total_ns(),
                         r.pred.schedulers.at(MoeSchedule::interleaved).total_ns(), 0);
+  const double ew = get(MoeSchedule::expert_wave), il = get(MoeSchedule::interleaved);
   const MoeConfig& c = r.config;
   return {{"shape", c.shape.name},
           {"hidden", c.shape.hidden},
@@ -162,6 +193,7 @@ nlohmann::json row_json(const Row& r, double tie) {
             {"mean_rate", r.pred.regime.mean_rate},
             {"contended", r.pred.regime.contended()}}},
           {"schedulers", sch},
+          {"measured_ew_over_il", {{"paired", num_or_null(r.paired_ew_over_il)}, {"medians", num_or_null(ew / il)}}},
           {"faster_measured", fm == 0 && !std::isfinite(get(MoeSchedule::interleaved)) ? nlohmann::json()
                                                                                       : nlohmann::json(faster_name(fm))},
           {"faster_predicted", faster_name(fp)}};
@@ -203,8 +235,7 @@ Summary summarize(const std::vector<Row>& rows, double tie) {
           ps.phase_abs_err[ph].push_back(std::abs(predicted_phase_ms(r.pred.schedulers.at(k), ph) - m) / m);
       }
     }
-    auto get = [&](MoeSchedule k) { return r.measured_ms.count(k) ? r.measured_ms.at(k) : NAN; };
-    const int fm = faster(get(MoeSchedule::expert_wave), get(MoeSchedule::interleaved), tie);
+    const int fm = faster_measured(r, tie);
     if (fm == 0) continue;
     ++s.resolved;
     ++ps.resolved;
@@ -311,7 +342,7 @@ void print(const std::vector<Row>& rows, const MoePredictArgs& a, bool measured)
   if (measured)
     std::cout << fmt::format(
         "median |error| {} over {} scheduler times; names the faster of expert-wave and interleaved in {} of {} "
-        "configurations where they differ by more than {:.0f}%\n",
+        "configurations where they differ by more than {:.0f}% (measured: the median of the rounds' paired ratio)\n",
         std::isfinite(med) ? fmt::format("{:.1f}%", 100 * med) : std::string("-"), s.abs_err.size(), s.named,
         s.resolved, 100 * a.tie);
 }
@@ -366,6 +397,7 @@ void run_moe_predict(const MoePredictArgs& a) {
       r.compute_source = experts_ms ? source : "table";
       r.pred = predict_moe_config(r.config, p,
                                   experts_ms ? std::optional<double>(*experts_ms * 1e6) : std::nullopt);
+      r.paired_ew_over_il = paired_ratio(rc, "fused/expert-wave", "fused/interleaved");
       for (MoeSchedule k : kSchedules) {
         auto it = rc.ms.find("fused/" + moe_schedule_name(k));
         r.measured_ms[k] = it == rc.ms.end() ? NAN : moe_median(it->second);
