@@ -118,13 +118,8 @@ int faster(double ew, double il, double tie) {
 }
 const char* faster_name(int f) { return f < 0 ? "expert-wave" : f > 0 ? "interleaved" : "tie"; }
 
-// The measured faster of the two, by paired rounds where the sweep has them:
-// each round runs every variant in turn, so a round's EW / IL compares times
-// taken at about the same SM clock, while the ratio of the two medians can
-// set a round of one at one clock against a round of the other at another
-// (the power cap moves the clock by 10-20% between rounds of one
-// configuration). Without paired rounds, the medians.
-double measured_ew(const Row& r, MoeSchedule s) { return r.measured_ms.count(s) ? r.measured_ms.at(s) : NAN; }
+// A schedule's measured median (NaN: not measured).
+double measured_of(const Row& r, MoeSchedule s) { return r.measured_ms.count(s) ? r.measured_ms.at(s) : NAN; }
 // Median over rounds of round i's time of `a` over that of `b`; NaN unless
 // both were timed in the same rounds (equal counts, every time positive).
 double paired_ratio(const RecordedMoeConfig& rc, const std::string& a, const std::string& b) {
@@ -137,10 +132,16 @@ double paired_ratio(const RecordedMoeConfig& rc, const std::string& a, const std
   }
   return moe_median(q);
 }
+// The measured faster of the two, by paired rounds where the sweep has them:
+// each round runs every variant in turn, so a round's EW / IL compares times
+// taken at about the same SM clock, while the ratio of the two medians can
+// set a round of one at one clock against a round of the other at another
+// (the power cap moves the clock by 10-20% between rounds of one
+// configuration). Without paired rounds, the medians.
 int faster_measured(const Row& r, double tie) {
   const double p = r.paired_ew_over_il;
   if (std::isfinite(p) && p > 0) return faster(p, 1.0, tie);
-  return faster(measured_ew(r, MoeSchedule::expert_wave), measured_ew(r, MoeSchedule::interleaved), tie);
+  return faster(measured_of(r, MoeSchedule::expert_wave), measured_of(r, MoeSchedule::interleaved), tie);
 }
 
 nlohmann::json row_json(const Row& r, double tie) {
@@ -161,7 +162,7 @@ nlohmann::json row_json(const Row& r, double tie) {
                                  {"rows_wait_ms", p.rows_wait_ns * 1e-6},
                                  {"plan", plan_json(p.plan)}};
   }
-  auto get = [&](MoeSchedule s) { return measured_ew(r, s); };
+  auto get = [&](MoeSchedule s) { return measured_of(r, s); };
   const int fm = faster_measured(r, tie);
   const int fp = faster(r.pred.schedulers.at(MoeSchedule::expert_wave).total_ns(),
                         r.pred.schedulers.at(MoeSchedule::interleaved).total_ns(), 0);
