@@ -5,7 +5,9 @@ import torch
 from torch.profiler import profile, ProfilerActivity
 
 CELLS = [("qwen3-30b L2 P2 256", 64, 256, 2048, 768), ("deepseek-v3 L2 P2 256", 128, 256, 7168, 2048),
-         ("hidream L2 P2 512", 2, 512, 2560, 6912), ("hidream L2 P2 128", 2, 128, 2560, 6912)]
+         ("hidream L2 P2 512", 2, 512, 2560, 6912), ("hidream L2 P2 128", 2, 128, 2560, 6912),
+         ("deepseek-v3 L2 P8 256", 32, 256, 7168, 2048), ("qwen3-235b L2 P2 256", 64, 256, 4096, 1536),
+         ("mixtral L2 P2 256", 4, 256, 4096, 14336), ("mixtral L2 P2 128", 4, 128, 4096, 14336)]
 for name, E, m, N, K in CELLS:
     h = torch.randn(E, m, K, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
