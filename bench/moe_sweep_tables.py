@@ -67,7 +67,8 @@ def main():
                 emulated.setdefault(key[:3], {})[c["placement"]] = dict(c, floor_ms=floor, compute_ms=co, R_GBps=r)
             e_r, i_r = c["ms"][need[0]], c["ms"][need[1]]
             # Each round runs every variant in turn: its EW / IL compares times at about one SM clock.
-            paired = st.median(x / y for x, y in zip(e_r, i_r)) if len(e_r) == len(i_r) else ew / il
+            pairs = [x / y for x, y in zip(e_r, i_r) if x is not None and y is not None and y > 0]
+            paired = st.median(pairs) if len(e_r) == len(i_r) and len(pairs) == len(e_r) else ew / il
             rows.setdefault(path_of(c), []).append({
                 "ew_il": ew / il, "ew_il_paired": paired, "ew_il_exp": exp(need[0]) / exp(need[1]),
                 "mg_best2": mg / min(ew, il), "best_floor": best / floor, "unf_floor": ms["unfused"] / floor,

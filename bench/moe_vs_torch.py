@@ -51,8 +51,10 @@ class Ours:
         f.restype = ctypes.c_int
         f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
-        self.lib.xstage_moe_pick_tile.restype = ctypes.c_int  # (kind, out_store, rows, E, N, sms)
+        self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
+        self.lib.xstage_moe_pick_tile.argtypes = [ctypes.c_int] * 6  # kind, out_store, rows, E, N, sms
         self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
+        self.lib.xstage_moe_pick_splits.argtypes = [ctypes.c_int] * 6  # rows, E, N, K, tile, sms
         self.err = ctypes.create_string_buffer(512)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.store = -1  # the output store of "ours": -1 auto (--out-store)
@@ -375,7 +377,8 @@ def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None):
             fns, plans = {}, {}
             fns["torch"] = (lambda a=a: torch_l1(x, w13, offs, None)) if kind == 0 else \
                 (lambda a=a: torch_l2(ref_h, w2, offs))
-            heur = ours.plan(kind, rtot, El, N, K, STORES[stores[0]] if stores else None)
+            # The store the forced configurations run with: the first of --compare-stores, else auto.
+            heur = ours.plan(kind, rtot, El, N, K, STORES[stores[0]] if stores else STORES["auto"])
             for t, (bm, bn) in TILE_SHAPE.items():
                 if N % bn:
                     continue

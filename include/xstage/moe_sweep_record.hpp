@@ -18,6 +18,9 @@ struct RecordedMoeConfig {
   // Per round, per variant: "fused/expert-wave", "fused/interleaved",
   // "fused/model-guided", "unfused", "compute-only" (absent or null: empty).
   std::map<std::string, std::vector<double>> ms;
+  // Per variant, the null rounds left out of `ms` (then its rounds no longer
+  // line up with another variant's by index).
+  std::map<std::string, size_t> ms_skipped;
   // Per variant, per phase ("dispatch", "experts", "combine"), per round.
   std::map<std::string, std::map<std::string, std::vector<double>>> phase_ms;
   double bytes_dispatch = 0, bytes_combine = 0;  // as recorded (0 when null)

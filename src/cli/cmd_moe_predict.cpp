@@ -121,10 +121,15 @@ const char* faster_name(int f) { return f < 0 ? "expert-wave" : f > 0 ? "interle
 // A schedule's measured median (NaN: not measured).
 double measured_of(const Row& r, MoeSchedule s) { return r.measured_ms.count(s) ? r.measured_ms.at(s) : NAN; }
 // Median over rounds of round i's time of `a` over that of `b`; NaN unless
-// both were timed in the same rounds (equal counts, every time positive).
+// both were timed in the same rounds (equal counts, no round of either
+// skipped, every time positive).
 double paired_ratio(const RecordedMoeConfig& rc, const std::string& a, const std::string& b) {
   auto x = rc.ms.find(a), y = rc.ms.find(b);
   if (x == rc.ms.end() || y == rc.ms.end() || x->second.empty() || x->second.size() != y->second.size()) return NAN;
+  for (const std::string* k : {&a, &b}) {
+    auto sk = rc.ms_skipped.find(*k);
+    if (sk != rc.ms_skipped.end() && sk->second > 0) return NAN;
+  }
   std::vector<double> q;
   for (size_t i = 0; i < x->second.size(); ++i) {
     if (!(x->second[i] > 0) || !(y->second[i] > 0)) return NAN;
@@ -195,8 +200,8 @@ nlohmann::json row_json(const Row& r, double tie) {
             {"contended", r.pred.regime.contended()}}},
           {"schedulers", sch},
           {"measured_ew_over_il", {{"paired", num_or_null(r.paired_ew_over_il)}, {"medians", num_or_null(ew / il)}}},
-          {"faster_measured", fm == 0 && !std::isfinite(get(MoeSchedule::interleaved)) ? nlohmann::json()
-                                                                                      : nlohmann::json(faster_name(fm))},
+          {"faster_measured", fm == 0 && !(std::isfinite(ew) && std::isfinite(il)) ? nlohmann::json()
+                                                                                   : nlohmann::json(faster_name(fm))},
           {"faster_predicted", faster_name(fp)}};
 }
 
@@ -343,7 +348,7 @@ void print(const std::vector<Row>& rows, const MoePredictArgs& a, bool measured)
   if (measured)
     std::cout << fmt::format(
         "median |error| {} over {} scheduler times; names the faster of expert-wave and interleaved in {} of {} "
-        "configurations where they differ by more than {:.0f}% (measured: the median of the rounds' paired ratio)\n",
+        "configurations where they differ by more than {:.0f}% (measured: the median of the rounds' paired ratio; the medians where the rounds are not paired)\n",
         std::isfinite(med) ? fmt::format("{:.1f}%", 100 * med) : std::string("-"), s.abs_err.size(), s.named,
         s.resolved, 100 * a.tie);
 }

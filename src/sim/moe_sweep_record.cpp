@@ -62,13 +62,17 @@ class Obj {
       bad(key, "a finite number >= 0 or null", *v);
     return v->get<double>();
   }
-  // A list of times (null entries are rounds that did not run: skipped).
-  std::vector<double> times(const json& v, const std::string& key) const {
+  // A list of times (null entries are rounds that did not run: skipped, and
+  // counted in `skipped` if given).
+  std::vector<double> times(const json& v, const std::string& key, size_t* skipped = nullptr) const {
     std::vector<double> out;
     if (v.is_null()) return out;
     if (!v.is_array()) bad(key.c_str(), "a list of times in ms or null", v);
     for (const json& x : v) {
-      if (x.is_null()) continue;
+      if (x.is_null()) {
+        if (skipped) ++*skipped;
+        continue;
+      }
       if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() < 0)
         bad(key.c_str(), "a list of finite times >= 0 (ms)", x);
       out.push_back(x.get<double>());
@@ -150,7 +154,7 @@ RecordedMoeConfig read_config(const Obj& c) {
   r.bytes_dispatch = c.number("bytes_dispatch").value_or(0);
   r.bytes_combine = c.number("bytes_combine").value_or(0);
   const Obj ms(c.need("ms"), c.where() + ": ms");
-  for (const auto& [k, v] : c.need("ms").items()) r.ms[k] = ms.times(v, k);
+  for (const auto& [k, v] : c.need("ms").items()) r.ms[k] = ms.times(v, k, &r.ms_skipped[k]);
   if (const json* ph = c.maybe("phase_ms")) {
     const Obj phases(*ph, c.where() + ": phase_ms");
     for (const auto& [variant, per] : ph->items()) {

@@ -649,6 +649,15 @@ TEST(MoePredictCli, RepredictsASweep) {
   const nlohmann::json uc = nlohmann::json::parse(un.out)["configs"][0];
   EXPECT_TRUE(uc["measured_ew_over_il"]["paired"].is_null());
   EXPECT_EQ(uc["faster_measured"], "interleaved");  // 1.30 against 1.19
+  // A round skipped (null) in one variant: equal counts, but the rounds no longer line up.
+  clocked["configs"][0]["ms"]["fused/expert-wave"] = {1.00, nullptr, 1.31};
+  clocked["configs"][0]["ms"]["fused/interleaved"] = {1.04, 1.44};
+  std::ofstream(cpath) << clocked.dump();
+  const CliRun sk = run_cli("moe-predict " + cpath + " --json", false);
+  ASSERT_EQ(sk.rc, 0) << sk.out;
+  const nlohmann::json kc = nlohmann::json::parse(sk.out)["configs"][0];
+  EXPECT_TRUE(kc["measured_ew_over_il"]["paired"].is_null());
+  EXPECT_EQ(kc["faster_measured"], "expert-wave");  // medians 1.155 against 1.24
   std::filesystem::remove(cpath);
 
   const CliRun t = run_cli("moe-predict " + kSmallSweep);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
 #include "device/fill/fill_random.hpp"
@@ -91,12 +92,37 @@ const CliCase kCliCases[] = {
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The automatic choices as the runs report them: the 64 x 80 tile (staged)
+// for HiDream P = 2 L2 at 128 rows an expert (2 x 2 x 32 = 128 tiles where
+// 128 x 128 leaves 92 of the H200's 132 SMs idle), the tma store for L2 on
+// 128 x 256 tiles, staged for L1.
+TEST(MoeGemmCliAuto, TheHeuristicsChoicesAreTheOnesRun) {
+  XSTAGE_NEED_GPUS(1);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const CliRun r = run_cli("moe-gemm --check --json --model hidream-i1 --ep 2 --rows-per-expert 128 --seed 26");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["check_pass"], true);
+  EXPECT_EQ(j["l1"]["out_store"], "staged");
+  if (sms >= 128) {  // the 128 narrow tiles fit one wave
+    EXPECT_EQ(j["l2"]["tile"], "m64n80") << sms << " SMs";
+    EXPECT_EQ(j["l2"]["out_store"], "staged");
+  }
+  const CliRun q = run_cli("moe-gemm --check --json --model qwen3-30b-a3b --ep 2 --rows-per-expert 256 --seed 27");
+  ASSERT_EQ(q.rc, 0) << q.out;
+  const auto k = nlohmann::json::parse(q.out.substr(q.out.find('{')));
+  EXPECT_EQ(k["l2"]["tile"], "m128n256");
+  EXPECT_EQ(k["l2"]["out_store"], "tma");
+  EXPECT_EQ(k["check_pass"], true);
+}
+
 // Rows past the last expert's end belong to no expert: the kernel computes
 // them inside its last tile but must not store them.
 // workspace: split-K's partials and counts from the caller (zeroed once here), else the library's.
 void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, int splits, MoeOutStore store,
                                               bool caller_workspace = false, int N = 256) {
-  const int E = 3, rows_total = 100, K = 136;  // K: two k-blocks, the second ragged
+  const int E = 3, rows_total = 100, K = 136;  // K: three k-blocks, the last ragged
   const std::vector<int32_t> offs = {0, 70, 70};
   const int n_out = kind == MoeGemmKind::l1_swiglu ? N / 2 : N;
   uint16_t *a, *b, *c;

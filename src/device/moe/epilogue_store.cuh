@@ -103,8 +103,9 @@ __device__ __forceinline__ void store_staged_chunks(uint16_t* stage, int col0, i
 // pieces the lanes take in turn.
 // row_ptr(r): where row r (0 .. 15) of the warp's rows goes, as the address
 // of its column 0 (its first output column is col0), or null for a row not
-// to store; called before any store, once per row a lane sends in the 64-column
-// chunks, and once per piece in the narrow rest (so it must have no side effects).
+// to store; called once per row a lane sends before the 64-column chunks'
+// stores, and once per piece in the narrow rest, between its stores (so it
+// must have no side effects).
 template <int OB, class RowPtr, class Out>
 __device__ __forceinline__ void store_staged_rows(uint16_t* stage, int col0, int lane, RowPtr&& row_ptr, Out&& out) {
   if constexpr (OB % 8 != 0) store_staged_rest<OB / 8 * 8, OB % 8>(stage, col0, lane, row_ptr, out);

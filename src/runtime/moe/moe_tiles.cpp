@@ -50,7 +50,8 @@ MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
   const MoeTile wide = pick_wide(rows_per_expert, E, N, sm_count);
   // Few long experts: when the wide tiles leave at least half the SMs idle
   // (where split-K would start), the 64 x 80 tile puts more CTAs on the weight
-  // stream without split-K's partials, as long as its tiles fit one wave
+  // stream with fewer split-K partials or none, as long as its tiles fit one
+  // wave (they are split as any tile, moe_pick_splits)
   // (HiDream-I1 P = 2 L2 at 64 and 128 rows an expert: 1.35-1.45x torch
   // against 0.94-1.15x for the wide tiles with or without splits; at 256
   // rows, 80 tiles of 128 x 128, it is slower: docs/design/moe.md).
