@@ -634,28 +634,27 @@ TEST(MoePredictCli, RepredictsASweep) {
   nlohmann::json clocked = small_sweep();
   clocked["configs"][0]["ms"]["fused/expert-wave"] = {1.00, 1.30, 1.31};
   clocked["configs"][0]["ms"]["fused/interleaved"] = {1.04, 1.34, 1.05};
-  const std::string cpath = write_temp("moe-paired.json", clocked.dump());
-  const CliRun pr = run_cli("moe-predict " + cpath + " --json", false);
-  ASSERT_EQ(pr.rc, 0) << pr.out;
-  const nlohmann::json pc = nlohmann::json::parse(pr.out)["configs"][0];
+  const std::string cpath = write_temp("moe-paired.json", "");
+  // The first configuration as moe-predict re-predicts `sweep` (null if the command failed).
+  auto first_config = [&](const nlohmann::json& sweep) {
+    std::ofstream(cpath) << sweep.dump();
+    const CliRun run = run_cli("moe-predict " + cpath + " --json", false);
+    EXPECT_EQ(run.rc, 0) << run.out;
+    return run.rc == 0 ? nlohmann::json::parse(run.out)["configs"][0] : nlohmann::json();
+  };
+  nlohmann::json pc = first_config(clocked);  // not const: a failed run leaves null, and [] then reads null
   EXPECT_EQ(pc["faster_measured"], "expert-wave");
   EXPECT_NEAR(pc["measured_ew_over_il"]["paired"].get<double>(), 1.30 / 1.34, 1e-12);
   EXPECT_NEAR(pc["measured_ew_over_il"]["medians"].get<double>(), 1.30 / 1.05, 1e-12);
   // Rounds not paired one to one: the medians decide.
   clocked["configs"][0]["ms"]["fused/interleaved"] = {1.04, 1.34};
-  std::ofstream(cpath) << clocked.dump();
-  const CliRun un = run_cli("moe-predict " + cpath + " --json", false);
-  ASSERT_EQ(un.rc, 0) << un.out;
-  const nlohmann::json uc = nlohmann::json::parse(un.out)["configs"][0];
+  nlohmann::json uc = first_config(clocked);
   EXPECT_TRUE(uc["measured_ew_over_il"]["paired"].is_null());
   EXPECT_EQ(uc["faster_measured"], "interleaved");  // 1.30 against 1.19
   // A round skipped (null) in one variant: equal counts, but the rounds no longer line up.
   clocked["configs"][0]["ms"]["fused/expert-wave"] = {1.00, nullptr, 1.31};
   clocked["configs"][0]["ms"]["fused/interleaved"] = {1.04, 1.44};
-  std::ofstream(cpath) << clocked.dump();
-  const CliRun sk = run_cli("moe-predict " + cpath + " --json", false);
-  ASSERT_EQ(sk.rc, 0) << sk.out;
-  const nlohmann::json kc = nlohmann::json::parse(sk.out)["configs"][0];
+  nlohmann::json kc = first_config(clocked);
   EXPECT_TRUE(kc["measured_ew_over_il"]["paired"].is_null());
   EXPECT_EQ(kc["faster_measured"], "expert-wave");  // medians 1.155 against 1.24
   std::filesystem::remove(cpath);
