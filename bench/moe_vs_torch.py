@@ -77,10 +77,12 @@ class Ours:
         return TILES[t] + (f"/k{s}" if s > 1 else "")
 
 
-TILES = ["m128n256", "m64n256", "m128n128", "m64n80"]
+TILES = ["m128n256", "m64n256", "m128n128", "m64n80", "m128n256x2", "m128n128x2"]
 STORES = {"auto": -1, "staged": 0, "bulk": 1, "tma": 2}
-TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80)}
+# Rows and the columns N must be a multiple of (a pair's two tiles for the pairs along N).
+TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80), 4: (128, 512), 5: (128, 256)}
 NARROW = 3  # m64n80: L2 with the staged store only (include/xstage/moe.hpp)
+PAIRS = (4, 5)  # pairs of CTAs along N sharing A: no split-K
 
 
 def interleave_w13(w13):
@@ -360,10 +362,10 @@ def speed_phase(ours, rows_list, rounds, seed, stores, ceilings=False, models=No
     return out
 
 
-def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None):
-    """Every compiled tile and split-K factor forced (ours only; torch once per shape for the ratio), the data
-    the tile heuristic is fitted from. Splits: 1, and those that keep at most `waves` waves of work items on
-    the SMs."""
+def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None, tiles_only=None):
+    """Every compiled tile (of `tiles_only`, if given) and split-K factor forced (ours only; torch once per shape
+    for the ratio), the data the tile heuristic is fitted from. Splits: 1, and those that keep at most `waves`
+    waves of work items on the SMs."""
     out = []
     peak = 990.0
     for name, hidden, inter, El, P, m in uniform_shapes(rows_list, models):
@@ -380,11 +382,11 @@ def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None):
             # The store the forced configurations run with: the first of --compare-stores, else auto.
             heur = ours.plan(kind, rtot, El, N, K, STORES[stores[0]] if stores else STORES["auto"])
             for t, (bm, bn) in TILE_SHAPE.items():
-                if N % bn:
+                if N % bn or (tiles_only and TILES[t] not in tiles_only):
                     continue
                 tiles = El * -(-m // bm) * (N // bn)
                 for sp in (1, 2, 3, 4, 6, 8):
-                    if sp > 1 and (tiles * sp > waves * ours.sms or sp > (K + 63) // 64 // 8):
+                    if sp > 1 and (t in PAIRS or tiles * sp > waves * ours.sms or sp > (K + 63) // 64 // 8):
                         continue
                     for st in stores or ["auto"]:
                         if t == NARROW and (kind == 0 or st not in ("auto", "staged")):
@@ -431,6 +433,7 @@ def main():
     ap.add_argument("--sweep-rows", default="64,128,256,512")
     ap.add_argument("--sweep-waves", type=int, default=1,
                     help="split-K factors forced in the sweep: those that keep at most this many waves of work items")
+    ap.add_argument("--sweep-tiles", default="", help="comma list of tiles the sweep forces (default: every tile)")
     ap.add_argument("--models", default="", help="comma list of model names (default: every model)")
     ap.add_argument("--rows", default=",".join(map(str, ROWS)))
     ap.add_argument("--rounds", type=int, default=5)
@@ -449,6 +452,9 @@ def main():
         if st not in STORES:
             ap.error(f"--compare-stores {st}: expected one of {', '.join(STORES)}")
     models = [m for m in a.models.split(",") if m]
+    for t in a.sweep_tiles.split(","):
+        if t and t not in TILES:
+            ap.error(f"--sweep-tiles {t}: expected one of {', '.join(TILES)}")
     res = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                device=torch.cuda.get_device_name(0), torch=torch.__version__, commit=a.commit, seed=a.seed,
                method="CUDA-graph replays of each side, alternating round by round; median per call over rounds")
@@ -457,7 +463,7 @@ def main():
         json.dump(res, open(a.out, "w"), indent=1)
     if a.sweep:
         res["sweep"] = sweep_phase(ours, [int(r) for r in a.sweep_rows.split(",")], a.rounds, a.seed, stores,
-                                   a.sweep_waves, models)
+                                   a.sweep_waves, models, [t for t in a.sweep_tiles.split(",") if t])
         json.dump(res, open(a.out, "w"), indent=1)
     if not a.no_speed:
         res["speed"] = speed_phase(ours, [int(r) for r in a.rows.split(",")], a.rounds, a.seed, stores, a.ceilings,
