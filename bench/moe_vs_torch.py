@@ -77,12 +77,10 @@ class Ours:
         return TILES[t] + (f"/k{s}" if s > 1 else "")
 
 
-TILES = ["m128n256", "m64n256", "m128n128", "m64n80", "m128n256x2", "m128n128x2"]
+TILES = ["m128n256", "m64n256", "m128n128", "m64n80"]
 STORES = {"auto": -1, "staged": 0, "bulk": 1, "tma": 2}
-# Rows and the columns N must be a multiple of (a pair's two tiles for the pairs along N).
-TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80), 4: (128, 512), 5: (128, 256)}
+TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80)}
 NARROW = 3  # m64n80: L2 with the staged store only (include/xstage/moe.hpp)
-PAIRS = (4, 5)  # pairs of CTAs along N sharing A: no split-K
 
 
 def interleave_w13(w13):
@@ -386,7 +384,7 @@ def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None, til
                     continue
                 tiles = El * -(-m // bm) * (N // bn)
                 for sp in (1, 2, 3, 4, 6, 8):
-                    if sp > 1 and (t in PAIRS or tiles * sp > waves * ours.sms or sp > (K + 63) // 64 // 8):
+                    if sp > 1 and (tiles * sp > waves * ours.sms or sp > (K + 63) // 64 // 8):
                         continue
                     for st in stores or ["auto"]:
                         if t == NARROW and (kind == 0 or st not in ("auto", "staged")):

@@ -164,9 +164,6 @@ if has moe; then  # MoE grouped GEMMs: tests, sanitizers, and the side-by-side w
       --tile-l2 m64n80
     san "san-$tool-moe-narrow-splitk" $tool $X moe-gemm --hidden 640 --inter 6144 --counts 3,0,70,129,1 --check \
       --tile-l2 m64n80
-    # pairs of CTAs along N sharing A (clusters of two, multicast loads, remote slot releases)
-    san "san-$tool-moe-pair" $tool $X moe-gemm --hidden 512 --inter 256 --counts 3,0,70,129,1 --routing-weights \
-      --check --tile-l1 m128n128x2 --tile-l2 m128n256x2
   done
   lib=$B/libxstage_moe.so
   clocks_start "$OUT/r/moe/clocks-moe.csv"

@@ -23,28 +23,13 @@ enum class MoeGemmKind : int { l1_swiglu = 0, l2 = 1 };
 
 // Tile shape, BLOCK_M x BLOCK_N (src/device/moe/moe_params.hpp's TileId values).
 // m64n80 is built for L2 with the staged store only (few long experts on a
-// narrow N, e.g. HiDream-I1's 2 experts of N = 2560). m128n256x2 and
-// m128n128x2: pairs of CTAs along N (thread-block clusters of two), each CTA
-// its m128n256 (m128n128) tile, the pair's shared A k-block loaded once and
-// multicast to both; N a multiple of the pair's 512 (256) columns, no
-// split-K; forced only (the heuristic does not pick them).
-enum class MoeTile : int {
-  automatic = -1,
-  m128n256 = 0,
-  m64n256 = 1,
-  m128n128 = 2,
-  m64n80 = 3,
-  m128n256x2 = 4,
-  m128n128x2 = 5
-};
-// "auto", "m128n256", "m64n256", "m128n128", "m64n80", "m128n256x2",
-// "m128n128x2"; throws xstage::Error otherwise.
+// narrow N, e.g. HiDream-I1's 2 experts of N = 2560).
+enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2, m64n80 = 3 };
+// "auto", "m128n256", "m64n256", "m128n128", "m64n80"; throws xstage::Error otherwise.
 MoeTile parse_moe_tile(const std::string& name);
 std::string to_string(MoeTile t);
 int moe_tile_block_m(MoeTile t);
-// The columns N must be a multiple of: a pair's two tiles for the pair tiles.
 int moe_tile_block_n(MoeTile t);
-inline bool moe_tile_is_pair(MoeTile t) { return t == MoeTile::m128n256x2 || t == MoeTile::m128n128x2; }
 
 // How the epilogue's output tile leaves shared memory (src/device/moe/
 // epilogue_store.cuh): 16-byte stores from warp-private staging rows; the

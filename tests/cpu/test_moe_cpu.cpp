@@ -154,28 +154,17 @@ TEST(MoeArgs, ValidationNamesTheArgument) {
   EXPECT_NE(msg().find("staged store only"), std::string::npos) << msg();
   a.out_store = MoeOutStore::warp_staged;
   EXPECT_EQ(msg(), "");
-  // Pairs along N: N a multiple of both CTAs' columns, no split-K.
-  a.N = 768, a.tile = MoeTile::m128n256x2;
-  EXPECT_NE(msg().find("no multiple of its 512 columns"), std::string::npos) << msg();
-  a.N = 1024, a.splits = 2;
-  EXPECT_NE(msg().find("without split-K"), std::string::npos) << msg();
-  a.splits = 1;
-  EXPECT_EQ(msg(), "");
-  a.N = 768, a.tile = MoeTile::m128n128x2;
-  EXPECT_EQ(msg(), "") << "768 = 3 pairs of 128 x 128 tiles";
 }
 
 TEST(MoeArgs, TileNames) {
-  for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80,
-                    MoeTile::m128n256x2, MoeTile::m128n128x2})
+  for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80})
     EXPECT_EQ(parse_moe_tile(to_string(t)), t);
   EXPECT_THROW(parse_moe_tile("m64n64"), Error);
 }
 
 TEST(MoeArgs, AutomaticOutStore) {
   EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l2, MoeTile::m128n256), MoeOutStore::warp_tma);
-  EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l2, MoeTile::m128n256x2), MoeOutStore::warp_tma);
-  for (MoeTile t : {MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80, MoeTile::m128n128x2})
+  for (MoeTile t : {MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80})
     EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l2, t), MoeOutStore::warp_staged) << to_string(t);
   EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l1_swiglu, MoeTile::m128n256), MoeOutStore::warp_staged);
 }

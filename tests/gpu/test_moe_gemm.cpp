@@ -88,13 +88,6 @@ const CliCase kCliCases[] = {
                                    "--tile-l2 m64n80"},  // 64 tiles: 2 splits
     {"narrow_hidream_ep2_auto", "--model hidream-i1 --ep 2 --rows-per-expert 128 --seed 24"},
     {"narrow_small_counts", "--hidden 640 --inter 192 --counts 1,0,65,127,0,3 --seed 25 --tile-l2 m64n80"},
-    // Pairs of CTAs along N sharing A (clusters of two): ragged and empty experts, routing weights, each store.
-    {"pair_mixtral_ep2", "--model mixtral-8x7b --ep 2 --rows-per-expert 130 --uneven --routing-weights --seed 28 "
-                         "--tile-l1 m128n128x2 --tile-l2 m128n128x2"},
-    {"pair_deepseek_v3_ep8_tma", "--model deepseek-v3 --ep 8 --rows-per-expert 200 --uneven --routing-weights "
-                                 "--seed 29 --tile-l1 m128n256x2 --tile-l2 m128n256x2 --out-store tma"},
-    {"pair_small_counts_bulk", "--hidden 512 --inter 256 --counts 1,0,65,127,0,3 --routing-weights --seed 30 "
-                               "--tile-l1 m128n256x2 --tile-l2 m128n256x2 --out-store bulk"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });
@@ -211,19 +204,6 @@ TEST(MoeGemmApi, NarrowTileL2) {
     rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, MoeTile::m64n80, splits, MoeOutStore::warp_staged,
                                              false, 640);
   rows_past_the_last_expert_stay_untouched(MoeGemmKind::l2, MoeTile::m64n80, 3, MoeOutStore::automatic, true, 640);
-}
-
-// Pairs of CTAs along N sharing A: N = 512 is one pair of 128 x 256 tiles or
-// two of 128 x 128, every output store, the library's choice of store too.
-TEST(MoeGemmApi, PairTiles) {
-  XSTAGE_NEED_GPUS(1);
-  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2})
-    for (MoeTile t : {MoeTile::m128n256x2, MoeTile::m128n128x2})
-      for (MoeOutStore st : {MoeOutStore::automatic, MoeOutStore::warp_staged, MoeOutStore::tile_bulk,
-                             MoeOutStore::warp_tma}) {
-        SCOPED_TRACE(to_string(t) + " " + to_string(st) + (kind == MoeGemmKind::l2 ? " L2" : " L1"));
-        rows_past_the_last_expert_stay_untouched(kind, t, 1, st, false, 512);
-      }
 }
 
 // Split-K: K = 136 is three k-blocks, the last ragged; 2 and 3 ranges.

@@ -20,15 +20,6 @@
 //     the next expert's rows (or TMA zero fill past the tensor) and computes
 //     them, but the epilogue stores rows < row_end only. The k tail (K not a
 //     multiple of 64) is zero-filled by the TMA unit in both operands.
-//   - pairs along N (PAIR_N = 2: clusters of two CTAs): the pair computes a
-//     BLOCK_M x 2*BLOCK_N tile, each CTA its n-half, so both need the same A
-//     k-block; each loads half of it and multicasts it into both rings: A
-//     leaves L2 once for two tiles. A slot is refilled (by either CTA's
-//     producer) only when the consumers of both CTAs have released it, so
-//     every consumer warp arrives on the empty barrier of both CTAs; both
-//     CTAs walk the same pair tiles, so their rings stay in step, and a
-//     CTA's producer waits at the end until both have released its whole
-//     ring: no arrival of the peer's lands after it exits.
 //   - split-K (p.splits > 1, for few tiles on long K): a work item is one
 //     k range of a tile; its CTA writes the fp32 partial to the workspace and
 //     counts itself in; the tile's last CTA sums every partial in split order
@@ -40,7 +31,6 @@
 #include "device/moe/epilogue_store.cuh"
 #include "device/moe/grouped_gemm_config.cuh"
 #include "device/moe/moe_params.hpp"
-#include "device/ptx/cluster.cuh"
 #include "device/ptx/mbarrier.cuh"
 #include "device/ptx/tma.cuh"
 #include "device/ptx/wgmma.cuh"
@@ -100,14 +90,11 @@ struct GroupedTmaMaps {
 // is not provably uniform: the loop state goes to per-thread registers, with
 // 2 more moves per wgmma descriptor and a divergence guard around the loop,
 // up to 17% slower on Qwen3-30B L1 (docs/perf-log.md, MoE 3b).
-template <class Cfg, class Epilogue, class Scheduler, bool kSplitK, int PAIR_N = 1>
+template <class Cfg, class Epilogue, class Scheduler, bool kSplitK>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_bf16_grouped_gemm(const GroupedGemmParams p, const typename Scheduler::Params sp,
                            const __grid_constant__ GroupedTmaMaps tm) {
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, STAGES = Cfg::STAGES, WN = Cfg::WG_TILE_N;
-  static_assert(PAIR_N == 1 || (PAIR_N == 2 && !kSplitK), "pairs along N, without split-K");
-  constexpr int A_PART = BM / PAIR_N;  // A rows each CTA of a pair loads (and multicasts)
-  static_assert(A_PART % 8 == 0, "each part starts on an 8-row swizzle atom");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -122,18 +109,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbar_init(full + s, 1);
-      ptx::mbar_init(empty + s, Cfg::CONSUMER_WARPS * PAIR_N);
+      ptx::mbar_init(empty + s, Cfg::CONSUMER_WARPS);
     }
     ptx::mbar_fence_init();
   }
-  // The last CTA-wide barrier: the roles split below. In a pair, the peer's
-  // barriers must be initialised before this CTA arrives on them or
-  // multicasts into its ring.
-  if constexpr (PAIR_N > 1)
-    ptx::cluster_sync();
-  else
-    __syncthreads();
-  const int rank = PAIR_N > 1 ? int(ptx::cluster_ctarank()) : 0;
+  __syncthreads();  // the last CTA-wide barrier: the roles split below
 
   const Scheduler sched(sp, BM);
   const int k_blocks = (p.K + Cfg::BLOCK_K - 1) / Cfg::BLOCK_K;
@@ -149,26 +129,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       uint32_t it = 0;
       for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
         const auto c = sched.coord(w);
-        const int a_row = c.row_begin + c.m_block * BM + rank * A_PART;
-        const int b_row = c.expert * p.N + (c.n_block * PAIR_N + rank) * BN;
+        const int a_row = c.row_begin + c.m_block * BM;
+        const int b_row = c.expert * p.N + c.n_block * BN;
         const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
         for (int kb = kb0; kb < kb_end; ++kb, ++it) {
           const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
           ptx::mbar_wait(empty + s, ph ^ 1);
-          // Both halves of A land in this CTA (the peer sends the other): a whole stage's bytes.
           ptx::mbar_arrive_expect_tx(full + s, Cfg::STAGE_BYTES);
-          if constexpr (PAIR_N > 1)
-            ptx::tma_load_2d_multicast(a_stage(s) + rank * A_PART * 128, &tm.a, full + s, kb * Cfg::BLOCK_K, a_row,
-                                       uint16_t((1u << PAIR_N) - 1));
-          else
-            ptx::tma_load_2d(a_stage(s), &tm.a, full + s, kb * Cfg::BLOCK_K, a_row);
+          ptx::tma_load_2d(a_stage(s), &tm.a, full + s, kb * Cfg::BLOCK_K, a_row);
           ptx::tma_load_2d(b_stage(s), &tm.b, full + s, kb * Cfg::BLOCK_K, b_row);
         }
       }
-      // Every slot released by both CTAs' consumers: no arrival of the peer's
-      // is still on its way to this CTA's barriers when it exits.
-      if constexpr (PAIR_N > 1)
-        for (int i = 0; i < STAGES; ++i, ++it) ptx::mbar_wait(empty + it % STAGES, ((it / STAGES) & 1) ^ 1);
     }
     return;
   }
@@ -185,15 +156,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
   const uint64_t b_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::A_BYTES + wg_n * WN * 128, 16, 1024);
 
-  // A slot is free once the consumers of every CTA it was loaded into are done with it.
-  auto release = [&](uint32_t s) {
-    if constexpr (PAIR_N > 1) {
-#pragma unroll
-      for (int cta = 0; cta < PAIR_N; ++cta) ptx::mbar_arrive_cluster(empty + s, uint32_t(cta));
-    } else {
-      ptx::mbar_arrive(empty + s);
-    }
-  };
   float acc[WN / 8][4];
   uint32_t it = 0;
   uint32_t tma_groups = 0;  // WARP_TMA: the warp's box stores so far (store_warp_tma)
@@ -215,16 +177,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // The previous k-block's group has finished reading its slot once at
       // most this one is pending: hand that slot back to the producer.
       ptx::wgmma_wait_group<1>();
-      if (kb > kb0 && lane == 0) release(prev_s);
+      if (kb > kb0 && lane == 0) ptx::mbar_arrive(empty + prev_s);
       prev_s = s;
     }
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(acc);
-    if (lane == 0) release(prev_s);
+    if (lane == 0) ptx::mbar_arrive(empty + prev_s);
     if constexpr (kSplitK)
       if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
     const int tile_row = c.row_begin + c.m_block * BM;
-    const int n_block = c.n_block * PAIR_N + rank;  // this CTA's BLOCK_N columns
     const int row = tile_row + wg_m * 64 + warp * 16;
     const auto out = Epilogue::template outputs<WN / 8>(p.row_weight, acc, row, c.row_end, lane);
     constexpr int OB = WN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp
@@ -232,7 +193,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int n_out = p.N / Epilogue::kOutDiv;
     if constexpr (Cfg::WARP_TMA) {
       uint8_t* boxes = smem + Cfg::OFF_STAGING + ((tid - 128) / 32) * 2 * Cfg::TMA_BOX_BYTES;
-      store_warp_tma<OB>(boxes, &tm.c, c_out, n_out, row, c.row_end, (n_block * BN + wg_n * WN) / Epilogue::kOutDiv,
+      store_warp_tma<OB>(boxes, &tm.c, c_out, n_out, row, c.row_end, (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv,
                          lane, tma_groups, out);
     } else if constexpr (Cfg::BULK_OUT) {
       static_assert(Cfg::OUT_COLS == BN / Epilogue::kOutDiv, "the staged tile holds the epilogue's columns");
@@ -248,9 +209,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::fence_proxy_async_shared();
       ptx::named_bar_sync(1, 256);
       store_tile_bulk<BM, Cfg::OUT_COLS, Cfg::OUT_ROW_BYTES>(out_tile, c_out, n_out, tile_row, c.row_end,
-                                                             n_block * Cfg::OUT_COLS, ct);
+                                                             c.n_block * Cfg::OUT_COLS, ct);
     } else {
-      store_staged<OB>(stage, c_out, n_out, row, c.row_end, (n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane,
+      store_staged<OB>(stage, c_out, n_out, row, c.row_end, (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane,
                        out);
     }
   }

@@ -15,9 +15,6 @@ TileShape grouped_gemm_tile_shape(int tile) {
     case kTileM64N256: return {64, 256};
     case kTileM128N128: return {128, 128};
     case kTileM64N80: return {64, 80};
-    // A pair's columns: N must be a multiple of both CTAs' tiles.
-    case kTileM128N256x2: return {128, 512};
-    case kTileM128N128x2: return {128, 256};
     default: return {};
   }
 }

@@ -1,8 +1,7 @@
 #pragma once
 // One launch of sm90_bf16_grouped_gemm<Cfg, Epilogue, GroupedTileScheduler>:
 // builds the TMA maps of A and B, sizes the persistent grid (one CTA per SM,
-// never more than the work items there can be: tiles times splits; with
-// pairs, as many pairs as fit at once), sets the shared-memory limit and
+// never more than the work items there can be: tiles times splits), sets the shared-memory limit and
 // launches on `stream`. Returns a cudaError_t as int (cudaErrorInvalidValue
 // also when the driver rejects a tensor map).
 #include <cuda_runtime.h>
@@ -20,24 +19,20 @@ inline int encode_rows_k(CUtensorMap* map, const void* base, int K, int64_t rows
   return ptx::encode_tensor_map_bf16_sw128(map, base, 2, dims, strides, box);
 }
 
-// PAIR_N = 2: clusters of two CTAs along N sharing each A k-block
-// (grouped_gemm_sm90.cuh); N a multiple of 2 * BLOCK_N, no split-K.
-template <class Cfg, class Epilogue, int PAIR_N = 1>
+template <class Cfg, class Epilogue>
 int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   using Sched = sched::GroupedTileScheduler;
   if (p.rows_total == 0) return 0;  // nothing to compute; a TMA map of 0 rows is invalid
-  if (PAIR_N > 1 && (p.splits > 1 || p.N % (PAIR_N * Cfg::BLOCK_N) != 0)) return int(cudaErrorInvalidValue);
   GroupedTmaMaps tm{};
-  int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M / PAIR_N);
+  int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
   if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
   // C as 2-D (output columns, rows_total), boxes of 64 x 16: one consumer warp's rows.
   if (rc == 0 && Cfg::WARP_TMA) rc = encode_rows_k(&tm.c, p.c, p.N / Epilogue::kOutDiv, p.rows_total, 16);
   if (rc != 0) return rc;
-  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / (PAIR_N * Cfg::BLOCK_N), p.splits, PAIR_N};
+  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
   // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
-  auto* fn = PAIR_N > 1     ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false, PAIR_N>
-             : p.splits > 1 ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, true>
-                            : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false>;
+  auto* fn = p.splits > 1 ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, true>
+                          : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false>;
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -45,49 +40,24 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   static uint64_t opted_in[2] = {0, 0};  // per instantiation, a bit per device
   rc = opt_in_shared_memory(fn, Cfg::SMEM_BYTES, device, opted_in[p.splits > 1]);
   if (rc != 0) return rc;
-  const int64_t work = Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks) * p.splits;
-  if constexpr (PAIR_N == 1) {
-    const int64_t grid = Sched::grid_size(work, sms, 1);
-    fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, sp, tm);
-    return int(cudaGetLastError());
-  } else {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = PAIR_N, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    cfg.blockDim = dim3(Cfg::THREADS);
-    cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
-    cfg.stream = stream;
-    // A pair needs two free SMs of one GPC: fewer pairs than SMs / 2 may be
-    // resident at once, and a persistent grid must not exceed them. Asked
-    // once a device (the query is not free; a launch is on the host's path).
-    static int resident[64] = {};
-    int pairs = device < 64 ? resident[device] : 0;
-    if (pairs == 0) {
-      cfg.gridDim = dim3(unsigned(sms / PAIR_N * PAIR_N));
-      e = cudaOccupancyMaxActiveClusters(&pairs, fn, &cfg);
-      if (e != cudaSuccess) return int(e);
-      if (pairs < 1) return int(cudaErrorInvalidConfiguration);
-      if (device < 64) resident[device] = pairs;
-    }
-    cfg.gridDim = dim3(unsigned((work < pairs ? work : pairs) * PAIR_N));
-    return int(cudaLaunchKernelEx(&cfg, fn, p, sp, tm));
-  }
+  const int64_t grid =
+      Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks) * p.splits, sms, 1);
+  fn<<<dim3(unsigned(grid)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(p, sp, tm);
+  return int(cudaGetLastError());
 }
 
 // Shape<0> stores from warp-private staging rows, Shape<columns> stages the
 // whole tile and sends it as bulk copies, Shape<0, true> sends each warp's
 // boxes as TMA tensor stores (grouped_gemm_config.cuh).
-template <template <int, bool> class Shape, class Epilogue, int PAIR_N = 1>
+template <template <int, bool> class Shape, class Epilogue>
 int launch_with_out_store(const GroupedGemmParams& p, int out_store, cudaStream_t stream) {
   using Staged = Shape<0, false>;
   using Bulk = Shape<Staged::BLOCK_N / Epilogue::kOutDiv, false>;
   using Tma = Shape<0, true>;
   switch (out_store) {
-    case kOutWarpStaged: return launch_grouped_gemm<Staged, Epilogue, PAIR_N>(p, stream);
-    case kOutTileBulk: return launch_grouped_gemm<Bulk, Epilogue, PAIR_N>(p, stream);
-    case kOutWarpTma: return launch_grouped_gemm<Tma, Epilogue, PAIR_N>(p, stream);
+    case kOutWarpStaged: return launch_grouped_gemm<Staged, Epilogue>(p, stream);
+    case kOutTileBulk: return launch_grouped_gemm<Bulk, Epilogue>(p, stream);
+    case kOutWarpTma: return launch_grouped_gemm<Tma, Epilogue>(p, stream);
     default: return int(cudaErrorInvalidValue);
   }
 }
@@ -98,8 +68,6 @@ int launch_grouped_gemm_tile(const GroupedGemmParams& p, int tile, int out_store
     case kTileM128N256: return launch_with_out_store<CfgM128N256, Epilogue>(p, out_store, stream);
     case kTileM64N256: return launch_with_out_store<CfgM64N256, Epilogue>(p, out_store, stream);
     case kTileM128N128: return launch_with_out_store<CfgM128N128, Epilogue>(p, out_store, stream);
-    case kTileM128N256x2: return launch_with_out_store<CfgM128N256, Epilogue, 2>(p, out_store, stream);
-    case kTileM128N128x2: return launch_with_out_store<CfgM128N128, Epilogue, 2>(p, out_store, stream);
     case kTileM64N80:
       // Built for the plain epilogue and the staged store only: 40 columns a
       // warpgroup split SwiGLU's 16-column gate/up groups, and are no whole

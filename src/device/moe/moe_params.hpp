@@ -43,12 +43,7 @@ enum TileId : int {
   kTileM64N256 = 1,   // warpgroups side by side along N: 64 x 128 each (small experts)
   kTileM128N128 = 2,  // warpgroups stacked along M: 64 x 128 each (more tiles for few, large experts)
   kTileM64N80 = 3,    // warpgroups side by side along N: 64 x 40 each (few long experts, narrow N); L2, staged
-  // Pairs of CTAs along N (clusters of two), each CTA one 128 x 256 (128 x
-  // 128) tile, the pair's shared A k-block loaded half by each and multicast:
-  // a 128 x 512 (128 x 256) tile a pair; no split-K.
-  kTileM128N256x2 = 4,
-  kTileM128N128x2 = 5,
-  kTileCount = 6,
+  kTileCount = 4,
 };
 
 // How the epilogue's output leaves shared memory (grouped_gemm_config.cuh, OUT_COLS).

@@ -4,8 +4,7 @@
 // running at the same time share one expert's weight tiles (B[e], the larger
 // operand at inference row counts), which then stay in L2. The contract:
 // sched/persistent_walk.cuh; the walk is its persistent strided one (tile t
-// on CTA t % gridDim.x, or on cluster t % clusters when a cluster's CTAs
-// share each tile).
+// on CTA t % gridDim.x).
 //
 // The experts' row counts live on the device (an offsets array, as
 // torch._grouped_mm takes them), so neither the host nor a CTA knows the tile
@@ -43,10 +42,6 @@ struct GroupedTileScheduler {
     const int32_t* offs = nullptr;  // [E] cumulative row ends
     int E = 0, rows_total = 0, n_blocks = 0;
     int splits = 1;  // work items per tile (split-K), >= 1
-    // CTAs of a thread-block cluster that share each tile (the kernel splits
-    // it among them: pairs along N, each CTA n_blocks' share): tiles are
-    // walked per cluster, and n_blocks counts whole cluster tiles.
-    int cluster = 1;
   };
   struct SharedStorage {};
   using Coord = GroupedTile;
@@ -74,12 +69,12 @@ struct GroupedTileScheduler {
   }
 
   __device__ __forceinline__ GroupedWork first() const {
-    GroupedWork w{int(blockIdx.x) / p.cluster, -1, 0, 0, 0, 0};
+    GroupedWork w{int(blockIdx.x), -1, 0, 0, 0, 0};
     enter_expert(w, 0, 0);
     return settle(w);
   }
   __device__ __forceinline__ GroupedWork next(GroupedWork w) const {
-    w.t += int(gridDim.x) / p.cluster;
+    w.t += int(gridDim.x);
     return settle(w);
   }
   __device__ __forceinline__ bool valid(const GroupedWork& w) const { return w.expert < p.E; }

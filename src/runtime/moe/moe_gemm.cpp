@@ -82,10 +82,7 @@ MoeTile parse_moe_tile(const std::string& name) {
   if (name == "m64n256") return MoeTile::m64n256;
   if (name == "m128n128") return MoeTile::m128n128;
   if (name == "m64n80") return MoeTile::m64n80;
-  if (name == "m128n256x2") return MoeTile::m128n256x2;
-  if (name == "m128n128x2") return MoeTile::m128n128x2;
-  throw Error(fmt::format(
-      "--tile {}: expected auto, m128n256, m64n256, m128n128, m64n80, m128n256x2 or m128n128x2", name));
+  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256, m128n128 or m64n80", name));
 }
 
 std::string to_string(MoeTile t) {
@@ -95,8 +92,6 @@ std::string to_string(MoeTile t) {
     case MoeTile::m64n256: return "m64n256";
     case MoeTile::m128n128: return "m128n128";
     case MoeTile::m64n80: return "m64n80";
-    case MoeTile::m128n256x2: return "m128n256x2";
-    case MoeTile::m128n128x2: return "m128n128x2";
   }
   return "unknown";
 }
@@ -164,9 +159,6 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
       throw Error(fmt::format("moe gemm {}: tile m64n80: built for L2 only (its 40-column warpgroup halves split "
                               "SwiGLU's 16-column gate/up groups); expected auto, m128n256, m64n256 or m128n128",
                               k));
-    if (moe_tile_is_pair(a.tile) && a.splits > 1)
-      throw Error(fmt::format("moe gemm {}: tile {} with splits {}: pairs of CTAs run without split-K; expected 0 or 1",
-                              k, to_string(a.tile), a.splits));
     if (a.tile == MoeTile::m64n80 && a.out_store != MoeOutStore::automatic &&
         a.out_store != MoeOutStore::warp_staged)
       throw Error(fmt::format("moe gemm {}: tile m64n80 with out_store {}: built with the staged store only; "

@@ -65,7 +65,6 @@ MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
 }
 
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
-  if (moe_tile_is_pair(tile)) return 1;  // built without split-K
   const Shape s = shape_of(tile);
   const int bm = s.bm, bn = s.bn;
   if (E < 1 || bn == 0 || N % bn != 0 || sm_count < 1) return 1;
@@ -88,8 +87,7 @@ MoeOutStore moe_pick_out_store(MoeGemmKind kind, MoeTile tile) {
   // staged (geomean of 18 cells at 128-512 rows, 16 of them >= 1.0x),
   // neutral at long K. On 128 x 128 tiles, and in L1 (half the output), it
   // is level or slower (docs/perf-log.md, MoE 10 and 11).
-  const bool wide = tile == MoeTile::m128n256 || tile == MoeTile::m128n256x2;
-  return kind == MoeGemmKind::l2 && wide ? MoeOutStore::warp_tma : MoeOutStore::warp_staged;
+  return kind == MoeGemmKind::l2 && tile == MoeTile::m128n256 ? MoeOutStore::warp_tma : MoeOutStore::warp_staged;
 }
 
 void moe_interleave_w13(const uint16_t* src, uint16_t* dst, int E, int I, int K) {
