@@ -16,13 +16,14 @@ ncu names the kernel after that range.
         python3 bench/moe_l2_limits.py run --lib build/libxstage_moe.so > ncu.csv
     python3 bench/moe_l2_limits.py report ncu.csv [--json out.json]
 
-`power`: energy a call under the card's power cap. Each side's calls in a CUDA graph, replayed back to back for
-at least --window seconds per round (the NVML energy counter is read before and after; the SM clock and the
-power sampled every 5 ms meanwhile), sides in turn over --rounds rounds: joules a call, watts, mean clock and
-time a call (medians over rounds). Under the cap a kernel that does its work in fewer cycles draws more power
-and gets a lower clock: time follows energy, not cycles.
+`power`: time a call under the card's power cap, by how long each side runs at a stretch. Each side's calls in a
+CUDA graph of about --graph-ms, replayed back to back for at least --window seconds a round (CUDA events; the SM
+clock and the power sampled every 5 ms meanwhile), sides in turn over --rounds rounds: time a call, watts, mean
+clock (medians) and torch's time over each side's round by round. Under the cap a kernel that does its work in
+fewer cycles draws more power and, given long enough alone, a lower clock: time then follows energy, not cycles.
+Short windows (the speed table's 2 ms alternation) leave each side the clock the previous one set.
 
-    python3 bench/moe_l2_limits.py power --lib build/libxstage_moe.so --json power.json
+    python3 bench/moe_l2_limits.py power --lib build/libxstage_moe.so [--window 0.4 --graph-ms 20] --json power.json
 """
 import argparse
 import csv
@@ -91,7 +92,8 @@ def power(a):
     dev = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
 
     def sampled(g, replays):
-        """Replays g `replays` times; joules, seconds, mean SM MHz and mean W over them."""
+        """Replays g `replays` times; seconds (CUDA events), mean SM MHz and mean W over them (NVML every 5 ms:
+        none for a window shorter than that)."""
         samples, stop = [], threading.Event()
 
         def poll():
@@ -101,21 +103,21 @@ def power(a):
                 time.sleep(0.005)
         torch.cuda.synchronize()
         th = threading.Thread(target=poll)
-        e0, t0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(dev), time.perf_counter()
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         th.start()
+        ev0.record()
         for _ in range(replays):
             g.replay()
-        torch.cuda.synchronize()
-        e1, t1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(dev), time.perf_counter()
+        ev1.record()
+        ev1.synchronize()
         stop.set()
         th.join()
         mhz = statistics.mean(c for c, _ in samples) if samples else float("nan")
         watts = statistics.mean(w for _, w in samples) if samples else float("nan")
-        return (e1 - e0) / 1e3, t1 - t0, mhz, watts
+        return ev0.elapsed_time(ev1) / 1e3, mhz, watts
 
     out = []
-    print(f"{'cell':22s} {'side':12s} {'ms/call':>8s} {'J/call':>8s} {'W':>6s} {'MHz':>6s} {'t/torch':>8s} "
-          f"{'J/torch':>8s}")
+    print(f"{'cell':22s} {'side':12s} {'ms/call':>8s} {'W':>6s} {'MHz':>6s} {'t/torch':>8s}")
     for name, flop, fns in cells(a.lib, [t for t in a.tiles.split(",") if t]):
         graphs, per_replay = {}, {}
         for side, f in fns.items():
@@ -124,7 +126,7 @@ def power(a):
             t0 = time.perf_counter()
             f()
             torch.cuda.synchronize()
-            reps = max(1, min(50, int(0.02 / max(time.perf_counter() - t0, 1e-6))))
+            reps = max(1, min(50, int(a.graph_ms / 1e3 / max(time.perf_counter() - t0, 1e-6))))
             graphs[side] = (graph_of(f, reps), reps)
         for side, (g, reps) in graphs.items():  # the replays a window takes
             g.replay()
@@ -136,24 +138,27 @@ def power(a):
         res = {side: [] for side in graphs}
         for _ in range(a.rounds):
             for side, (g, reps) in graphs.items():
-                j, s, mhz, w = sampled(g, per_replay[side])
-                calls = per_replay[side] * reps
-                res[side].append((j / calls, s / calls, mhz, w))
-        med = {side: tuple(statistics.median(v[i] for v in rs) for i in range(4)) for side, rs in res.items()}
-        for side, (j, s, mhz, w) in med.items():
-            rec = dict(cell=name, side=side, ms_per_call=s * 1e3, joules_per_call=j, watts=w, sm_mhz=mhz,
-                       tflops=flop / s / 1e12, time_over_torch=s / med["torch"][1],
-                       energy_over_torch=j / med["torch"][0], rounds=a.rounds,
-                       spread_ms=[min(v[1] for v in res[side]) * 1e3, max(v[1] for v in res[side]) * 1e3])
+                s, mhz, w = sampled(g, per_replay[side])
+                res[side].append((s / (per_replay[side] * reps), mhz, w))
+        med = {side: tuple(statistics.median(v[i] for v in rs) for i in range(3)) for side, rs in res.items()}
+        for side, (s, mhz, w) in med.items():
+            # Paired: each round's torch time over this side's, the median and the range over rounds.
+            paired = [t[0] / v[0] for t, v in zip(res["torch"], res[side])]
+            rec = dict(cell=name, side=side, ms_per_call=s * 1e3, watts=w, sm_mhz=mhz, tflops=flop / s / 1e12,
+                       time_over_torch=s / med["torch"][0], rounds=a.rounds,
+                       torch_over_paired=[statistics.median(paired), min(paired), max(paired)],
+                       spread_ms=[min(v[0] for v in res[side]) * 1e3, max(v[0] for v in res[side]) * 1e3])
             out.append(rec)
-            print(f"{name:22s} {side:12s} {s * 1e3:8.3f} {j:8.3f} {w:6.0f} {mhz:6.0f} {rec['time_over_torch']:8.3f} "
-                  f"{rec['energy_over_torch']:8.3f}", flush=True)
+            print(f"{name:22s} {side:12s} {s * 1e3:8.3f} {w:6.0f} {mhz:6.0f} {rec['time_over_torch']:8.3f}  "
+                  f"torch/side by round {paired and statistics.median(paired):.3f} ({min(paired):.3f}-"
+                  f"{max(paired):.3f})", flush=True)
         del graphs
     if a.json:
-        json.dump(dict(method="CUDA-graph replays back to back, >= window s a side a round, sides in turn; NVML "
-                              "energy counter around each window, clock and power sampled every 5 ms; medians",
+        json.dump(dict(method="CUDA-graph replays (graph_ms of calls each) back to back, >= window s a side a "
+                              "round, sides in turn; CUDA events, NVML clock and power sampled every 5 ms; medians",
                        device=torch.cuda.get_device_name(0), power_limit_w=pynvml.nvmlDeviceGetEnforcedPowerLimit(
-                           dev) / 1e3, window_s=a.window, cells=out), open(a.json, "w"), indent=1)
+                           dev) / 1e3, window_s=a.window, graph_ms=a.graph_ms, cells=out), open(a.json, "w"),
+                  indent=1)
 
 
 def report(a):
@@ -229,6 +234,7 @@ def main():
     w.add_argument("--lib", default="build/libxstage_moe.so")
     w.add_argument("--rounds", type=int, default=5)
     w.add_argument("--window", type=float, default=0.4, help="seconds of back-to-back replays a side a round")
+    w.add_argument("--graph-ms", type=float, default=20, help="milliseconds of calls in one graph replay")
     w.add_argument("--tiles", default="", help="comma list of tiles also run forced (moe_vs_torch.TILES names)")
     w.add_argument("--json", default="")
     p = sub.add_parser("report")
