@@ -46,6 +46,11 @@ SIDES = ("ours", "torch", "bmm", "dense")
 TENSOR_FLOP_PER_SM_CYCLE = 4096
 
 
+def cell_flop(hidden, inter, experts, rows):
+    """L2's FLOP: every expert's rows x inter times inter x hidden."""
+    return 2.0 * experts * rows * inter * hidden
+
+
 def cells(lib, tiles):
     """(name, FLOP, {side: a call}) of every cell, its tensors live while the caller uses it."""
     import torch
@@ -62,7 +67,7 @@ def cells(lib, tiles):
                "dense": lambda: torch.matmul(h, w2[0].T)}
         for t in tiles:
             fns["ours " + t] = lambda t=t: ours.gemm(1, h, w2, y, offs, None, hidden, TILES.index(t), 1)
-        yield name, 2.0 * El * m * inter * hidden, fns
+        yield name, cell_flop(hidden, inter, El, m), fns
         del x, w13, w13i, w2, h, y, hb, fns
         torch.cuda.empty_cache()
 
@@ -167,7 +172,7 @@ def report(a):
     if start < 0:
         sys.exit(f"{a.csv}: no ncu CSV header")
     rows = list(csv.DictReader(io.StringIO(text[start:])))
-    flop = {name: 2.0 * El * m * inter * hidden for name, hidden, inter, El, m in CELLS}
+    flop = {name: cell_flop(*shape) for name, *shape in CELLS}
     # ncu names each kernel "<range>/<kernel>": a side may launch several kernels a call (torch._grouped_mm a
     # small set-up kernel before its GEMM); each kernel's median over the calls, summed over the side's kernels.
     per_kernel = {}
