@@ -9,12 +9,15 @@ checks, a ctypes call for each launch and, on a shape's first call, one for
 the split-K workspace size); "two ops" is moe_experts as the two ops
 grouped_mm_swiglu and grouped_mm called in turn, and host_us_per_call the
 time a call takes to return.
-  usage: bench/moe_torch_ops.py [--out moe-torch-ops.json] [--rounds 9]
+  usage: bench/moe_torch_ops.py [--out moe-torch-ops.json] [--rounds 9] [--commit C]
 """
 import argparse
 import datetime
 import json
+import pathlib
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -71,13 +74,32 @@ def graph_of(fn):
     return g
 
 
+def tree_commit():
+    """The commit this tree was exported at (scripts/snapshot.sh writes COMMIT, as scripts/device.sh reads it), else
+    git's HEAD; "unknown" only where neither exists, and then the file fails tests/cpu/test_results_provenance.cpp
+    until its commit is filled in."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        return (root / "COMMIT").read_text().strip() or "unknown"
+    except OSError:
+        pass
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, check=True, capture_output=True,
+                              text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        print("moe_torch_ops.py: no COMMIT file and no git here; pass --commit", file=sys.stderr)
+        return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="moe-torch-ops.json")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--commit", default=None,
+                    help="the commit of the library run (default: the exported tree's COMMIT file, else git)")
     a = ap.parse_args()
+    a.commit = a.commit or tree_commit()
     torch.manual_seed(0)
     rows_out = []
     for name, H, I, E, m in SHAPES:

@@ -1,0 +1,268 @@
+// Every result file under results/ names the commit that made it (issue 37:
+// docs quoted files whose commit was "unknown" or named by hand in the wrong
+// row of results/README.md). What counts as naming it:
+//
+// - A JSON record (any *.json): a commit string at one of the keys its
+//   writers use: "commit" at the top (the benches, xstage's records),
+//   "provenance.commit" (profiles), "measured.commit" (xstage validate's
+//   validation-*.json), "fitted_by_commit" (probe-validation.json), or
+//   "commit" in every entry of "sources" (files merged by
+//   bench/plot_ulysses.py). The value is 7-40 lowercase hex digits, with
+//   "-dirty" where the device snapshot held uncommitted changes (the docs say
+//   which commit the tree became). "unknown", "" or a number do not count.
+// - Any other file (CSV, log, text, scripts; README.md, COMMITS and images
+//   aside): a hash on a line that says "commit" in its first 40 lines (CSV
+//   headers, env files), a hash in its path below results/ (tests-05987eb/,
+//   moe-bench-60de2a8.log), a line "<file name> <hash>" in the COMMITS file
+//   of its folder, or a hash in a README.md or *env*.txt of its folder or of
+//   a folder above it, up to results/<machine>/<topic>/.
+//
+// In text a hash is a word of 7-40 hex digits with at least one digit and one
+// letter a-f, so that sizes (1047552) and words do not pass for one; a
+// commit whose short hash is all digits has to be named longer. The test
+// checks that a commit is named, not that it is the right one: that is what
+// results/README.md and the folders' READMEs are for.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+// A JSON commit value: the whole string is the hash (plus -dirty).
+bool is_commit_value(const std::string& s) {
+  std::string h = s;
+  const std::string dirty = "-dirty";
+  if (h.size() > dirty.size() && h.compare(h.size() - dirty.size(), dirty.size(), dirty) == 0)
+    h.resize(h.size() - dirty.size());
+  return h.size() >= 7 && h.size() <= 40 && std::all_of(h.begin(), h.end(), is_hex_lower);
+}
+
+// A hash inside text: a maximal alphanumeric word of hex digits, with a digit
+// and a letter in it.
+bool names_hash(const std::string& text) {
+  const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (size_t i = 0; i < text.size();) {
+    if (!alnum(text[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && alnum(text[j])) ++j;
+    const std::string w = text.substr(i, j - i);
+    if (w.size() >= 7 && w.size() <= 40 && std::all_of(w.begin(), w.end(), is_hex_lower) &&
+        std::any_of(w.begin(), w.end(), [](char c) { return c >= 'a'; }) &&
+        std::any_of(w.begin(), w.end(), [](char c) { return c <= '9'; }))
+      return true;
+    i = j;
+  }
+  return false;
+}
+
+// Where a record keeps its commit; nullopt when it names none. The reason
+// goes into the failure message.
+std::optional<std::string> record_commit(const json& doc, std::string* why) {
+  const auto str_at = [](const json& o, const char* key) -> std::optional<std::string> {
+    if (!o.is_object()) return std::nullopt;
+    const auto it = o.find(key);
+    if (it == o.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  if (!doc.is_object()) {
+    *why = "not a JSON object";
+    return std::nullopt;
+  }
+  std::optional<std::string> c = str_at(doc, "commit");
+  if (!c && doc.contains("provenance")) c = str_at(doc["provenance"], "commit");
+  if (!c && doc.contains("measured")) c = str_at(doc["measured"], "commit");
+  if (!c) c = str_at(doc, "fitted_by_commit");
+  if (!c && doc.contains("sources") && doc["sources"].is_array() && !doc["sources"].empty()) {
+    for (const json& s : doc["sources"]) {
+      const auto sc = str_at(s, "commit");
+      if (!sc || !is_commit_value(*sc)) {
+        *why = "a source without a commit";
+        return std::nullopt;
+      }
+      c = c ? c : sc;
+    }
+  }
+  if (!c) {
+    *why = "no commit, provenance.commit, measured.commit, fitted_by_commit or sources[].commit";
+    return std::nullopt;
+  }
+  if (!is_commit_value(*c)) {
+    *why = "commit \"" + *c + "\" is no 7-40 digit hex hash";
+    return std::nullopt;
+  }
+  return c;
+}
+
+std::string read_head(const fs::path& p, size_t bytes) {
+  std::ifstream in(p, std::ios::binary);
+  std::string s(bytes, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(bytes));
+  s.resize(static_cast<size_t>(in.gcount()));
+  return s;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool head_names_commit(const fs::path& p) {
+  const std::string head = read_head(p, 16384);
+  if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x1f && static_cast<unsigned char>(head[1]) == 0x8b)
+    return false;  // gzip: only its path or its folder can name the commit
+  std::istringstream in(head);
+  std::string line;
+  for (int n = 0; n < 40 && std::getline(in, line); ++n) {
+    std::string lower = line;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower.find("commit") != std::string::npos && names_hash(line)) return true;
+  }
+  return false;
+}
+
+bool is_provenance_file(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return n == "README.md" || n == "COMMITS";
+}
+
+bool is_image(const fs::path& p) {
+  const std::string e = p.extension().string();
+  return e == ".png" || e == ".svg" || e == ".jpg";
+}
+
+class Provenance {
+ public:
+  explicit Provenance(fs::path results) : results_(std::move(results)) {}
+
+  // Whether a non-JSON file names its commit; `p` lies under results_.
+  bool names_commit(const fs::path& p) {
+    if (head_names_commit(p)) return true;
+    for (const auto& part : fs::relative(p, results_))
+      if (names_hash(part.string())) return true;
+    if (listed_in_commits(p)) return true;
+    // README.md or env files of its folder and the folders above it, down to
+    // results/<machine>/<topic>/ (results/README.md is the index, not a
+    // record: it would cover everything).
+    for (fs::path d = p.parent_path();; d = d.parent_path()) {
+      const fs::path rel = fs::relative(d, results_);
+      if (std::distance(rel.begin(), rel.end()) < 2) return false;
+      if (folder_names_commit(d)) return true;
+    }
+  }
+
+ private:
+  bool listed_in_commits(const fs::path& p) {
+    const fs::path list = p.parent_path() / "COMMITS";
+    if (!fs::exists(list)) return false;
+    std::istringstream in(read_all(list));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream w(line);
+      std::string name, commit;
+      if (w >> name >> commit && name == p.filename().string() && is_commit_value(commit)) return true;
+    }
+    return false;
+  }
+
+  bool folder_names_commit(const fs::path& d) {
+    const auto it = folders_.find(d.string());
+    if (it != folders_.end()) return it->second;
+    bool named = false;
+    for (const auto& e : fs::directory_iterator(d)) {
+      if (!e.is_regular_file()) continue;
+      const std::string n = e.path().filename().string();
+      const bool env = n.find("env") != std::string::npos && e.path().extension() == ".txt";
+      if ((n == "README.md" || env) && names_hash(read_all(e.path()))) {
+        named = true;
+        break;
+      }
+    }
+    folders_[d.string()] = named;
+    return named;
+  }
+
+  fs::path results_;
+  std::map<std::string, bool> folders_;
+};
+
+TEST(ResultsProvenance, TheCheckRefusesRecordsWithoutACommit) {
+  std::string why;
+  EXPECT_FALSE(record_commit(json::parse(R"({"date": "2026-12-01", "rows": []})"), &why));
+  EXPECT_FALSE(record_commit(json::parse(R"({"commit": "unknown"})"), &why));
+  EXPECT_NE(why.find("unknown"), std::string::npos) << why;
+  EXPECT_FALSE(record_commit(json::parse(R"({"commit": ""})"), &why));
+  EXPECT_FALSE(record_commit(json::parse(R"({"commit": 60})"), &why));
+  EXPECT_FALSE(record_commit(json::parse(R"({"commit": "60de2a"})"), &why));  // 6 digits: too short
+  EXPECT_FALSE(record_commit(json::parse(R"({"commit": "60DE2A8941C1"})"), &why));
+  EXPECT_FALSE(record_commit(json::parse(R"({"sources": [{"commit": "897cf8e41c2c"}, {"file": "b.json"}]})"), &why));
+  EXPECT_FALSE(record_commit(json::parse(R"([{"commit": "897cf8e41c2c"}])"), &why));
+  EXPECT_EQ(record_commit(json::parse(R"({"commit": "60de2a8941c1"})"), &why), "60de2a8941c1");
+  EXPECT_EQ(record_commit(json::parse(R"({"commit": "0b6c9b6a3c9a-dirty"})"), &why), "0b6c9b6a3c9a-dirty");
+  EXPECT_EQ(record_commit(json::parse(R"({"provenance": {"commit": "49ba6cdcaea3"}})"), &why), "49ba6cdcaea3");
+  EXPECT_EQ(record_commit(json::parse(R"({"measured": {"commit": "5752a3e03b6e"}})"), &why), "5752a3e03b6e");
+  EXPECT_EQ(record_commit(json::parse(R"({"fitted_by_commit": "cd1ff62c1b62"})"), &why), "cd1ff62c1b62");
+  EXPECT_EQ(
+      record_commit(json::parse(R"({"sources": [{"commit": "897cf8e41c2c"}, {"commit": "897cf8e41c2c"}]})"), &why),
+      "897cf8e41c2c");
+  // In text: a hash, not a size or a word.
+  EXPECT_TRUE(names_hash("# commit: 49ba6cdcaea3"));
+  EXPECT_TRUE(names_hash("tests-05987eb"));
+  EXPECT_FALSE(names_hash("visible-host-K132-V1047552-G10000.csv"));
+  EXPECT_FALSE(names_hash("commit: unknown, 1980 MHz, deadbeef"));
+}
+
+TEST(ResultsProvenance, EveryResultFileNamesItsCommit) {
+  const fs::path results = fs::path(XSTAGE_SOURCE_DIR) / "results";
+  ASSERT_TRUE(fs::is_directory(results)) << results;
+  Provenance prov(results);
+  int records = 0, others = 0;
+  std::vector<std::string> missing;
+  for (const auto& e : fs::recursive_directory_iterator(results)) {
+    if (!e.is_regular_file() || is_provenance_file(e.path()) || is_image(e.path())) continue;
+    const std::string rel = fs::relative(e.path(), results).string();
+    if (e.path().extension() == ".json") {
+      ++records;
+      std::string why;
+      const json doc = json::parse(read_all(e.path()), nullptr, /*allow_exceptions=*/false);
+      if (doc.is_discarded())
+        missing.push_back(rel + ": not valid JSON");
+      else if (!record_commit(doc, &why))
+        missing.push_back(rel + ": " + why);
+    } else {
+      ++others;
+      if (!prov.names_commit(e.path()))
+        missing.push_back(rel + ": no commit in its first lines, its path, COMMITS, or a README.md / env file");
+    }
+  }
+  // The tree holds a few hundred of each; far fewer means the walk went wrong.
+  EXPECT_GT(records, 300);
+  EXPECT_GT(others, 300);
+  std::string list;
+  for (const auto& m : missing) list += "\n  " + m;
+  EXPECT_TRUE(missing.empty()) << missing.size() << " result files name no commit (fill it in from the run's env "
+                               << "file or git log, saying so: see results/README.md):" << list;
+}
+
+}  // namespace
