@@ -6,7 +6,8 @@
 #   usage: scripts/device.sh [stage ...]
 #   stages: build tests sanitize probe a2a attn moe report bench usweep uquick ulong usdpa usan
 #           peerprobe multi ux2 nvsweep upipe torch visible moel moesweep duplex
-#           (default: build tests sanitize probe a2a)
+#           (default: build tests report sanitize probe a2a: README's build and main job first,
+#           so that a library version on this machine that the CPU machine lacks shows at once)
 # The exit status is 0 when every step it ran exited 0; the summary names the others.
 # Stages are whole words; `upaired` is taken as `usweep`, its name in results/. Without
 # the build stage it runs the binaries in prebuilt/ (scripts/snapshot.sh --prebuilt), and
@@ -18,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/xstage-out}
 mkdir -p "$OUT/r"
-stages=${*:-build tests sanitize probe a2a}
+stages=${*:-build tests report sanitize probe a2a}
 has() { [[ " $stages " == *" $1 "* ]]; }
 has upaired && stages+=" usweep"
 export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
@@ -351,7 +352,7 @@ if has upipe; then
   if [[ $upipe_steps == *" tests "* ]]; then
     gpu_tests u-pipe-tests 300 "$u_tests"
     san san-memcheck-ulysses-pipelined memcheck $X ulysses --ranks 3 --heads 15 --seq 300 --variants pipelined \
-      --chunks 1,2,5 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --placement host
+      --chunks 1,2,5 --row-chunks 1,3 --check --check-rows 1 -n 1 -w 0 --max-seconds 0.001 --placement host
   fi
   for part in $upipe_parts; do
     case $part in
@@ -365,8 +366,16 @@ if has upipe; then
         --check --check-rows 2 -n 3 --max-seconds 0.2 --timeout 20
     [[ $upipe_steps == *" sweep "* ]] || continue
     clocks_start "$OUT/r/ulysses/clocks-pipelined-$part.csv"
-    timed "u-pipe-$part" 420 "${run[@]}" --sweep $u_pipe --max-seconds $budget --floor-probe \
-      -o "$OUT/r/ulysses/ulysses-pipelined-$part.json" --summary-csv "$OUT/r/ulysses/ulysses-pipelined-$part.csv"
+    if [[ $part == host || $part == device ]]; then
+      # Ours (attention-only, fused, the pipelined sweep) and the torch pipeline, processes alternating
+      # (bench/ulysses_pipeline_vs_torch.py). UPIPE_SEQ: the lengths; UPIPE_ARGS: more of its arguments.
+      timed "u-pipe-$part" 560 python3 bench/ulysses_pipeline_vs_torch.py --xstage "$X" --placement "$part" \
+        --seq "${UPIPE_SEQ:-4096,8192,16384,32768}" --commit "$commit" ${UPIPE_ARGS:-} \
+        --out "$OUT/r/ulysses/pipeline-vs-torch-$part.json"
+    else
+      timed "u-pipe-$part" 420 "${run[@]}" --sweep $u_pipe --max-seconds $budget --floor-probe \
+        -o "$OUT/r/ulysses/ulysses-pipelined-$part.json" --summary-csv "$OUT/r/ulysses/ulysses-pipelined-$part.csv"
+    fi
     clocks_stop
     tail -12 "$OUT/r/u-pipe-$part.log" >"$OUT/r/u-pipe-$part-summary.txt"
   done

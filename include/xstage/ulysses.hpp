@@ -6,10 +6,12 @@
 //   sequential      the same kernel, then the communication layer's
 //                   all-to-all (copy engine, store kernel or NCCL's);
 //   pipelined       the overlap a user builds without a fused kernel: the same
-//                   kernel one chunk of heads at a time on a stream of its
-//                   own, each chunk's part of the all-to-all (any of
-//                   sequential's versions) sent on the world's streams while
-//                   the next chunk computes (include/xstage/ulysses_chunks.hpp);
+//                   kernel one chunk (heads x query rows) at a time on a
+//                   stream of its own, each chunk's part of the all-to-all
+//                   (any of sequential's versions) sent on the world's
+//                   streams while the next chunk computes, the whole run
+//                   replayed as one CUDA graph
+//                   (include/xstage/ulysses_chunks.hpp);
 //   fused           the all-to-all in the kernel's epilogue: each output row
 //                   is stored straight to its owner and flagged; receivers
 //                   wait on their flags (docs/design/ulysses.md);
@@ -23,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xstage/a2a.hpp"
@@ -60,7 +63,12 @@ struct UlyssesRun {
   TileOrder order = TileOrder::rotated;           // fused and coupled
   Completion flags = Completion::at_exit;         // fused; default by measurement (perf-log f8)
   A2aVersion a2a = A2aVersion::copy_engine;       // sequential and pipelined
-  int chunks = 0;  // pipelined: head chunks per rank, 1 .. H/P (0: default_pipeline_chunks)
+  // pipelined: head chunks per rank, 1 .. H/P, and row chunks of the
+  // sequence, 1 .. kMaxPipelineChunks; where both are 0,
+  // default_pipeline_split; where one is 0, that one is 1.
+  int chunks = 0;
+  int row_chunks = 0;
+  bool graph = true;  // pipelined: replay as one CUDA graph where the process drives one GPU
   int paced_rows = 0;  // paced: fewest rows a send carries (0: kDefaultPacedRows)
   bool test_receivers_time_out = false;  // tests only: receivers wait for a flag value no run sets
   double timeout_s = 60;                          // receivers' flag waits
@@ -86,9 +94,9 @@ StorePath default_store_path(AttentionKernel kernel, UlyssesVariant variant,
 std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVariant variant, Completion flags,
                                                      AttentionKernel kernel);
 
-// The pipelined variant's chunk count when a run names none: 2, or 1 when a
-// rank has a single head. Sweeps try several (ulysses_chunk_sweep).
-int default_pipeline_chunks(int64_t heads_per_rank);
+// The pipelined variant's (head chunks, row chunks) when a run names
+// neither: docs/RESULTS.md section 8 derives it from the chunk sweeps.
+std::pair<int, int> default_pipeline_split(int64_t heads_per_rank, int64_t S, int64_t block_m);
 
 // The paced path's default slice: 16 rows (4 KiB an SM at D = 128, one
 // 16-byte store per consumer thread), chosen by measurement (docs/perf-log.md, f8).

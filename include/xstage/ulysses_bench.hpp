@@ -28,7 +28,11 @@ struct UlyssesBenchOptions {
   std::vector<TileOrder> orders;         // fused; empty: both (coupled runs the rotated order)
   std::vector<Completion> flags;         // fused; empty: at-exit
   std::vector<A2aVersion> a2a;           // sequential and pipelined; empty: every available one
-  std::vector<int> chunks;               // pipelined head chunks a rank; empty: ulysses_chunk_sweep(H / P)
+  // Pipelined: head chunks a rank and row chunks of the sequence, every
+  // pair of the two lists at most 32 chunks in all; both empty:
+  // ulysses_pipeline_sweep at each S; one empty: {1}.
+  std::vector<int> chunks, row_chunks;
+  bool pipeline_graph = true;  // pipelined: CUDA-graph replay (UlyssesRun::graph)
   std::vector<int> paced_rows;           // paced slices to run; empty: the default (kDefaultPacedRows)
   int iters = 10, warmup = 1;
   double max_seconds_per_point = 2.0;  // fewer iterations (at least 3) when one run is long
@@ -57,6 +61,8 @@ struct UlyssesBenchRow {
   std::string variant, placement, backend, store = "-", order = "-", flags = "-", a2a = "-";
   int paced_rows = 0;  // paced: the fewest rows a send carries; 0 otherwise
   int chunks = 0;      // pipelined: head chunks a rank; 0 otherwise
+  int row_chunks = 0;  // pipelined: row chunks of the sequence (as made, ulysses_row_chunks); 0 otherwise
+  bool graph = false;  // pipelined: replayed as a CUDA graph
   int P = 0;
   int64_t B = 0, S = 0, H = 0, D = 0;
   double time_us = 0;                    // median over the rounds
@@ -80,6 +86,7 @@ struct UlyssesBenchSummary {
   double attention_only_us = 0, sequential_us = 0, pipelined_us = 0, fused_us = 0, coupled_us = 0;
   std::string sequential_a2a, pipelined_a2a;  // the best configurations' all-to-all versions
   int pipelined_chunks = 0;                   // and the best pipelined configuration's head chunks a rank
+  int pipelined_row_chunks = 0;               // and its row chunks
   std::string fused_config;  // "vector16/rotated/lagged"
   int sequential_configs = 0, pipelined_configs = 0, fused_configs = 0;  // N of each best of N
   double predicted_fused_us = 0, predicted_sequential_us = 0;

@@ -1,12 +1,18 @@
 #pragma once
-// Head chunks of the pipelined Ulysses variant (include/xstage/ulysses.hpp):
-// each rank's H/P heads are split into n chunks of consecutive heads;
-// attention runs one chunk at a time, and each chunk's part of the
-// post-attention all-to-all (heads_to_seq) is sent while the next chunk
-// computes. Here the chunks and that all-to-all narrowed to one chunk, as
-// block copies, direct or through NCCL's equal slots. CPU only.
+// Chunks of the pipelined Ulysses variant (include/xstage/ulysses.hpp): each
+// rank's H/P heads split into consecutive head ranges and the sequence into
+// row ranges (query rows: attention over a row range reads every key, so
+// row chunks are as independent as head chunks); attention runs one chunk at
+// a time, and each chunk's part of the post-attention all-to-all
+// (heads_to_seq) is sent while the next chunk computes. Row chunks are what
+// keep the sends large and few: a row range inside one rank's sequence shard
+// goes to that rank alone, one 2-D copy from each source, where a head chunk
+// sends a narrow block to every rank. Here the chunks and that all-to-all
+// narrowed to one chunk, as block copies, direct or through NCCL's equal
+// slots (head chunks only). CPU only.
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "xstage/ulysses_layout.hpp"
@@ -24,6 +30,43 @@ struct HeadRange {
 // 1 <= chunks <= heads_per_rank.
 std::vector<HeadRange> ulysses_head_chunks(int64_t heads_per_rank, int chunks);
 
+// Query rows [begin, end) of the global sequence.
+struct RowRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// Row chunk k of n starts at k S / n rounded to a multiple of `align` rows
+// (the attention kernel's BLOCK_M, so that no query tile straddles two
+// chunks); ranges that the rounding leaves empty are dropped, so fewer than n
+// may come back when S is short. Throws xstage::Error unless S >= 1,
+// align >= 1 and 1 <= chunks <= kMaxPipelineChunks.
+std::vector<RowRange> ulysses_row_chunks(int64_t S, int chunks, int64_t align);
+
+// One chunk of the pipeline: its heads of every rank and its query rows.
+struct PipelineChunk {
+  HeadRange heads;
+  RowRange rows;
+};
+
+// At most this many chunks in one pipeline (head chunks x row chunks): each
+// is an attention launch and its sends, and the sweeps stop at 32.
+inline constexpr int kMaxPipelineChunks = 256;
+
+// The chunks in the order they run: row chunk after row chunk, the head
+// chunks of each in turn (so that a row chunk's rows are complete, for every
+// head, as early as possible). Throws xstage::Error for counts out of range
+// or more than kMaxPipelineChunks chunks in all.
+std::vector<PipelineChunk> ulysses_pipeline_chunks(int64_t heads_per_rank, int head_chunks, int64_t S,
+                                                   int row_chunks, int64_t align);
+
+// (head chunks, row chunks) pairs a sweep tries when none are given: head
+// chunks from ulysses_chunk_sweep plus 1, row chunks 1, 2, 4, ... with at
+// most `max_chunks` chunks in all, and only row counts that still give
+// distinct ranges at this S (ulysses_row_chunks).
+std::vector<std::pair<int, int>> ulysses_pipeline_sweep(int64_t heads_per_rank, int64_t S, int64_t align,
+                                                        int max_chunks = 32);
+
 // The chunk counts a sweep tries when none are given: 2, 4, 8, ... below the
 // heads per rank, and the heads per rank itself (one head a chunk); {1} when
 // a rank has one head.
@@ -34,6 +77,12 @@ std::vector<int> ulysses_chunk_sweep(int64_t heads_per_rank);
 // contiguously on both sides, so narrowing shifts both offsets by h.begin
 // heads and keeps the pitches).
 std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& layout, HeadRange h);
+
+// The same narrowed to the chunk's query rows as well: each block of
+// ulysses_chunk_blocks cut to the rows it shares with the chunk (blocks
+// without any are left out); the pitches stay, the offsets move down by the
+// rows skipped.
+std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& layout, const PipelineChunk& c);
 
 // NCCL's all-to-all of one chunk: each chunk has its own region of the send
 // and receive stages (nccl_stage_bytes in all, chunk after chunk), holding P

@@ -121,7 +121,7 @@ void run_moe_gemm(MoeArgs& a) {
   }();
   const size_t H = size_t(a.hidden), I = size_t(a.inter);
   o.x = load(a.x_path, "--x", {rows, H});
-  o.h = load(a.h_path, "--h", {rows, I});
+  o.h = load(a.h_path, "--act", {rows, I});
   o.w13 = load(a.w13_path, "--w13", {E, 2 * I, H});
   o.w2 = load(a.w2_path, "--w2", {E, H, I});
   o.weights = load(a.weights_path, "--weights", {rows});
@@ -223,7 +223,7 @@ void add_moe_gemm_command(CLI::App& app) {
   sub->add_option("--warmup", a->warmup, "Warm-up runs before timing")->capture_default_str();
   sub->add_option("--iters", a->iters, "Timed runs (default: about 0.5 s worth, 5..100)");
   sub->add_option("--x", a->x_path, "Tokens as .npy [rows, hidden] (float32 or float16), rows grouped by expert");
-  sub->add_option("--h", a->h_path, "L2's input as .npy [rows, inter] (--gemm l2)");
+  sub->add_option("--act", a->h_path, "L2's input, the SwiGLU activations, as .npy [rows, inter] (--gemm l2)");
   sub->add_option("--w13", a->w13_path, "Gate and up weights .npy [experts, 2 inter, hidden]: gate rows, then up rows");
   sub->add_option("--w2", a->w2_path, "Down weights .npy [experts, hidden, inter]");
   sub->add_option("--weights", a->weights_path, "Routing weight of each row, .npy [rows] (implies --routing-weights)");

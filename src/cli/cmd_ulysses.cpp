@@ -27,7 +27,8 @@ struct UlyssesArgs {
   std::vector<int64_t> seqs;
   bool sweep = false, check = false, floor_probe = false;
   std::vector<std::string> variants, stores, orders, flags, a2a;
-  std::vector<int> paced_rows, chunks;
+  std::vector<int> paced_rows, chunks, row_chunks;
+  std::string pipeline_graph = "on";
   double max_seconds = 2.0, timeout_s = 60;
   uint64_t seed = 1;
   OutputFlags out;
@@ -60,6 +61,8 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   }
   for (const auto& v : a.a2a) o.a2a.push_back(parse_a2a_version(v));
   o.chunks = a.chunks;
+  o.row_chunks = a.row_chunks;
+  o.pipeline_graph = a.pipeline_graph == "on";
   o.floor_probe = a.floor_probe;
   o.paced_rows = a.paced_rows;
   o.iters = a.iters, o.warmup = a.warmup, o.max_seconds_per_point = a.max_seconds;
@@ -111,7 +114,9 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
     rows.push_back({{"variant", r.variant}, {"placement", r.placement}, {"backend", r.backend}, {"P", r.P}, {"B", r.B},
                     {"S", r.S}, {"H", r.H}, {"D", r.D}, {"store", label(r.store)}, {"order", label(r.order)},
                     {"flags", label(r.flags)}, {"a2a", label(r.a2a)}, {"paced_rows", r.paced_rows},
-                    {"chunks", r.chunks > 0 ? nlohmann::json(r.chunks) : none}, {"time_us", r.time_us},
+                    {"chunks", r.chunks > 0 ? nlohmann::json(r.chunks) : none},
+                    {"row_chunks", r.row_chunks > 0 ? nlohmann::json(r.row_chunks) : none},
+                    {"graph", r.variant == "pipelined" ? nlohmann::json(r.graph) : none}, {"time_us", r.time_us},
                     {"time_min_us", r.time_min_us}, {"time_max_us", r.time_max_us}, {"enqueue_us", r.enqueue_us},
                     {"iters", r.iters}, {"check", label(r.check)}, {"predicted_time_us", opt(r.predicted_time_us)},
                     {"residual_paired", opt(r.residual_paired)}});
@@ -123,12 +128,14 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
     nlohmann::json all = nlohmann::json::array();  // every pipelined configuration of this S
     for (const auto& r : rep.rows)
       if (r.S == s.S && r.variant == "pipelined")
-        all.push_back({{"a2a", r.a2a}, {"chunks", r.chunks}, {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
+        all.push_back({{"a2a", r.a2a}, {"chunks", r.chunks}, {"row_chunks", r.row_chunks}, {"graph", r.graph},
+                       {"time_us", r.time_us}, {"time_min_us", r.time_min_us},
                        {"time_max_us", r.time_max_us}, {"enqueue_us", r.enqueue_us},
                        {"residual_paired", opt(r.residual_paired)}});
     const nlohmann::json selection =
         s.pipelined_configs > 0
-            ? nlohmann::json(fmt::format("best of {} configurations (all-to-all version x head chunks a rank), by "
+            ? nlohmann::json(fmt::format("best of {} configurations (all-to-all version x head chunks a rank x row "
+                                         "chunks), by "
                                          "least {}; every configuration's time is in pipelined_all and rows",
                                          s.pipelined_configs,
                                          s.residual_pipelined_rounds.empty() ? "median time" : "paired residual"))
@@ -144,6 +151,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
          {"sequential_a2a", seq ? nlohmann::json(s.sequential_a2a) : none},
          {"pipelined_a2a", pipe ? nlohmann::json(s.pipelined_a2a) : none},
          {"pipelined_chunks", pipe ? nlohmann::json(s.pipelined_chunks) : none},
+         {"pipelined_row_chunks", pipe ? nlohmann::json(s.pipelined_row_chunks) : none},
          {"sequential_configs", s.sequential_configs},
          {"pipelined_configs", s.pipelined_configs},
          {"fused_configs", s.fused_configs},
@@ -203,7 +211,7 @@ nlohmann::json to_json(const UlyssesBenchReport& rep, const UlyssesBenchOptions&
 // where a variant did not run (or no floor rate was known).
 std::string summary_csv(const UlyssesBenchReport& rep) {
   Table t({"S", "attention_only_us", "sequential_us", "sequential_a2a", "sequential_configs", "pipelined_us",
-           "pipelined_a2a", "pipelined_chunks", "pipelined_configs", "fused_us", "fused_config", "fused_configs",
+           "pipelined_a2a", "pipelined_chunks", "pipelined_row_chunks", "pipelined_configs", "fused_us", "fused_config", "fused_configs",
            "coupled_us", "speedup_fused_over_sequential", "speedup_fused_over_pipelined", "residual_fused",
            "residual_pipelined", "predicted_residual", "floor_us", "fused_over_floor", "fused_over_floor_paired",
            "floor_R_Bps", "floor_source"});
@@ -213,7 +221,8 @@ std::string summary_csv(const UlyssesBenchReport& rep) {
                fused = x.fused_us > 0, floor = x.floor_us > 0;
     t.add({std::to_string(x.S), num(att, x.attention_only_us, 3), num(seq, x.sequential_us, 3), x.sequential_a2a,
            std::to_string(x.sequential_configs), num(pipe, x.pipelined_us, 3), x.pipelined_a2a,
-           pipe ? std::to_string(x.pipelined_chunks) : "", std::to_string(x.pipelined_configs),
+           pipe ? std::to_string(x.pipelined_chunks) : "", pipe ? std::to_string(x.pipelined_row_chunks) : "",
+           std::to_string(x.pipelined_configs),
            num(fused, x.fused_us, 3), x.fused_config, std::to_string(x.fused_configs), num(x.coupled_us > 0, x.coupled_us, 3),
            num(fused && seq, x.speedup(), 4), num(fused && pipe, x.speedup_over_pipelined(), 4),
            num(fused && att, x.residual(), 5), num(pipe && att, x.pipelined_residual(), 5),
@@ -239,7 +248,8 @@ void run_ulysses(const UlyssesArgs& a) {
     case Format::csv: {  // the rows, as --json has them
       nlohmann::json rows = j["rows"];
       std::cout << csv_of({"variant", "placement", "backend", "P", "B", "S", "H", "D", "store", "order", "flags", "a2a",
-                           "paced_rows", "chunks", "time_us", "time_min_us", "time_max_us", "enqueue_us", "iters",
+                           "paced_rows", "chunks", "row_chunks", "graph", "time_us", "time_min_us", "time_max_us",
+                           "enqueue_us", "iters",
                            "check", "predicted_time_us", "residual_paired"},
                           rows);
       return;
@@ -252,7 +262,8 @@ void run_ulysses(const UlyssesArgs& a) {
            "check"});
   for (const auto& r : rep.rows)
     t.add({std::to_string(r.S), r.variant, r.paced_rows > 0 ? fmt::format("{}({})", r.store, r.paced_rows) : r.store,
-           r.order, r.flags, r.a2a, r.chunks > 0 ? std::to_string(r.chunks) : "-", format_ns(r.time_us * 1e3),
+           r.order, r.flags, r.a2a, r.chunks > 0 ? fmt::format("{}x{}", r.chunks, r.row_chunks) : "-",
+           format_ns(r.time_us * 1e3),
            r.predicted_time_us ? format_ns(*r.predicted_time_us * 1e3) : "-",
            r.residual_paired ? fmt::format("{:+.1f}%", 100 * *r.residual_paired) : "-", std::to_string(r.iters), r.check});
   std::cout << t.text() << "\n";
@@ -266,8 +277,9 @@ void run_ulysses(const UlyssesArgs& a) {
            x.sequential_us > 0 ? fmt::format("{} {} (best of {})", format_ns(x.sequential_us * 1e3), x.sequential_a2a,
                                              x.sequential_configs)
                                : "-",
-           x.pipelined_us > 0 ? fmt::format("{} {}/{} (best of {})", format_ns(x.pipelined_us * 1e3), x.pipelined_a2a,
-                                            x.pipelined_chunks, x.pipelined_configs)
+           x.pipelined_us > 0 ? fmt::format("{} {}/{}x{} (best of {})", format_ns(x.pipelined_us * 1e3),
+                                            x.pipelined_a2a, x.pipelined_chunks, x.pipelined_row_chunks,
+                                            x.pipelined_configs)
                               : "-",
            x.fused_us > 0 ? fmt::format("{} {} (best of {})", format_ns(x.fused_us * 1e3), x.fused_config,
                                         x.fused_configs)
@@ -299,8 +311,8 @@ void run_ulysses(const UlyssesArgs& a) {
 void add_ulysses_command(CLI::App& app) {
   auto a = std::make_shared<UlyssesArgs>();
   auto* sub = app.add_subcommand("ulysses", "Ulysses attention with the output all-to-all: attention-only, "
-                                            "sequential, pipelined (head chunks, each sent while the next "
-                                            "computes), fused (all-to-all in the epilogue) and coupled, over S");
+                                            "sequential, pipelined (head x row chunks, each sent while the "
+                                            "next computes, one CUDA graph), fused (all-to-all in the epilogue) and coupled, over S");
   sub->add_option("--seq", a->seqs, "Total sequence lengths S (comma-separated; default 4096)")->delimiter(',');
   sub->add_flag("--sweep", a->sweep, "S = 4096, 8192, ..., 131072");
   sub->add_option("--batch", a->batch, "Batch B")->capture_default_str();
@@ -317,9 +329,18 @@ void add_ulysses_command(CLI::App& app) {
   sub->add_option("--variants", a->variants, "Subset of attention-only,sequential,pipelined,fused,coupled")
       ->delimiter(',');
   sub->add_option("--chunks", a->chunks,
-                  "Pipelined: head chunks a rank, one run per value, 1 .. H/P (default 2, 4, 8, ... below H/P, and "
-                  "H/P; the summary reports the best and of how many)")
+                  "Pipelined: head chunks a rank, one run per value, 1 .. H/P (with --row-chunks, every pair; "
+                  "neither: at each S, head chunks 1, 2, 4, ... and H/P by row chunks 1, 2, 4, ..., at most 32 "
+                  "chunks in all; the summary reports the best and of how many)")
       ->delimiter(',');
+  sub->add_option("--row-chunks", a->row_chunks,
+                  "Pipelined: row chunks of the sequence (query rows; starts on the kernel's tile rows), one run per "
+                  "value; not with the nccl all-to-all")
+      ->delimiter(',');
+  sub->add_option("--pipeline-graph", a->pipeline_graph,
+                  "Pipelined: replay each run as one CUDA graph (on) or enqueue it stream by stream (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   sub->add_option("--stores", a->stores, "Fused store paths: vector16,vector16-wt,vector16-cs,bulk,paced,paced-bulk,paced-warp (default vector16,bulk and paced-warp; paced with --kernel mma)")->delimiter(',');
   sub->add_option("--orders", a->orders, "Fused tile orders: linear,rotated (default both)")->delimiter(',');
   sub->add_option("--flags", a->flags, "Fused flag timing: lagged,eager,at-exit (default at-exit)")->delimiter(',');

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "option_names.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 #include "util/utc_now.hpp"
@@ -72,6 +73,12 @@ int main(int argc, char** argv) {
   add_visible_command(app);
   add_duplex_command(app);
   app.set_version_flag("--version", std::string("xstage ") + XSTAGE_VERSION + " (" + xstage::build_commit() + ")");
+  try {
+    check_option_names(app);  // what a newer CLI11 would refuse at start-up, refused here on any version
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xstage: internal error: %s\n", e.what());
+    return 3;
+  }
   if (argc >= 2 && std::string(argv[1]) == "help") {  // `xstage help [command]`, as people type it
     CLI::App* sub = argc >= 3 ? find_command(app, argv[2]) : nullptr;
     std::cout << (sub ? sub->help() : app.help());

@@ -184,8 +184,111 @@ TEST(UlyssesChunkBlocks, PackedSlotsThroughAnAllToAllAssembleTheWholeOutput) {
 
 TEST(UlyssesChunkBlocks, RejectsHeadRangesOutsideARank) {
   const UlyssesLayout l({1, 10, 6, 4, 2, 2});  // 3 heads a rank
-  EXPECT_THROW(ulysses_chunk_blocks(l, {0, 0}), Error);
-  EXPECT_THROW(ulysses_chunk_blocks(l, {2, 4}), Error);
-  EXPECT_THROW(ulysses_chunk_blocks(l, {-1, 1}), Error);
-  EXPECT_NO_THROW(ulysses_chunk_blocks(l, {0, 3}));
+  EXPECT_THROW(ulysses_chunk_blocks(l, HeadRange{0, 0}), Error);
+  EXPECT_THROW(ulysses_chunk_blocks(l, HeadRange{2, 4}), Error);
+  EXPECT_THROW(ulysses_chunk_blocks(l, HeadRange{-1, 1}), Error);
+  EXPECT_NO_THROW(ulysses_chunk_blocks(l, HeadRange{0, 3}));
+}
+
+TEST(UlyssesRowChunks, RangesCoverTheSequenceOnceAndStartOnTileRows) {
+  for (int64_t S : {1, 2, 127, 128, 129, 333, 1000, 4096, 8191, 32768 + 7})
+    for (int64_t align : {1, 64, 128})
+      for (int n = 1; n <= 40; ++n) {
+        const auto rows = ulysses_row_chunks(S, n, align);
+        SCOPED_TRACE("S " + std::to_string(S) + " align " + std::to_string(align) + " n " + std::to_string(n));
+        ASSERT_FALSE(rows.empty());
+        ASSERT_LE(rows.size(), size_t(n));
+        int64_t next = 0;
+        for (const RowRange& r : rows) {
+          EXPECT_EQ(r.begin, next);
+          EXPECT_GE(r.size(), 1);
+          EXPECT_EQ(r.begin % align, 0) << "a tile would straddle two chunks";
+          next = r.end;
+        }
+        EXPECT_EQ(next, S);
+        if (S >= int64_t(n) * align && S % (int64_t(n) * align) == 0) EXPECT_EQ(rows.size(), size_t(n));
+      }
+  EXPECT_EQ(ulysses_row_chunks(4096, 8, 128).size(), 8u);
+  EXPECT_EQ(ulysses_row_chunks(4096, 8, 128)[1].begin, 512);
+  EXPECT_THROW(ulysses_row_chunks(0, 1, 128), Error);
+  EXPECT_THROW(ulysses_row_chunks(10, 0, 128), Error);
+  EXPECT_THROW(ulysses_row_chunks(10, kMaxPipelineChunks + 1, 1), Error);
+  EXPECT_THROW(ulysses_row_chunks(10, 1, 0), Error);
+}
+
+TEST(UlyssesRowChunks, TheSweepStaysWithinItsChunkBudgetAndStopsWhereSIsTooShort) {
+  const auto sweep = ulysses_pipeline_sweep(3, 4096, 128);  // 24 heads on 8 emulated ranks
+  EXPECT_EQ(sweep.front(), std::make_pair(1, 1));
+  for (const auto& [h, r] : sweep) EXPECT_LE(h * r, 32);
+  EXPECT_NE(std::find(sweep.begin(), sweep.end(), std::make_pair(1, 32)), sweep.end());
+  EXPECT_NE(std::find(sweep.begin(), sweep.end(), std::make_pair(3, 8)), sweep.end());
+  EXPECT_EQ(std::find(sweep.begin(), sweep.end(), std::make_pair(3, 16)), sweep.end());
+  // 300 rows, 128-row tiles: at most 3 ranges, so row chunks stop at 2 (4 would give 3 only... or repeat).
+  for (const auto& [h, r] : ulysses_pipeline_sweep(3, 300, 128)) EXPECT_LE(r, 4) << h << "x" << r;
+  EXPECT_EQ(ulysses_pipeline_sweep(1, 1, 128), (std::vector<std::pair<int, int>>{{1, 1}}));
+}
+
+TEST(UlyssesRowChunks, EveryHeadAndRowSplitAssemblesTheWholeAllToAll) {
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 150; ++trial) {
+    const UlyssesShape s = random_shape(rng);
+    const UlyssesLayout l(s);
+    const RankBuffers in = random_head_shards(l, rng);
+    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, in);
+    const int64_t align = std::uniform_int_distribution<int>(1, 4)(rng);
+    for (int h = 1; h <= l.heads_per_rank(); ++h)
+      for (int n : {1, 2, 3, 5, 8}) {
+        SCOPED_TRACE(describe(s, h) + " row chunks " + std::to_string(n) + " align " + std::to_string(align));
+        RankBuffers out = poisoned_seq_shards(l);
+        for (const PipelineChunk& c : ulysses_pipeline_chunks(l.heads_per_rank(), h, s.S, n, align))
+          apply_blocks(ulysses_chunk_blocks(l, c), in, out);
+        EXPECT_EQ(out, want);
+      }
+  }
+}
+
+TEST(UlyssesRowChunks, AChunkWritesOnlyItsOwnRowsAndHeads) {
+  std::mt19937_64 rng(24);
+  for (int trial = 0; trial < 100; ++trial) {
+    const UlyssesShape s = random_shape(rng);
+    const UlyssesLayout l(s);
+    const int64_t hl = l.heads_per_rank();
+    const RankBuffers in = random_head_shards(l, rng);
+    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, in);
+    const int h = std::uniform_int_distribution<int>(1, int(hl))(rng);
+    const int n = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (const PipelineChunk& c : ulysses_pipeline_chunks(hl, h, s.S, n, 2)) {
+      RankBuffers out = poisoned_seq_shards(l);
+      const auto blocks = ulysses_chunk_blocks(l, c);
+      size_t bytes = 0;
+      for (const BlockCopy& b : blocks) bytes += b.bytes();
+      EXPECT_EQ(bytes, size_t(s.B) * size_t(c.rows.size()) * size_t(s.P) * size_t(c.heads.size()) * l.row_bytes())
+          << "the chunk's cells, each once";
+      apply_blocks(blocks, in, out);
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t q = 0; q < s.S; ++q)
+          for (int64_t hg = 0; hg < s.H; ++hg) {
+            const int r = l.seq_owner(q);
+            const size_t at = l.seq_sharded_offset(b, q, hg);
+            const int64_t local = hg % hl;
+            const bool mine = local >= c.heads.begin && local < c.heads.end && q >= c.rows.begin && q < c.rows.end;
+            const auto first = out[size_t(r)].begin() + long(at);
+            const std::vector<uint8_t> got(first, first + long(l.row_bytes()));
+            const std::vector<uint8_t> expected =
+                mine ? std::vector<uint8_t>(want[size_t(r)].begin() + long(at),
+                                            want[size_t(r)].begin() + long(at + l.row_bytes()))
+                     : std::vector<uint8_t>(l.row_bytes(), 0xEE);
+            ASSERT_EQ(got, expected) << "b " << b << " row " << q << " head " << hg;
+          }
+    }
+  }
+}
+
+TEST(UlyssesRowChunks, ARowRangeInsideOneShardSendsOneBlockFromEachSource) {
+  const UlyssesLayout l({1, 4096, 24, 128, 8, 2});  // FLUX on 8 ranks: 512 rows a shard
+  const auto chunks = ulysses_pipeline_chunks(3, 1, 4096, 16, 128);
+  ASSERT_EQ(chunks.size(), 16u);
+  for (const PipelineChunk& c : chunks) EXPECT_EQ(ulysses_chunk_blocks(l, c).size(), 8u);
+  EXPECT_THROW(ulysses_chunk_blocks(l, PipelineChunk{{0, 3}, {4000, 4097}}), Error);
+  EXPECT_THROW(ulysses_pipeline_chunks(3, 3, 4096, kMaxPipelineChunks, 1), Error);  // 768 chunks
 }

@@ -65,6 +65,14 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel, int64_t heads_per_rank
       p.a2a = a, p.chunks = n;
       runs.push_back(p);
     }
+    // Row chunks (ranges across shard boundaries with 3), with heads, and
+    // stream by stream as well as replayed as a graph.
+    for (auto [h, rows] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{int(heads_per_rank), 5}})
+      for (bool graph : {true, false}) {
+        UlyssesRun p{UlyssesVariant::pipelined};
+        p.a2a = a, p.chunks = h, p.row_chunks = rows, p.graph = graph;
+        runs.push_back(p);
+      }
   }
   for (UlyssesVariant v : {UlyssesVariant::fused, UlyssesVariant::coupled})
     for (StorePath s : {StorePath::vector16, StorePath::vector16_wt, StorePath::vector16_cs,
@@ -83,7 +91,8 @@ std::vector<UlyssesRun> every_run(AttentionKernel kernel, int64_t heads_per_rank
 
 std::string describe(const UlyssesRun& r) {
   return to_string(r.variant) + " " + (r.store ? to_string(*r.store) : std::string("default")) + " " + to_string(r.order) + " " + to_string(r.flags) + " " +
-         to_string(r.a2a) + " chunks " + std::to_string(r.chunks);
+         to_string(r.a2a) + " chunks " + std::to_string(r.chunks) + "x" + std::to_string(r.row_chunks) +
+         (r.graph ? " graph" : " streams");
 }
 
 class UlyssesEmulated : public testing::TestWithParam<Case> {};
@@ -170,7 +179,12 @@ TEST(UlyssesEmulatedPipelined, RefusesChunkCountsOutsideARanksHeadsAndNcclOffThe
   r.chunks = 4;
   expect_error(r, "4 head chunks of 3 heads a rank: expected 1 .. 3");
   r.chunks = -1;
-  expect_error(r, "pipelined chunks: expected 1 .. 3 (0: the default 2), got -1");
+  expect_error(r, "pipelined chunks: expected 1 .. 3 (0: the default), got -1");
+  r.chunks = 1, r.row_chunks = -1;
+  expect_error(r, "pipelined row chunks: expected 1 .. 256 (0: the default), got -1");
+  r.row_chunks = 257;
+  expect_error(r, "257 row chunks: expected 1 .. 256");
+  r.row_chunks = 0;
   r.chunks = 2, r.a2a = A2aVersion::nccl;
   expect_error(r, "the nccl all-to-all is not available on the emulated backend");
   // After the refusals the variant still runs, with the default chunk count.
@@ -312,10 +326,11 @@ std::vector<std::map<std::string, std::string>> csv_rows(const std::string& out)
 
 TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
   XSTAGE_NEED_GPUS(1);
-  const CliRun r = run_cli("ulysses --ranks 4 --heads 8 --head-dim 64 --seq 300,1000 --check -n 2 --csv");
+  const CliRun r = run_cli("ulysses --ranks 4 --heads 8 --head-dim 64 --seq 300,1000 --check -n 2 --chunks 2 "
+                           "--row-chunks 1,3 --csv");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,paced_rows,chunks,time_us,"
-                       "time_min_us,time_max_us,enqueue_us,iters,check,predicted_time_us,residual_paired"),
+  EXPECT_NE(r.out.find("variant,placement,backend,P,B,S,H,D,store,order,flags,a2a,paced_rows,chunks,row_chunks,graph,"
+                       "time_us,time_min_us,time_max_us,enqueue_us,iters,check,predicted_time_us,residual_paired"),
             std::string::npos)
       << r.out;
   for (const char* v : {"attention-only,host", "sequential,host", "pipelined,host", "fused,host", "coupled,host"})
@@ -330,12 +345,14 @@ TEST(UlyssesCommand, ChecksBenchmarksAndPredicts) {
     if (row["variant"] == "pipelined") {
       EXPECT_EQ(row["check"], "ok") << r.out;
       EXPECT_TRUE(row["a2a"] == "copy-engine" || row["a2a"] == "store-kernel") << row["a2a"];
-      EXPECT_EQ(row["chunks"], "2") << "2 heads a rank: the sweep's one chunk count, 2\n" << r.out;
+      EXPECT_EQ(row["chunks"], "2") << r.out;
+      EXPECT_TRUE(row["row_chunks"] == "1" || row["row_chunks"] == "2" || row["row_chunks"] == "3") << r.out;
+      EXPECT_EQ(row["graph"], "true") << r.out;
       ++pipelined_ok;
     }
   }
   EXPECT_EQ(fused_ok, 2 * 3 * 2) << r.out;  // 2 lengths x 3 stores (vector16, bulk, paced) x 2 orders
-  EXPECT_EQ(pipelined_ok, 2 * 2) << r.out;  // 2 lengths x (copy-engine, store-kernel) x chunks {2}
+  EXPECT_EQ(pipelined_ok, 2 * 2 * 2) << r.out;  // 2 lengths x (copy-engine, store-kernel) x chunks {2x1, 2x3}
 }
 
 TEST(UlyssesCommand, TimesEveryConfigurationRightAfterAnAttentionOnlyRunAndPairsTheResiduals) {
@@ -386,7 +403,7 @@ TEST(UlyssesCommand, SummarisesPipelinedAsTheBestOfItsConfigurationsBesideTheFlo
       std::filesystem::temp_directory_path() / ("xstage-ulysses-summary-" + std::to_string(getpid()) + ".csv");
   // 3 heads a rank: chunk counts 2 and 3, each with both all-to-all versions.
   const CliRun r = run_cli("ulysses --ranks 2 --heads 6 --head-dim 64 --seq 700 --variants "
-                           "attention-only,sequential,pipelined,fused --stores bulk --orders rotated -n 3 "
+                           "attention-only,sequential,pipelined,fused --chunks 2,3 --stores bulk --orders rotated -n 3 "
                            "--max-seconds 100 --check --check-rows 2 --json --summary-csv " + csv_path.string());
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));

@@ -48,7 +48,14 @@ UlyssesVariant parse_ulysses_variant(std::string_view t) {
 
 bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }
 
-int default_pipeline_chunks(int64_t heads_per_rank) { return heads_per_rank >= 2 ? 2 : 1; }
+std::pair<int, int> default_pipeline_split(int64_t heads_per_rank, int64_t S, int64_t block_m) {
+  (void)heads_per_rank;
+  // Provisional until the sweep: row chunks of at least 512 query rows, as
+  // many as 32 (each such chunk still holds several tiles per head and rank).
+  int rows = 1;
+  while (rows < 32 && S / (2 * rows) >= 512) rows *= 2;
+  return {1, int(ulysses_row_chunks(S, rows, block_m).size())};
+}
 
 namespace {
 bool sent_by_producer(StorePath s) { return s == StorePath::paced_bulk || s == StorePath::paced_warp; }
@@ -232,7 +239,7 @@ struct UlyssesAttention::Impl {
     flags = &w.alloc_flags(size_t(flag_slots));
     std::vector<ulysses_detail::PipelineGroup> pg;
     for (const Group& g : groups) pg.push_back({g.rank_base, g.n, g.device, g.stream, g.q, g.k, g.v, g.o});
-    pipeline = std::make_unique<ulysses_detail::UlyssesPipeline>(w, std::move(pg), B, Hl, D, kernel);
+    pipeline = std::make_unique<ulysses_detail::UlyssesPipeline>(w, std::move(pg), B, Hl, D, kernel, bm);
   }
 
   const Group& group_of(int rank) const {
@@ -428,9 +435,17 @@ void UlyssesAttention::enqueue(const UlyssesRun& run) {
     }
     case UlyssesVariant::pipelined:
       if (run.chunks < 0)
-        throw Error(fmt::format("ulysses: pipelined chunks: expected 1 .. {} (0: the default {}), got {}", m.Hl,
-                                default_pipeline_chunks(m.Hl), run.chunks));
-      m.pipeline->enqueue(run.a2a, run.chunks > 0 ? run.chunks : default_pipeline_chunks(m.Hl));
+        throw Error(fmt::format("ulysses: pipelined chunks: expected 1 .. {} (0: the default), got {}", m.Hl,
+                                run.chunks));
+      if (run.row_chunks < 0)
+        throw Error(fmt::format("ulysses: pipelined row chunks: expected 1 .. {} (0: the default), got {}",
+                                kMaxPipelineChunks, run.row_chunks));
+      {
+        const auto dflt = default_pipeline_split(m.Hl, m.layout->shape().S, m.bm);
+        const int hc = run.chunks > 0 ? run.chunks : run.row_chunks > 0 ? 1 : dflt.first;
+        const int rc = run.row_chunks > 0 ? run.row_chunks : run.chunks > 0 ? 1 : dflt.second;
+        m.pipeline->enqueue(run.a2a, hc, rc, run.graph);
+      }
       break;
     case UlyssesVariant::fused:
     case UlyssesVariant::coupled:

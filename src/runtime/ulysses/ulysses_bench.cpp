@@ -28,7 +28,7 @@ namespace {
 // "attention-only".
 std::string config_label(const UlyssesBenchRow& r) {
   if (r.variant == "sequential") return r.variant + " " + r.a2a;
-  if (r.variant == "pipelined") return fmt::format("{} {}/{}", r.variant, r.a2a, r.chunks);
+  if (r.variant == "pipelined") return fmt::format("{} {}/{}x{}", r.variant, r.a2a, r.chunks, r.row_chunks);
   if (r.store == "-") return r.variant;
   return r.variant + " " + r.store + (r.paced_rows > 0 ? fmt::format("({})", r.paced_rows) : "") + "/" + r.order +
          "/" + r.flags;
@@ -85,9 +85,23 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
       throw Error(fmt::format("--chunks {}: a rank holds {} heads (H / P = {} / {}); expected 1 .. {} chunks", n,
                               o.heads / o.world.ranks, o.heads, o.world.ranks, o.heads / o.world.ranks));
   }
-  if (!o.chunks.empty() && !o.variants.empty() &&
+  for (int n : o.row_chunks)
+    if (n < 1 || n > kMaxPipelineChunks)
+      throw Error(fmt::format("--row-chunks: expected row chunks 1 .. {}, got {}", kMaxPipelineChunks, n));
+  for (int h : o.chunks.empty() ? std::vector<int>{1} : o.chunks)
+    for (int n : o.row_chunks.empty() ? std::vector<int>{1} : o.row_chunks)
+      if (h * n > kMaxPipelineChunks)
+        throw Error(fmt::format("--chunks {} x --row-chunks {}: expected at most {} chunks in all", h, n,
+                                kMaxPipelineChunks));
+  if ((!o.chunks.empty() || !o.row_chunks.empty()) && !o.variants.empty() &&
       std::find(o.variants.begin(), o.variants.end(), UlyssesVariant::pipelined) == o.variants.end())
-    throw Error("--chunks: the head chunks of the pipelined variant, which --variants leaves out");
+    throw Error("--chunks, --row-chunks: the chunks of the pipelined variant, which --variants leaves out");
+  if (!o.row_chunks.empty() && o.row_chunks != std::vector<int>{1}) {
+    const auto versions = o.a2a.empty() ? available_versions(o.world.backend) : o.a2a;
+    if (std::find(versions.begin(), versions.end(), A2aVersion::nccl) != versions.end())
+      throw Error("--row-chunks: the nccl all-to-all's equal slots are cut by heads only; expected --row-chunks 1 "
+                  "or --a2a without nccl");
+  }
   if (o.check_rows < 0) throw Error(fmt::format("--check-rows: expected >= 0, got {}", o.check_rows));
   for (int r : o.paced_rows)
     if (r < 1) throw Error(fmt::format("--paced-rows: expected rows >= 1, got {}", r));
@@ -165,8 +179,19 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   // At exit: the best or as good on every path measured (docs/perf-log.md, f8).
   const auto flag_timings = o.flags.empty() ? std::vector{Completion::at_exit} : o.flags;
   const auto a2as = o.a2a.empty() ? available_versions(o.world.backend) : o.a2a;
-  // Head chunks a rank: H / P does not depend on S, so every S tries the same counts.
-  const auto chunk_counts = o.chunks.empty() ? ulysses_chunk_sweep(o.heads / o.world.ranks) : o.chunks;
+  // (head chunks, row chunks) pairs: given, or the sweep of each S (row chunks depend on S).
+  auto pipeline_pairs = [&](int64_t S, int64_t block_m, A2aVersion a) {
+    std::vector<std::pair<int, int>> out;
+    if (o.chunks.empty() && o.row_chunks.empty()) {
+      out = ulysses_pipeline_sweep(o.heads / o.world.ranks, S, block_m);
+    } else {
+      for (int h : o.chunks.empty() ? std::vector<int>{1} : o.chunks)
+        for (int n : o.row_chunks.empty() ? std::vector<int>{1} : o.row_chunks) out.emplace_back(h, n);
+    }
+    if (a == A2aVersion::nccl)  // equal slots cut by heads only
+      std::erase_if(out, [](const std::pair<int, int>& p) { return p.second != 1; });
+    return out;
+  };
 
   auto world = World::create(o.world);
   World& w = *world;
@@ -275,10 +300,12 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
         }
       } else if (v == UlyssesVariant::pipelined) {
         for (A2aVersion a : a2as)
-          for (int n : chunk_counts) {
-            run.a2a = a, run.chunks = n;
+          for (const auto& [h, n] : pipeline_pairs(S, ua.block_m(), a)) {
+            run.a2a = a, run.chunks = h, run.row_chunks = n, run.graph = o.pipeline_graph;
             auto row = base_row(v);
-            row.a2a = to_string(a), row.chunks = n;
+            row.a2a = to_string(a), row.chunks = h;
+            row.row_chunks = int(ulysses_row_chunks(S, n, ua.block_m()).size());
+            row.graph = o.pipeline_graph && (w.backend() != Backend::peer || w.size() == 1);
             pipe_rows.push_back(measure(run, row));
           }
       } else {
@@ -374,6 +401,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       sum.pipelined_us = rep.rows[*b].time_us;
       sum.pipelined_a2a = rep.rows[*b].a2a;
       sum.pipelined_chunks = rep.rows[*b].chunks;
+      sum.pipelined_row_chunks = rep.rows[*b].row_chunks;
       if (att_row) sum.residual_pipelined_rounds = paired(*b);
     }
     sum.sequential_configs = int(seq_rows.size());

@@ -1,5 +1,7 @@
-// Head chunks of the pipelined variant (include/xstage/ulysses_chunks.hpp). CPU only.
+// Head and row chunks of the pipelined variant (include/xstage/ulysses_chunks.hpp). CPU only.
 #include "xstage/ulysses_chunks.hpp"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -24,6 +26,70 @@ std::vector<int> ulysses_chunk_sweep(int64_t heads_per_rank) {
   std::vector<int> out;
   for (int64_t n = 2; n < heads_per_rank; n *= 2) out.push_back(int(n));
   out.push_back(int(heads_per_rank));
+  return out;
+}
+
+std::vector<RowRange> ulysses_row_chunks(int64_t S, int chunks, int64_t align) {
+  if (S < 1 || align < 1)
+    throw Error(fmt::format("pipelined: row chunks of S = {} rows aligned to {}: expected both >= 1", S, align));
+  if (chunks < 1 || chunks > kMaxPipelineChunks)
+    throw Error(fmt::format("pipelined: {} row chunks: expected 1 .. {}", chunks, kMaxPipelineChunks));
+  std::vector<RowRange> out;
+  int64_t begin = 0;
+  for (int k = 1; k <= chunks; ++k) {
+    // Rounded to the nearest multiple of align; the last ends at S.
+    const int64_t exact = S * k / chunks;
+    const int64_t end = k == chunks ? S : std::min(S, (exact + align / 2) / align * align);
+    if (end > begin) out.push_back({begin, end}), begin = end;
+  }
+  return out;
+}
+
+std::vector<PipelineChunk> ulysses_pipeline_chunks(int64_t heads_per_rank, int head_chunks, int64_t S,
+                                                   int row_chunks, int64_t align) {
+  const auto heads = ulysses_head_chunks(heads_per_rank, head_chunks);
+  const auto rows = ulysses_row_chunks(S, row_chunks, align);
+  if (int64_t(heads.size()) * int64_t(rows.size()) > kMaxPipelineChunks)
+    throw Error(fmt::format("pipelined: {} head chunks x {} row chunks: expected at most {} chunks in all",
+                            heads.size(), rows.size(), kMaxPipelineChunks));
+  std::vector<PipelineChunk> out;
+  for (const RowRange& r : rows)
+    for (const HeadRange& h : heads) out.push_back({h, r});
+  return out;
+}
+
+std::vector<std::pair<int, int>> ulysses_pipeline_sweep(int64_t heads_per_rank, int64_t S, int64_t align,
+                                                        int max_chunks) {
+  std::vector<int> heads = ulysses_chunk_sweep(heads_per_rank);
+  if (heads.front() != 1) heads.insert(heads.begin(), 1);
+  std::vector<std::pair<int, int>> out;
+  for (int h : heads) {
+    size_t distinct = 0;
+    for (int r = 1; int64_t(h) * r <= max_chunks; r *= 2) {
+      const size_t n = ulysses_row_chunks(S, r, align).size();
+      if (n <= distinct) break;  // S too short for more ranges
+      distinct = n;
+      out.emplace_back(h, r);
+    }
+  }
+  return out;
+}
+
+std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& l, const PipelineChunk& c) {
+  if (c.rows.begin < 0 || c.rows.size() < 1 || c.rows.end > l.shape().S)
+    throw Error(fmt::format("pipelined: rows [{}, {}): expected a non-empty range within the {} rows", c.rows.begin,
+                            c.rows.end, l.shape().S));
+  std::vector<BlockCopy> out;
+  for (BlockCopy b : ulysses_chunk_blocks(l, c.heads)) {
+    // heads_to_seq blocks hold the destination's whole shard: rows [seq_begin, + height).
+    const int64_t first = l.seq_begin(b.dst_rank);
+    const int64_t lo = std::max(first, c.rows.begin), hi = std::min(first + int64_t(b.height), c.rows.end);
+    if (hi <= lo) continue;
+    b.src_offset += size_t(lo - first) * b.src_pitch;
+    b.dst_offset += size_t(lo - first) * b.dst_pitch;
+    b.height = size_t(hi - lo);
+    out.push_back(b);
+  }
   return out;
 }
 

@@ -41,14 +41,33 @@ struct UlyssesPipeline::ChunkSends {
 };
 
 struct UlyssesPipeline::Plan {
-  std::vector<HeadRange> heads;
+  std::vector<PipelineChunk> chunks;
   std::vector<ChunkSends> sends;  // [chunk]
   std::vector<int> send_ranks;    // the ranks whose world streams send; each waits for every chunk's attention
+  std::vector<std::vector<void*>> done;  // [group][chunk] cudaEvent_t: the chunk's attention is done
+  // Graph replay (made on the first run that asks for it): the run captured
+  // once, and the events that order it after and before the world's streams.
+  cudaGraphExec_t exec = nullptr;
+  std::vector<void*> joins;  // [stream of the run] cudaEvent_t
+  void* after = nullptr;     // cudaEvent_t: the replay is done (on the lead stream)
+  int device = 0;            // where the events and the graph live
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {  // never throws: after a trapped kernel every call fails
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    for (auto& per_group : done)
+      for (void* e : per_group) (void)cudaEventDestroy(event(e));
+    for (void* e : joins) (void)cudaEventDestroy(event(e));
+    if (after) (void)cudaEventDestroy(event(after));
+    (void)cudaGetLastError();
+  }
 };
 
 UlyssesPipeline::UlyssesPipeline(World& world, std::vector<PipelineGroup> groups, int64_t B, int64_t heads_per_rank,
-                                 int64_t D, AttentionKernel kernel)
-    : w_(world), groups_(std::move(groups)), B_(B), Hl_(heads_per_rank), D_(D), kernel_(kernel) {
+                                 int64_t D, AttentionKernel kernel, int64_t block_m)
+    : w_(world), groups_(std::move(groups)), B_(B), Hl_(heads_per_rank), D_(D), block_m_(block_m), kernel_(kernel) {
   // A failure part way destroys what was made (the destructor does not run
   // for a constructor that throws).
   try {
@@ -60,11 +79,6 @@ UlyssesPipeline::UlyssesPipeline(World& world, std::vector<PipelineGroup> groups
       cudaEvent_t e = nullptr;
       XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       start_.push_back(e);
-      done_.emplace_back();
-      for (int64_t k = 0; k < Hl_; ++k) {
-        XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        done_.back().push_back(e);
-      }
     }
   } catch (...) {
     release();
@@ -79,12 +93,9 @@ void UlyssesPipeline::release() noexcept {
   plans_.clear();
   for (size_t i = 0; i < groups_.size(); ++i) {
     (void)cudaSetDevice(groups_[i].device);
-    if (i < done_.size())
-      for (void* e : done_[i]) (void)cudaEventDestroy(event(e));
     if (i < start_.size()) (void)cudaEventDestroy(event(start_[i]));
     if (i < compute_.size()) (void)cudaStreamDestroy(compute_[i]);
   }
-  done_.clear();
   start_.clear();
   compute_.clear();
   (void)cudaGetLastError();
@@ -102,16 +113,23 @@ size_t UlyssesPipeline::group_of(int rank) const {
   throw Error(fmt::format("pipelined: rank {} is not driven by this process", rank));
 }
 
-UlyssesPipeline::Plan UlyssesPipeline::build(A2aVersion version, int chunks) const {
+std::unique_ptr<UlyssesPipeline::Plan> UlyssesPipeline::build(const Key& key) const {
+  const auto [version, head_chunks, row_chunks] = key;
   const auto versions = available_versions(w_.backend());
   if (std::find(versions.begin(), versions.end(), version) == versions.end())
     throw Error(fmt::format("pipelined: the {} all-to-all is not available on the {} backend", to_string(version),
                             to_string(w_.backend())));
   const UlyssesLayout& l = *layout_;
   const A2aBuffers& b = *buffers_;
-  Plan p;
-  p.heads = ulysses_head_chunks(Hl_, chunks);
-  for (const HeadRange& h : p.heads) {
+  if (version == A2aVersion::nccl && row_chunks != 1)
+    throw Error(fmt::format("pipelined nccl: {} row chunks: NCCL's all-to-all moves equal slots cut by heads only; "
+                            "expected 1 row chunk (--row-chunks 1)",
+                            row_chunks));
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
+  p.chunks = ulysses_pipeline_chunks(Hl_, head_chunks, l.shape().S, row_chunks, block_m_);
+  for (const PipelineChunk& c : p.chunks) {
+    const HeadRange& h = c.heads;
     ChunkSends cs;
     if (version == A2aVersion::nccl) {
       const int r = w_.local_ranks().front();
@@ -133,7 +151,7 @@ UlyssesPipeline::Plan UlyssesPipeline::build(A2aVersion version, int chunks) con
       cs.slot_bytes = ulysses_chunk_slot_bytes(l, h);
     } else {
       std::map<int, std::pair<int, std::vector<comm::Copy2D>>> by_device;  // device -> (first rank, list)
-      for (const BlockCopy& blk : ulysses_chunk_blocks(l, h)) {
+      for (const BlockCopy& blk : ulysses_chunk_blocks(l, c)) {
         if (!w_.is_local(blk.src_rank)) continue;
         const comm::Copy2D c = copy_of(at(b.input[size_t(blk.src_rank)], blk.src_offset),
                                        at(b.output->ptrs[size_t(blk.dst_rank)], blk.dst_offset), blk);
@@ -156,33 +174,36 @@ UlyssesPipeline::Plan UlyssesPipeline::build(A2aVersion version, int chunks) con
     for (int r : ranks)
       if (std::find(p.send_ranks.begin(), p.send_ranks.end(), r) == p.send_ranks.end()) p.send_ranks.push_back(r);
   }
-  return p;
-}
-
-UlyssesPipeline::Plan& UlyssesPipeline::plan(A2aVersion version, int chunks) {
-  if (layout_ == nullptr) throw Error("pipelined: no sequence length selected (set_sequence)");
-  auto& slot = plans_[{version, chunks}];
-  if (!slot) {
-    try {
-      slot = std::make_unique<Plan>(build(version, chunks));
-    } catch (...) {
-      plans_.erase({version, chunks});
-      throw;
+  for (const PipelineGroup& g : groups_) {
+    XSTAGE_CUDA(cudaSetDevice(g.device));
+    p.done.emplace_back();
+    for (size_t k = 0; k < p.chunks.size(); ++k) {
+      cudaEvent_t e = nullptr;
+      XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      p.done.back().push_back(e);
     }
   }
-  return *slot;
+  return plan;
 }
 
-void UlyssesPipeline::launch_attention(size_t gi, HeadRange h) const {
+UlyssesPipeline::Plan& UlyssesPipeline::plan(const Key& key) {
+  if (layout_ == nullptr) throw Error("pipelined: no sequence length selected (set_sequence)");
+  auto it = plans_.find(key);
+  if (it == plans_.end()) it = plans_.emplace(key, build(key)).first;  // nothing is kept when build throws
+  return *it->second;
+}
+
+void UlyssesPipeline::launch_attention(size_t gi, const PipelineChunk& c) const {
   const PipelineGroup& g = groups_[gi];
   const int64_t S = layout_->shape().S;
-  // The chunk's heads of every rank of the group: the head-sharded tensors
-  // [B n, S, H/P, D] seen from head h.begin, h.size() heads wide, with the
-  // whole tensor's strides. The kernel is the one every variant runs.
-  const size_t first = size_t(h.begin * D_);
+  // The chunk's heads and query rows of every rank of the group: the
+  // head-sharded tensors [B n, S, H/P, D] seen from (row c.rows.begin, head
+  // c.heads.begin), with the whole tensor's strides; keys and values are
+  // every row. The kernel is the one every variant runs.
+  const size_t head = size_t(c.heads.begin * D_), row = size_t(c.rows.begin * Hl_ * D_);
   AttentionForwardArgs a;
-  a.B = int(B_ * g.n), a.H = int(h.size()), a.S_q = a.S_kv = int(S), a.D = int(D_);
-  a.q = g.q + first, a.k = g.k + first, a.v = g.v + first, a.o = g.o + first;
+  a.B = int(B_ * g.n), a.H = int(c.heads.size()), a.S_q = int(c.rows.size()), a.S_kv = int(S), a.D = int(D_);
+  a.q = g.q + row + head, a.k = g.k + head, a.v = g.v + head, a.o = g.o + row + head;
   a.q_stride = a.k_stride = a.v_stride = a.o_stride = AttentionStrides{S * Hl_ * D_, Hl_ * D_, D_};
   a.kernel = kernel_;
   attention_forward(a, compute_[gi]);
@@ -202,33 +223,119 @@ void UlyssesPipeline::send(const ChunkSends& s) const {
   }
 }
 
-void UlyssesPipeline::enqueue(A2aVersion version, int chunks) {
-  const Plan& p = plan(version, chunks);
+bool UlyssesPipeline::one_device() const {
+  for (const PipelineGroup& g : groups_)
+    if (g.device != groups_.front().device) return false;
+  return true;
+}
+
+void UlyssesPipeline::enqueue(A2aVersion version, int head_chunks, int row_chunks, bool graph) {
+  Plan& p = plan({version, head_chunks, row_chunks});
+  // One graph holds one device's streams and events here; a process that
+  // drives several GPUs (the peer backend) runs stream by stream.
+  if (!graph || !one_device()) return enqueue_streams(p);
+  if (!p.exec) capture(p);
+  launch_graph(p);
+}
+
+void UlyssesPipeline::enqueue_streams(const Plan& p) const {
   // The compute streams start after everything before this run on the world's streams.
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     XSTAGE_CUDA(cudaSetDevice(groups_[gi].device));
     XSTAGE_CUDA(cudaEventRecord(event(start_[gi]), groups_[gi].stream));
     XSTAGE_CUDA(cudaStreamWaitEvent(compute_[gi], event(start_[gi]), 0));
   }
-  for (size_t k = 0; k < p.heads.size(); ++k) {
+  for (size_t k = 0; k < p.chunks.size(); ++k) {
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       XSTAGE_CUDA(cudaSetDevice(groups_[gi].device));
-      launch_attention(gi, p.heads[k]);
-      XSTAGE_CUDA(cudaEventRecord(event(done_[gi][k]), compute_[gi]));
+      launch_attention(gi, p.chunks[k]);
+      XSTAGE_CUDA(cudaEventRecord(event(p.done[gi][k]), compute_[gi]));
     }
-    // Chunk k's sends after chunk k's attention (a wait takes the event's
-    // latest record, made just above), not after chunk k + 1's.
+    // Chunk k's sends after chunk k's attention only.
     for (int r : p.send_ranks) {
       XSTAGE_CUDA(cudaSetDevice(w_.device_of(r)));
-      XSTAGE_CUDA(cudaStreamWaitEvent(w_.stream(r), event(done_[group_of(r)][k]), 0));
+      XSTAGE_CUDA(cudaStreamWaitEvent(w_.stream(r), event(p.done[group_of(r)][k]), 0));
     }
     send(p.sends[k]);
   }
   // Join: the last record on each compute stream covers all of its work.
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     XSTAGE_CUDA(cudaSetDevice(groups_[gi].device));
-    XSTAGE_CUDA(cudaStreamWaitEvent(groups_[gi].stream, event(done_[gi][p.heads.size() - 1]), 0));
+    XSTAGE_CUDA(cudaStreamWaitEvent(groups_[gi].stream, event(p.done[gi][p.chunks.size() - 1]), 0));
   }
+}
+
+std::vector<Stream> UlyssesPipeline::streams_of_run(const Plan& p) const {
+  std::vector<Stream> out{groups_.front().stream};
+  auto add = [&](Stream s) {
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  };
+  for (const PipelineGroup& g : groups_) add(g.stream);
+  for (Stream s : compute_) add(s);
+  for (int r : p.send_ranks) add(w_.stream(r));
+  return out;
+}
+
+void UlyssesPipeline::capture(Plan& p) const {
+  // Captured from the lead stream: every other stream of the run joins the
+  // capture by waiting on it first and is joined back before the end, so the
+  // graph holds the whole run and its inner order (the done events).
+  const auto streams = streams_of_run(p);
+  p.device = groups_.front().device;
+  XSTAGE_CUDA(cudaSetDevice(p.device));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    cudaEvent_t e = nullptr;
+    XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    p.joins.push_back(e);
+  }
+  cudaEvent_t after = nullptr;
+  XSTAGE_CUDA(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+  p.after = after;
+  cudaStream_t lead = streams.front();
+  XSTAGE_CUDA(cudaStreamBeginCapture(lead, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    XSTAGE_CUDA(cudaEventRecord(event(p.joins[0]), lead));
+    for (size_t i = 1; i < streams.size(); ++i) XSTAGE_CUDA(cudaStreamWaitEvent(streams[i], event(p.joins[0]), 0));
+    enqueue_streams(p);
+    XSTAGE_CUDA(cudaSetDevice(p.device));
+    for (size_t i = 1; i < streams.size(); ++i) {
+      XSTAGE_CUDA(cudaEventRecord(event(p.joins[i]), streams[i]));
+      XSTAGE_CUDA(cudaStreamWaitEvent(lead, event(p.joins[i]), 0));
+    }
+    XSTAGE_CUDA(cudaStreamEndCapture(lead, &graph));
+  } catch (...) {
+    // End the capture whatever failed, so that the stream is usable again.
+    cudaGraph_t partial = nullptr;
+    (void)cudaStreamEndCapture(lead, &partial);
+    if (partial) (void)cudaGraphDestroy(partial);
+    (void)cudaGetLastError();
+    throw;
+  }
+  const cudaError_t inst = cudaGraphInstantiate(&p.exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  XSTAGE_CUDA(inst);
+}
+
+void UlyssesPipeline::launch_graph(const Plan& p) const {
+  // The replay starts after everything before it on the run's world streams
+  // and they continue after it, as the stream-by-stream run is ordered.
+  std::vector<Stream> world_streams{groups_.front().stream};
+  for (const PipelineGroup& g : groups_)
+    if (std::find(world_streams.begin(), world_streams.end(), g.stream) == world_streams.end())
+      world_streams.push_back(g.stream);
+  for (int r : p.send_ranks)
+    if (std::find(world_streams.begin(), world_streams.end(), w_.stream(r)) == world_streams.end())
+      world_streams.push_back(w_.stream(r));
+  cudaStream_t lead = world_streams.front();
+  XSTAGE_CUDA(cudaSetDevice(p.device));
+  for (size_t i = 1; i < world_streams.size(); ++i) {
+    XSTAGE_CUDA(cudaEventRecord(event(p.joins[i]), world_streams[i]));  // world_streams is a prefix-free subset
+    XSTAGE_CUDA(cudaStreamWaitEvent(lead, event(p.joins[i]), 0));
+  }
+  XSTAGE_CUDA(cudaGraphLaunch(p.exec, lead));
+  XSTAGE_CUDA(cudaEventRecord(event(p.after), lead));
+  for (size_t i = 1; i < world_streams.size(); ++i) XSTAGE_CUDA(cudaStreamWaitEvent(world_streams[i], event(p.after), 0));
 }
 
 }  // namespace xstage::ulysses_detail
