@@ -15,14 +15,14 @@ std::string lower(std::string s) {
 }
 
 struct Name {
-  std::string text;  // without dashes
+  std::string text;
   bool is_short;
 };
 
-std::vector<Name> names_of(const CLI::Option& o) {
+std::vector<Name> names_of(const OptionNames& o) {
   std::vector<Name> out;
-  for (const std::string& s : o.get_snames()) out.push_back({s, true});
-  for (const std::string& l : o.get_lnames()) out.push_back({l, false});
+  for (const std::string& s : o.shorts) out.push_back({s, true});
+  for (const std::string& l : o.longs) out.push_back({l, false});
   return out;
 }
 
@@ -35,37 +35,49 @@ bool same(const Name& a, const Name& b, bool ignore_case) {
   return x.size() == 1;  // -h against --h: a clash from CLI11 2.4 on
 }
 
-std::string label(const CLI::Option& o) {
+std::string label(const OptionNames& o) {
   std::string s;
   for (const Name& n : names_of(o)) s += (s.empty() ? "" : ",") + std::string(n.is_short ? "-" : "--") + n.text;
   return s;
 }
 
-void collect(const CLI::App& app, const std::string& path, std::vector<std::string>& out) {
-  const auto opts = app.get_options();  // the help flags included
-  for (size_t i = 0; i < opts.size(); ++i)
-    for (size_t j = i + 1; j < opts.size(); ++j) {
-      const bool ic = opts[i]->get_ignore_case() || opts[j]->get_ignore_case();
-      for (const Name& a : names_of(*opts[i]))
-        for (const Name& b : names_of(*opts[j]))
-          if (same(a, b, ic))
-            out.push_back((path.empty() ? std::string("xstage") : path) + ": " + label(*opts[i]) + " clashes with " +
-                          label(*opts[j]) + " (the name '" + a.text + "')");
-    }
+void collect(const CLI::App& app, const std::string& path, std::vector<CommandOptions>& out) {
+  CommandOptions c;
+  c.path = path;
+  for (const CLI::Option* o : app.get_options())  // the help flags included
+    c.options.push_back({o->get_snames(), o->get_lnames(), o->get_ignore_case()});
+  out.push_back(std::move(c));
   for (const CLI::App* sub : app.get_subcommands({}))
     collect(*sub, path.empty() ? sub->get_name() : path + " " + sub->get_name(), out);
 }
 
 }  // namespace
 
-std::vector<std::string> option_name_clashes(const CLI::App& app) {
-  std::vector<std::string> out;
+std::vector<CommandOptions> command_options(const CLI::App& app) {
+  std::vector<CommandOptions> out;
   collect(app, "", out);
   return out;
 }
 
+std::vector<std::string> option_name_clashes(const std::vector<CommandOptions>& commands) {
+  std::vector<std::string> out;
+  for (const CommandOptions& c : commands) {
+    const auto& opts = c.options;
+    for (size_t i = 0; i < opts.size(); ++i)
+      for (size_t j = i + 1; j < opts.size(); ++j) {
+        const bool ic = opts[i].ignore_case || opts[j].ignore_case;
+        for (const Name& a : names_of(opts[i]))
+          for (const Name& b : names_of(opts[j]))
+            if (same(a, b, ic))
+              out.push_back((c.path.empty() ? std::string("xstage") : c.path) + ": " + label(opts[i]) +
+                            " clashes with " + label(opts[j]) + " (the name '" + a.text + "')");
+      }
+  }
+  return out;
+}
+
 void check_option_names(const CLI::App& app) {
-  const auto clashes = option_name_clashes(app);
+  const auto clashes = option_name_clashes(command_options(app));
   if (clashes.empty()) return;
   std::string msg = "option names clash (CLI11 2.4 and later refuse them at start-up): ";
   for (size_t i = 0; i < clashes.size(); ++i) msg += (i ? "; " : "") + clashes[i];

@@ -252,7 +252,11 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --chunks 0", "--chunks: expected head chunks >= 1, got 0");
   // 24 heads over the 8 emulated ranks: 3 heads a rank.
   expect_error("ulysses --chunks 2,4", "--chunks 4: a rank holds 3 heads (H / P = 24 / 8); expected 1 .. 3 chunks");
-  expect_error("ulysses --chunks 2 --variants attention-only,fused", "--chunks: the head chunks of the pipelined");
+  expect_error("ulysses --chunks 2 --variants attention-only,fused",
+               "--chunks, --row-chunks: the chunks of the pipelined variant, which --variants leaves out");
+  expect_error("ulysses --row-chunks 0", "--row-chunks: expected row chunks 1 .. 256, got 0");
+  expect_error("ulysses --chunks 3 --row-chunks 100", "--chunks 3 x --row-chunks 100: expected at most 256 chunks");
+  expect_error("ulysses --pipeline-graph maybe", "--pipeline-graph");
   expect_error("ulysses --stores dma", "store path 'dma': expected vector16");
   expect_error("ulysses --orders random", "tile order 'random': expected linear or rotated");
   expect_error("ulysses --flags late", "flag timing 'late': expected lagged, eager, at-exit or coupled");
