@@ -84,6 +84,18 @@ std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& layout, HeadRan
 // rows skipped.
 std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& layout, const PipelineChunk& c);
 
+// The same chunk's sends from a group's staged output: ranks [first, first +
+// n) of one process write their attention output row by row across the
+// group, [B, S, n, H/P, D] (element (b, s, r, h) at ((b S + s) n + r) H/P + h
+// rows of D), which is the sequence-sharded layout's row when the group
+// holds every rank. Offsets on the source side count from the group's
+// buffer (src_rank = first). Where the group holds every rank (emulated
+// ranks) each (destination, batch) is one 2-D copy of rows x ranks pieces,
+// a contiguous one when the chunk has every head; else one a rank. With
+// n = 1 the staged layout is the head-sharded one.
+std::vector<BlockCopy> ulysses_staged_chunk_blocks(const UlyssesLayout& layout, const PipelineChunk& c, int first,
+                                                   int n);
+
 // NCCL's all-to-all of one chunk: each chunk has its own region of the send
 // and receive stages (nccl_stage_bytes in all, chunk after chunk), holding P
 // slots of ulysses_chunk_slot_bytes (B * ceil(S/P) rows of the chunk's heads);

@@ -292,3 +292,69 @@ TEST(UlyssesRowChunks, ARowRangeInsideOneShardSendsOneBlockFromEachSource) {
   EXPECT_THROW(ulysses_chunk_blocks(l, PipelineChunk{{0, 3}, {4000, 4097}}), Error);
   EXPECT_THROW(ulysses_pipeline_chunks(3, 3, 4096, kMaxPipelineChunks, 1), Error);  // 768 chunks
 }
+
+namespace {
+// The group's staged buffer [B, S, n, H/P, D] made from the ranks' head shards.
+std::vector<uint8_t> staged(const UlyssesLayout& l, const RankBuffers& heads, int first, int n) {
+  const UlyssesShape& s = l.shape();
+  const int64_t hl = l.heads_per_rank();
+  std::vector<uint8_t> out(size_t(s.B * s.S * n * hl) * l.row_bytes());
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t q = 0; q < s.S; ++q)
+      for (int r = 0; r < n; ++r)
+        for (int64_t h = 0; h < hl; ++h)
+          std::memcpy(out.data() + size_t(((b * s.S + q) * n + r) * hl + h) * l.row_bytes(),
+                      heads[size_t(first + r)].data() + l.head_sharded_offset(b, q, h), l.row_bytes());
+  return out;
+}
+}  // namespace
+
+TEST(UlyssesStagedChunks, EverySplitFromStagedGroupsAssemblesTheWholeAllToAll) {
+  std::mt19937_64 rng(25);
+  for (int trial = 0; trial < 150; ++trial) {
+    const UlyssesShape s = random_shape(rng);
+    const UlyssesLayout l(s);
+    const RankBuffers heads = random_head_shards(l, rng);
+    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, heads);
+    // One group of every rank (emulated ranks), or a group a rank (one rank a GPU).
+    for (bool one_group : {true, false}) {
+      RankBuffers in(size_t(s.P));
+      std::vector<std::pair<int, int>> groups;
+      if (one_group) {
+        groups.emplace_back(0, s.P);
+      } else {
+        for (int r = 0; r < s.P; ++r) groups.emplace_back(r, 1);
+      }
+      for (auto [first, n] : groups) in[size_t(first)] = staged(l, heads, first, n);
+      for (int h = 1; h <= l.heads_per_rank(); ++h)
+        for (int rows : {1, 2, 5}) {
+          SCOPED_TRACE(describe(s, h) + " rows " + std::to_string(rows) + (one_group ? " one group" : " a group a rank"));
+          RankBuffers out = poisoned_seq_shards(l);
+          size_t blocks = 0, bytes = 0;
+          for (const PipelineChunk& c : ulysses_pipeline_chunks(l.heads_per_rank(), h, s.S, rows, 1))
+            for (auto [first, n] : groups) {
+              const auto b = ulysses_staged_chunk_blocks(l, c, first, n);
+              blocks += b.size();
+              for (const BlockCopy& x : b) bytes += x.bytes();
+              apply_blocks(b, in, out);
+            }
+          EXPECT_EQ(out, want);
+          EXPECT_EQ(bytes, l.total_bytes()) << "every byte sent once";
+          (void)blocks;
+        }
+    }
+  }
+}
+
+TEST(UlyssesStagedChunks, OneGroupSendsOneCopyADestinationAndBatch) {
+  const UlyssesLayout l({1, 4096, 24, 128, 8, 2});  // FLUX on 8 emulated ranks
+  for (int h : {1, 3})
+    for (const PipelineChunk& c : ulysses_pipeline_chunks(3, h, 4096, 8, 128)) {
+      const auto b = ulysses_staged_chunk_blocks(l, c, 0, 8);
+      ASSERT_EQ(b.size(), 1u);  // a row chunk is one shard here
+      EXPECT_EQ(b[0].height, size_t(512 * 8));
+      if (h == 1) EXPECT_EQ(b[0].width, b[0].src_pitch) << "every head: one contiguous range";
+    }
+  EXPECT_THROW(ulysses_staged_chunk_blocks(l, {{0, 3}, {0, 4096}}, 4, 8), Error);
+  EXPECT_THROW(ulysses_staged_chunk_blocks(l, {{0, 4}, {0, 4096}}, 0, 8), Error);
+}

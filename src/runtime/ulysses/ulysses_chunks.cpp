@@ -93,6 +93,48 @@ std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& l, const Pipeli
   return out;
 }
 
+std::vector<BlockCopy> ulysses_staged_chunk_blocks(const UlyssesLayout& l, const PipelineChunk& c, int first, int n) {
+  const UlyssesShape& sh = l.shape();
+  const int64_t Hl = l.heads_per_rank();
+  if (first < 0 || n < 1 || first + n > sh.P)
+    throw Error(fmt::format("pipelined: ranks [{}, {}): expected a group within the {} ranks", first, first + n, sh.P));
+  if (c.heads.begin < 0 || c.heads.size() < 1 || c.heads.end > Hl || c.rows.begin < 0 || c.rows.size() < 1 ||
+      c.rows.end > sh.S)
+    throw Error(fmt::format("pipelined: heads [{}, {}) rows [{}, {}): expected non-empty ranges within {} heads and "
+                            "{} rows",
+                            c.heads.begin, c.heads.end, c.rows.begin, c.rows.end, Hl, sh.S));
+  const size_t row = l.row_bytes(), piece = size_t(Hl) * row, width = size_t(c.heads.size()) * row;
+  const size_t src_row = size_t(n) * piece, dst_row = size_t(sh.H) * row;  // one sequence row on each side
+  const bool whole_rows = int64_t(n) * Hl == sh.H;  // the group's pieces fill a destination row
+  std::vector<BlockCopy> out;
+  for (int t = 0; t < sh.P; ++t) {
+    const int64_t begin = l.seq_begin(t), lo = std::max(begin, c.rows.begin);
+    const int64_t hi = std::min(begin + l.seq_rows(t), c.rows.end);
+    if (hi <= lo) continue;
+    for (int64_t b = 0; b < sh.B; ++b) {
+      const size_t src_at = size_t(b * sh.S + lo) * src_row + size_t(c.heads.begin) * row;
+      const size_t dst_at =
+          size_t(b * l.seq_rows(t) + (lo - begin)) * dst_row + (size_t(first) * piece) + size_t(c.heads.begin) * row;
+      BlockCopy blk;
+      blk.src_rank = first, blk.dst_rank = t, blk.width = width;
+      if (whole_rows) {  // rows x ranks pieces, piece after piece on both sides
+        blk.src_offset = src_at, blk.dst_offset = dst_at;
+        blk.src_pitch = blk.dst_pitch = piece;
+        blk.height = size_t(hi - lo) * size_t(n);
+        out.push_back(blk);
+      } else {
+        for (int r = 0; r < n; ++r) {
+          blk.src_offset = src_at + size_t(r) * piece, blk.dst_offset = dst_at + size_t(r) * piece;
+          blk.src_pitch = src_row, blk.dst_pitch = dst_row;
+          blk.height = size_t(hi - lo);
+          out.push_back(blk);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& l, HeadRange h) {
   if (h.begin < 0 || h.size() < 1 || h.end > l.heads_per_rank())
     throw Error(fmt::format("pipelined: heads [{}, {}): expected a non-empty range within the {} heads of a rank",

@@ -150,19 +150,26 @@ std::unique_ptr<UlyssesPipeline::Plan> UlyssesPipeline::build(const Key& key) co
       cs.recv = at(b.recv_stage[size_t(r)], region);
       cs.slot_bytes = ulysses_chunk_slot_bytes(l, h);
     } else {
-      std::map<int, std::pair<int, std::vector<comm::Copy2D>>> by_device;  // device -> (first rank, list)
-      for (const BlockCopy& blk : ulysses_chunk_blocks(l, c)) {
-        if (!w_.is_local(blk.src_rank)) continue;
-        const comm::Copy2D c = copy_of(at(b.input[size_t(blk.src_rank)], blk.src_offset),
-                                       at(b.output->ptrs[size_t(blk.dst_rank)], blk.dst_offset), blk);
-        if (version == A2aVersion::copy_engine)
-          cs.copies.emplace_back(blk.src_rank, c);
-        else
-          by_device.try_emplace(w_.device_of(blk.src_rank), blk.src_rank, std::vector<comm::Copy2D>{})
-              .first->second.second.push_back(c);
+      // From each group's staged output (launch_attention): one copy a
+      // destination and batch where a group holds every rank.
+      for (const PipelineGroup& g : groups_) {
+        std::vector<comm::Copy2D> list;
+        for (const BlockCopy& blk : ulysses_staged_chunk_blocks(l, c, g.rank_base, g.n)) {
+          comm::Copy2D cp = copy_of(at(b.input[size_t(g.rank_base)], blk.src_offset),
+                                    at(b.output->ptrs[size_t(blk.dst_rank)], blk.dst_offset), blk);
+          if (version == A2aVersion::copy_engine) {
+            // A block whose rows are back to back on both sides is one range: the copy engine
+            // moves it at its linear rate (the store kernel keeps the rows, its unit of work).
+            if (cp.width == cp.src_pitch && cp.width == cp.dst_pitch)
+              cp.width *= cp.height, cp.src_pitch = cp.dst_pitch = cp.width, cp.height = 1;
+            cs.copies.emplace_back(g.rank_base, cp);
+          } else {
+            list.push_back(cp);
+          }
+        }
+        if (!list.empty())
+          cs.lists.emplace_back(g.rank_base, std::make_unique<DeviceCopyList>(g.device, list));
       }
-      for (auto& [device, entry] : by_device)
-        cs.lists.emplace_back(entry.first, std::make_unique<DeviceCopyList>(device, entry.second));
     }
     p.sends.push_back(std::move(cs));
   }
@@ -195,18 +202,33 @@ UlyssesPipeline::Plan& UlyssesPipeline::plan(const Key& key) {
 
 void UlyssesPipeline::launch_attention(size_t gi, const PipelineChunk& c) const {
   const PipelineGroup& g = groups_[gi];
-  const int64_t S = layout_->shape().S;
-  // The chunk's heads and query rows of every rank of the group: the
-  // head-sharded tensors [B n, S, H/P, D] seen from (row c.rows.begin, head
-  // c.heads.begin), with the whole tensor's strides; keys and values are
-  // every row. The kernel is the one every variant runs.
+  const int64_t S = layout_->shape().S, n = g.n;
+  // The chunk's heads and query rows of every rank of the group: Q, K and V
+  // are the head-sharded tensors [n, B, S, H/P, D] seen from (row
+  // c.rows.begin, head c.heads.begin), keys and values every row. The output
+  // is staged row by row across the group, [B, S, n, H/P, D]
+  // (ulysses_staged_chunk_blocks), so that a chunk's rows for one
+  // destination leave in one copy: the kernel's batch index is the rank,
+  // one launch a batch element (one launch in all when B = 1 or n = 1, where
+  // the staged layout is the head-sharded one). The kernel is the one every
+  // variant runs.
   const size_t head = size_t(c.heads.begin * D_), row = size_t(c.rows.begin * Hl_ * D_);
-  AttentionForwardArgs a;
-  a.B = int(B_ * g.n), a.H = int(c.heads.size()), a.S_q = int(c.rows.size()), a.S_kv = int(S), a.D = int(D_);
-  a.q = g.q + row + head, a.k = g.k + head, a.v = g.v + head, a.o = g.o + row + head;
-  a.q_stride = a.k_stride = a.v_stride = a.o_stride = AttentionStrides{S * Hl_ * D_, Hl_ * D_, D_};
-  a.kernel = kernel_;
-  attention_forward(a, compute_[gi]);
+  const size_t shard = size_t(B_ * S * Hl_ * D_);
+  const bool one = n == 1 || B_ == 1;
+  for (int64_t b = 0; b < (one ? 1 : B_); ++b) {
+    AttentionForwardArgs a;
+    a.B = int(one ? B_ * n : n), a.H = int(c.heads.size()), a.S_q = int(c.rows.size()), a.S_kv = int(S);
+    a.D = int(D_);
+    const size_t in = size_t(b) * size_t(S * Hl_ * D_) + head;
+    a.q = g.q + in + row, a.k = g.k + in, a.v = g.v + in;
+    a.q_stride = a.k_stride = a.v_stride =
+        AttentionStrides{one && n == 1 ? S * Hl_ * D_ : int64_t(shard), Hl_ * D_, D_};
+    // Staged: rank r's row s at (s n + r) H/P; with n = 1 the head-sharded [B, S, H/P, D].
+    a.o = g.o + size_t(b) * size_t(S * n * Hl_ * D_) + size_t(c.rows.begin * n * Hl_ * D_) + head;
+    a.o_stride = AttentionStrides{n == 1 ? S * Hl_ * D_ : Hl_ * D_, n * Hl_ * D_, D_};
+    a.kernel = kernel_;
+    attention_forward(a, compute_[gi]);
+  }
 }
 
 void UlyssesPipeline::send(const ChunkSends& s) const {

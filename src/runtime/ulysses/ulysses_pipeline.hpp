@@ -33,7 +33,10 @@ namespace xstage::ulysses_detail {
 
 // Ranks launched together (UlyssesAttention's groups: all of them when
 // emulated, else one a GPU) and their head-sharded tensors: the first rank's
-// shard, the others' after it, B * S * H/P * D elements each.
+// shard, the others' after it, B * S * H/P * D elements each. The pipelined
+// variant writes `o` staged row by row across the group instead
+// ([B, S, n, H/P, D], ulysses_staged_chunk_blocks): every variant that reads
+// `o` writes it first in the same run.
 struct PipelineGroup {
   int rank_base = 0, n = 1, device = 0;
   Stream stream = nullptr;  // the world's stream of rank_base
