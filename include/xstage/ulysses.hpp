@@ -95,8 +95,18 @@ std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVar
                                                      AttentionKernel kernel);
 
 // The pipelined variant's (head chunks, row chunks) when a run names
-// neither: docs/RESULTS.md section 8 derives it from the chunk sweeps.
-std::pair<int, int> default_pipeline_split(int64_t heads_per_rank, int64_t S, int64_t block_m);
+// neither: ulysses_default_split (xstage/ulysses_chunks.hpp) with the
+// all-to-all's time over the attention's estimated from the bytes a GPU
+// sends at `link_Bps` and the attention's FLOPs at kAttentionFlopsPerSecond.
+std::pair<int, int> default_pipeline_split(int64_t B, int64_t S, int64_t heads_per_rank, int64_t D,
+                                           int ranks_per_launch, int64_t block_m, int tiles_per_wave,
+                                           double link_Bps);
+
+// The rate the estimate takes for the attention kernel: the wgmma kernel's
+// at D = 128 on one H200, 4 B S^2 H D FLOPs in 20.3 ms at S = 32k, H = 24
+// (docs/RESULTS.md section 8). Only the estimate's order of magnitude
+// matters: it places the split's thresholds (0.03 and 1).
+inline constexpr double kAttentionFlopsPerSecond = 6.5e14;
 
 // The paced path's default slice: 16 rows (4 KiB an SM at D = 128, one
 // 16-byte store per consumer thread), chosen by measurement (docs/perf-log.md, f8).

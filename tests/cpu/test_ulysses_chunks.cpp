@@ -358,3 +358,23 @@ TEST(UlyssesStagedChunks, OneGroupSendsOneCopyADestinationAndBatch) {
   EXPECT_THROW(ulysses_staged_chunk_blocks(l, {{0, 3}, {0, 4096}}, 4, 8), Error);
   EXPECT_THROW(ulysses_staged_chunk_blocks(l, {{0, 4}, {0, 4096}}, 0, 8), Error);
 }
+
+// The default split against the sweeps it was read from (8 emulated ranks,
+// 3 heads a rank, 128-row tiles, 132 tiles a wave; results/h200/ulysses/
+// pipeline-vs-torch/a9baf9c): comm / compute from the host path's 51.4 GB/s
+// and device memory's 4.2 TB/s against 650 TFLOP/s of attention.
+TEST(UlyssesDefaultSplit, PicksTheSweepsBestSplitsOnTheirOwnCells) {
+  auto split = [](int64_t S, double rho) { return ulysses_default_split(3, S, 128, 8, 132, rho); };
+  EXPECT_EQ(split(4096, 1.55), std::make_pair(1, 8));   // host 4k: the link is the bottleneck
+  EXPECT_EQ(split(8192, 0.77), std::make_pair(3, 4));   // host 8k
+  EXPECT_EQ(split(16384, 0.39), std::make_pair(3, 8));  // host 16k
+  EXPECT_EQ(split(32768, 0.19), std::make_pair(3, 8));  // host 32k: at most 32 chunks
+  EXPECT_EQ(split(4096, 0.02), std::make_pair(1, 1));   // device memory: nothing worth hiding
+  // Short S: as many row chunks as keep 0.7 of a wave, and never more than there are tile rows.
+  EXPECT_EQ(ulysses_default_split(3, 300, 128, 8, 132, 2.0), std::make_pair(1, 1));
+  EXPECT_EQ(ulysses_default_split(1, 100000, 128, 1, 132, 0.5), std::make_pair(1, 8));  // 98 tiles a chunk
+  EXPECT_EQ(ulysses_default_split(1, 1 << 20, 128, 1, 132, 0.5), std::make_pair(1, 32));
+  EXPECT_EQ(ulysses_default_split(64, 4096, 128, 1, 132, 0.5).first, 32);
+  EXPECT_THROW(ulysses_default_split(3, 4096, 128, 8, 0, 0.5), Error);
+  EXPECT_THROW(ulysses_default_split(3, 4096, 128, 8, 132, -1), Error);
+}

@@ -25,6 +25,8 @@
 #include "xstage/attention.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
+#include "xstage/profile.hpp"
+#include "xstage/ulysses_bench.hpp"
 
 namespace xstage {
 
@@ -48,13 +50,13 @@ UlyssesVariant parse_ulysses_variant(std::string_view t) {
 
 bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }
 
-std::pair<int, int> default_pipeline_split(int64_t heads_per_rank, int64_t S, int64_t block_m) {
-  (void)heads_per_rank;
-  // Provisional until the sweep: row chunks of at least 512 query rows, as
-  // many as 32 (each such chunk still holds several tiles per head and rank).
-  int rows = 1;
-  while (rows < 32 && S / (2 * rows) >= 512) rows *= 2;
-  return {1, int(ulysses_row_chunks(S, rows, block_m).size())};
+std::pair<int, int> default_pipeline_split(int64_t B, int64_t S, int64_t heads_per_rank, int64_t D,
+                                           int ranks_per_launch, int64_t block_m, int tiles_per_wave,
+                                           double link_Bps) {
+  const double heads = double(B) * double(ranks_per_launch) * double(heads_per_rank);
+  const double compute_s = 4.0 * heads * double(S) * double(S) * double(D) / kAttentionFlopsPerSecond;
+  const double comm_s = heads * double(S) * double(D) * 2.0 / link_Bps;  // bf16 out, every byte sent once
+  return ulysses_default_split(heads_per_rank, S, block_m, ranks_per_launch, tiles_per_wave, comm_s / compute_s);
 }
 
 namespace {
@@ -197,6 +199,16 @@ struct UlyssesAttention::Impl {
   std::map<A2aVersion, std::unique_ptr<A2aOp>> ops;
   std::unique_ptr<ulysses_detail::UlyssesPipeline> pipeline;
   uint64_t epoch = 0;
+  // The rate of the path the all-to-all takes (its embedded profile's R),
+  // for the pipelined variant's default split only.
+  double link_Bps = load_profile(default_ulysses_profile(w.backend(), w.placement())).R_Bps;
+
+  int tiles_per_wave() const {
+    return device_info(groups.front().device).sm_count * attention::attention_fwd_ctas_per_sm_of(int(D), kernel_id);
+  }
+  std::pair<int, int> default_split() const {
+    return default_pipeline_split(B, layout->shape().S, Hl, D, groups.front().n, bm, tiles_per_wave(), link_Bps);
+  }
 
   Impl(World& world, int64_t B_, int64_t H_, int64_t D_, int64_t S_, AttentionKernel k)
       : w(world), B(B_), H(H_), D(D_), max_S(S_), Hl(H_ / world.size()), P(world.size()), kernel(k) {
@@ -441,7 +453,7 @@ void UlyssesAttention::enqueue(const UlyssesRun& run) {
         throw Error(fmt::format("ulysses: pipelined row chunks: expected 1 .. {} (0: the default), got {}",
                                 kMaxPipelineChunks, run.row_chunks));
       {
-        const auto dflt = default_pipeline_split(m.Hl, m.layout->shape().S, m.bm);
+        const auto dflt = m.default_split();
         const int hc = run.chunks > 0 ? run.chunks : run.row_chunks > 0 ? 1 : dflt.first;
         const int rc = run.row_chunks > 0 ? run.row_chunks : run.chunks > 0 ? 1 : dflt.second;
         m.pipeline->enqueue(run.a2a, hc, rc, run.graph);
@@ -768,10 +780,7 @@ int64_t UlyssesAttention::tiles_per_gpu() const {
   return int64_t(m.groups.front().n) * m.B * m.Hl * m.m_blocks();
 }
 
-int UlyssesAttention::concurrent_tiles_per_gpu() const {
-  const Impl& m = *impl_;
-  return device_info(m.groups.front().device).sm_count * attention::attention_fwd_ctas_per_sm_of(int(m.D), m.kernel_id);
-}
+int UlyssesAttention::concurrent_tiles_per_gpu() const { return impl_->tiles_per_wave(); }
 
 int UlyssesAttention::block_m() const { return impl_->bm; }
 
