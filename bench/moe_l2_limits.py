@@ -159,11 +159,24 @@ def power(a):
                   f"{max(paired):.3f})", flush=True)
         del graphs
     if a.json:
-        json.dump(dict(method="CUDA-graph replays (graph_ms of calls each) back to back, >= window s a side a "
+        json.dump(dict(commit=commit_of(a), method="CUDA-graph replays (graph_ms of calls each) back to back, >= window s a side a "
                               "round, sides in turn; CUDA events, NVML clock and power sampled every 5 ms; medians",
                        device=torch.cuda.get_device_name(0), power_limit_w=pynvml.nvmlDeviceGetEnforcedPowerLimit(
                            dev) / 1e3, window_s=a.window, graph_ms=a.graph_ms, cells=out), open(a.json, "w"),
                   indent=1)
+
+
+def commit_of(a):
+    """The commit a result names (tests/cpu/test_results_provenance.cpp): --commit, else the tree's COMMIT file
+    (scripts/device.sh's snapshots), else git."""
+    if getattr(a, "commit", ""):
+        return a.commit
+    try:
+        with open("COMMIT") as f:
+            return f.read().strip()
+    except OSError:
+        import subprocess
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def report(a):
@@ -224,7 +237,7 @@ def report(a):
                   f"{need_ours:.3f}")
             out.append(dict(cell=name, side="1.1x torch", frac_of_peak=need, frac_of_peak_at_ours_clock=need_ours))
     if a.json:
-        json.dump(dict(method="ncu cycle counts; FLOP / (sm__cycles_elapsed.avg x SMs x 4096)", sms=sms,
+        json.dump(dict(commit=commit_of(a), method="ncu cycle counts; FLOP / (sm__cycles_elapsed.avg x SMs x 4096)", sms=sms,
                        cells=out), open(a.json, "w"), indent=1)
 
 
@@ -242,10 +255,12 @@ def main():
     w.add_argument("--graph-ms", type=float, default=20, help="milliseconds of calls in one graph replay")
     w.add_argument("--tiles", default="", help="comma list of tiles also run forced (moe_vs_torch.TILES names)")
     w.add_argument("--json", default="")
+    w.add_argument("--commit", default="", help="the commit to record (default: COMMIT file, else git)")
     p = sub.add_parser("report")
     p.add_argument("csv")
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--json", default="")
+    p.add_argument("--commit", default="", help="the commit to record (default: COMMIT file, else git)")
     a = ap.parse_args()
     {"run": run, "power": power, "report": report}[a.cmd](a)
 

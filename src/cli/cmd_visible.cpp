@@ -231,6 +231,7 @@ void run_visible(const VisibleArgs& a) {
     }
     const VisibleReport r = analyse_visible(runner->run(p), pl.profile);
     nlohmann::json j = report_json(r);
+    j["commit"] = build_commit();  // each point's file names its commit (results/README.md)
     if (!a.out_dir.empty()) {
       const std::string stem = a.out_dir + "/" + point_stem(p, r.trace.V_bytes);
       detail::write_file_replacing(stem + ".json", j.dump(1) + "\n");
