@@ -94,12 +94,6 @@ std::vector<int> ulysses_chunk_sweep(int64_t heads_per_rank);
 // heads and keeps the pitches).
 std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& layout, HeadRange h);
 
-// The same narrowed to the chunk's query rows as well: each block of
-// ulysses_chunk_blocks cut to the rows it shares with the chunk (blocks
-// without any are left out); the pitches stay, the offsets move down by the
-// rows skipped.
-std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& layout, const PipelineChunk& c);
-
 // The same chunk's sends from a group's staged output: ranks [first, first +
 // n) of one process write their attention output row by row across the
 // group, [B, S, n, H/P, D] (element (b, s, r, h) at ((b S + s) n + r) H/P + h

@@ -228,71 +228,6 @@ TEST(UlyssesRowChunks, TheSweepStaysWithinItsChunkBudgetAndStopsWhereSIsTooShort
   EXPECT_EQ(ulysses_pipeline_sweep(1, 1, 128), (std::vector<std::pair<int, int>>{{1, 1}}));
 }
 
-TEST(UlyssesRowChunks, EveryHeadAndRowSplitAssemblesTheWholeAllToAll) {
-  std::mt19937_64 rng(23);
-  for (int trial = 0; trial < 150; ++trial) {
-    const UlyssesShape s = random_shape(rng);
-    const UlyssesLayout l(s);
-    const RankBuffers in = random_head_shards(l, rng);
-    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, in);
-    const int64_t align = std::uniform_int_distribution<int>(1, 4)(rng);
-    for (int h = 1; h <= l.heads_per_rank(); ++h)
-      for (int n : {1, 2, 3, 5, 8}) {
-        SCOPED_TRACE(describe(s, h) + " row chunks " + std::to_string(n) + " align " + std::to_string(align));
-        RankBuffers out = poisoned_seq_shards(l);
-        for (const PipelineChunk& c : ulysses_pipeline_chunks(l.heads_per_rank(), h, s.S, n, align))
-          apply_blocks(ulysses_chunk_blocks(l, c), in, out);
-        EXPECT_EQ(out, want);
-      }
-  }
-}
-
-TEST(UlyssesRowChunks, AChunkWritesOnlyItsOwnRowsAndHeads) {
-  std::mt19937_64 rng(24);
-  for (int trial = 0; trial < 100; ++trial) {
-    const UlyssesShape s = random_shape(rng);
-    const UlyssesLayout l(s);
-    const int64_t hl = l.heads_per_rank();
-    const RankBuffers in = random_head_shards(l, rng);
-    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, in);
-    const int h = std::uniform_int_distribution<int>(1, int(hl))(rng);
-    const int n = std::uniform_int_distribution<int>(1, 6)(rng);
-    for (const PipelineChunk& c : ulysses_pipeline_chunks(hl, h, s.S, n, 2)) {
-      RankBuffers out = poisoned_seq_shards(l);
-      const auto blocks = ulysses_chunk_blocks(l, c);
-      size_t bytes = 0;
-      for (const BlockCopy& b : blocks) bytes += b.bytes();
-      EXPECT_EQ(bytes, size_t(s.B) * size_t(c.rows.size()) * size_t(s.P) * size_t(c.heads.size()) * l.row_bytes())
-          << "the chunk's cells, each once";
-      apply_blocks(blocks, in, out);
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t q = 0; q < s.S; ++q)
-          for (int64_t hg = 0; hg < s.H; ++hg) {
-            const int r = l.seq_owner(q);
-            const size_t at = l.seq_sharded_offset(b, q, hg);
-            const int64_t local = hg % hl;
-            const bool mine = local >= c.heads.begin && local < c.heads.end && q >= c.rows.begin && q < c.rows.end;
-            const auto first = out[size_t(r)].begin() + long(at);
-            const std::vector<uint8_t> got(first, first + long(l.row_bytes()));
-            const std::vector<uint8_t> expected =
-                mine ? std::vector<uint8_t>(want[size_t(r)].begin() + long(at),
-                                            want[size_t(r)].begin() + long(at + l.row_bytes()))
-                     : std::vector<uint8_t>(l.row_bytes(), 0xEE);
-            ASSERT_EQ(got, expected) << "b " << b << " row " << q << " head " << hg;
-          }
-    }
-  }
-}
-
-TEST(UlyssesRowChunks, ARowRangeInsideOneShardSendsOneBlockFromEachSource) {
-  const UlyssesLayout l({1, 4096, 24, 128, 8, 2});  // FLUX on 8 ranks: 512 rows a shard
-  const auto chunks = ulysses_pipeline_chunks(3, 1, 4096, 16, 128);
-  ASSERT_EQ(chunks.size(), 16u);
-  for (const PipelineChunk& c : chunks) EXPECT_EQ(ulysses_chunk_blocks(l, c).size(), 8u);
-  EXPECT_THROW(ulysses_chunk_blocks(l, PipelineChunk{{0, 3}, {4000, 4097}}), Error);
-  EXPECT_THROW(ulysses_pipeline_chunks(3, 3, 4096, kMaxPipelineChunks, 1), Error);  // 768 chunks
-}
-
 namespace {
 // The group's staged buffer [B, S, n, H/P, D] made from the ranks' head shards.
 std::vector<uint8_t> staged(const UlyssesLayout& l, const RankBuffers& heads, int first, int n) {
@@ -342,6 +277,57 @@ TEST(UlyssesStagedChunks, EverySplitFromStagedGroupsAssemblesTheWholeAllToAll) {
           EXPECT_EQ(bytes, l.total_bytes()) << "every byte sent once";
           (void)blocks;
         }
+    }
+  }
+}
+
+// A chunk's sends read only its own cells of the staged output (the next
+// chunk's attention writes the others meanwhile) and write only its own cells
+// of the destinations.
+TEST(UlyssesStagedChunks, AChunkReadsAndWritesOnlyItsOwnRowsAndHeads) {
+  std::mt19937_64 rng(26);
+  for (int trial = 0; trial < 100; ++trial) {
+    const UlyssesShape s = random_shape(rng);
+    const UlyssesLayout l(s);
+    const int64_t hl = l.heads_per_rank();
+    const RankBuffers heads = random_head_shards(l, rng);
+    const RankBuffers want = reference_all_to_all(l, A2aDirection::heads_to_seq, heads);
+    const int h = std::uniform_int_distribution<int>(1, int(hl))(rng);
+    const int n = std::uniform_int_distribution<int>(1, 6)(rng);
+    const bool one_group = trial % 2 == 0;
+    for (const PipelineChunk& c : ulysses_pipeline_chunks(hl, h, s.S, n, 2)) {
+      SCOPED_TRACE(describe(s, h) + " rows " + std::to_string(c.rows.begin) + ".." + std::to_string(c.rows.end) +
+                   " heads " + std::to_string(c.heads.begin) + ".." + std::to_string(c.heads.end));
+      auto mine = [&](int64_t q, int64_t local_head) {
+        return q >= c.rows.begin && q < c.rows.end && local_head >= c.heads.begin && local_head < c.heads.end;
+      };
+      // The staged sources with every cell outside the chunk poisoned.
+      RankBuffers poisoned_heads = heads;
+      for (int r = 0; r < s.P; ++r)
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t q = 0; q < s.S; ++q)
+            for (int64_t hh = 0; hh < hl; ++hh)
+              if (!mine(q, hh))
+                std::memset(poisoned_heads[size_t(r)].data() + l.head_sharded_offset(b, q, hh), 0x5A, l.row_bytes());
+      RankBuffers in(size_t(s.P)), out = poisoned_seq_shards(l);
+      for (int first = 0; first < s.P; first += one_group ? s.P : 1) {
+        const int group = one_group ? s.P : 1;
+        in[size_t(first)] = staged(l, poisoned_heads, first, group);
+        apply_blocks(ulysses_staged_chunk_blocks(l, c, first, group), in, out);
+      }
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t q = 0; q < s.S; ++q)
+          for (int64_t hg = 0; hg < s.H; ++hg) {
+            const int r = l.seq_owner(q);
+            const size_t at = l.seq_sharded_offset(b, q, hg);
+            const auto got = out[size_t(r)].begin() + long(at);
+            const std::vector<uint8_t> expected =
+                mine(q, hg % hl) ? std::vector<uint8_t>(want[size_t(r)].begin() + long(at),
+                                                        want[size_t(r)].begin() + long(at + l.row_bytes()))
+                                 : std::vector<uint8_t>(l.row_bytes(), 0xEE);
+            ASSERT_EQ(std::vector<uint8_t>(got, got + long(l.row_bytes())), expected)
+                << "b " << b << " row " << q << " head " << hg;
+          }
     }
   }
 }

@@ -95,24 +95,6 @@ std::pair<int, int> ulysses_default_split(int64_t heads_per_rank, int64_t S, int
   return {heads, int(ulysses_row_chunks(S, rows, block_m).size())};
 }
 
-std::vector<BlockCopy> ulysses_chunk_blocks(const UlyssesLayout& l, const PipelineChunk& c) {
-  if (c.rows.begin < 0 || c.rows.size() < 1 || c.rows.end > l.shape().S)
-    throw Error(fmt::format("pipelined: rows [{}, {}): expected a non-empty range within the {} rows", c.rows.begin,
-                            c.rows.end, l.shape().S));
-  std::vector<BlockCopy> out;
-  for (BlockCopy b : ulysses_chunk_blocks(l, c.heads)) {
-    // heads_to_seq blocks hold the destination's whole shard: rows [seq_begin, + height).
-    const int64_t first = l.seq_begin(b.dst_rank);
-    const int64_t lo = std::max(first, c.rows.begin), hi = std::min(first + int64_t(b.height), c.rows.end);
-    if (hi <= lo) continue;
-    b.src_offset += size_t(lo - first) * b.src_pitch;
-    b.dst_offset += size_t(lo - first) * b.dst_pitch;
-    b.height = size_t(hi - lo);
-    out.push_back(b);
-  }
-  return out;
-}
-
 std::vector<BlockCopy> ulysses_staged_chunk_blocks(const UlyssesLayout& l, const PipelineChunk& c, int first, int n) {
   const UlyssesShape& sh = l.shape();
   const int64_t Hl = l.heads_per_rank();
