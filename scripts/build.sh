@@ -35,21 +35,32 @@ fi
 python_tests=1
 [ "${XSTAGE_NO_PYTHON:-0}" = 1 ] && python_tests=0
 has_torch='import torch, pytest; assert tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)'
+py_need=()
 if ((python_tests)) && ! python3 -c "$has_torch" 2>/dev/null; then
-  python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
+  python3 -c "import venv, ensurepip" 2>/dev/null || py_need+=(python3-venv)
 fi
 sudo=""
 [ "$(id -u)" = 0 ] || sudo=sudo
-if ((${#need[@]} + ${#fuzz_need[@]})); then
-  echo "build.sh: installing ${need[*]} ${fuzz_need[*]}"
+# The optional packages (fuzz targets, the Python tests' venv) are left out
+# with a word where they cannot be installed outside CI; the build's own
+# packages are required everywhere.
+optional=("${fuzz_need[@]}" "${py_need[@]}")
+if ((${#need[@]} + ${#optional[@]})); then
+  echo "build.sh: installing ${need[*]} ${optional[*]}"
   timeout 180 $sudo apt-get update -qq -o Acquire::Retries=0 || true  # no registry: fails below, naming the packages
-  if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" "${fuzz_need[@]}"; then
-    if ((${#fuzz_need[@]})) && [ "${CI:-}" != true ] &&
+  if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" "${optional[@]}"; then
+    if ((${#optional[@]})) && [ "${CI:-}" != true ] &&
       { ((${#need[@]} == 0)) || DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"; }; then
-      echo "build.sh: could not install ${fuzz_need[*]}: building without the fuzz targets (fuzz_smoke left out)"
-      fuzz=0
+      if ((${#fuzz_need[@]})); then
+        echo "build.sh: could not install ${fuzz_need[*]}: building without the fuzz targets (fuzz_smoke left out)"
+        fuzz=0
+      fi
+      if ((${#py_need[@]})); then
+        echo "build.sh: could not install ${py_need[*]}: building without the Python tests"
+        python_tests=0
+      fi
     else
-      echo "build.sh: could not install ${need[*]} ${fuzz_need[*]}" >&2
+      echo "build.sh: could not install ${need[*]} ${optional[*]}" >&2
       exit 1
     fi
   fi

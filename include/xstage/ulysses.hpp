@@ -98,9 +98,11 @@ std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVar
 // neither: ulysses_default_split (xstage/ulysses_chunks.hpp) with the
 // all-to-all's time over the attention's estimated from the bytes a GPU
 // sends at `link_Bps` and the attention's FLOPs at kAttentionFlopsPerSecond.
-std::pair<int, int> default_pipeline_split(int64_t B, int64_t S, int64_t heads_per_rank, int64_t D,
-                                           int ranks_per_launch, int64_t block_m, int tiles_per_wave,
-                                           double link_Bps);
+// group_ranks: the ranks one process launches together (all of them when
+// emulated, else 1); the nccl version takes row chunks 1 (its equal slots).
+std::pair<int, int> default_pipeline_split(int64_t B, int64_t S, int64_t heads_per_rank, int64_t D, int group_ranks,
+                                           int64_t block_m, int tiles_per_wave, double link_Bps,
+                                           A2aVersion version = A2aVersion::copy_engine);
 
 // The rate the estimate takes for the attention kernel: the wgmma kernel's
 // at D = 128 on one H200, 4 B S^2 H D FLOPs in 20.3 ms at S = 32k, H = 24
@@ -151,7 +153,9 @@ class UlyssesAttention {
   void poison_outputs();
 
   // Local rank r's results, downloaded: its sequence-sharded output
-  // [B, S_r, H, D] and its head-sharded attention output [B, S, H/P, D] (bf16 bits).
+  // [B, S_r, H, D] and its head-sharded attention output [B, S, H/P, D] (bf16 bits;
+  // after attention-only or sequential: the pipelined variant leaves the
+  // local output staged across the ranks of a launch instead).
   std::vector<uint16_t> download_output(int rank) const;
   std::vector<uint16_t> download_local_attention(int rank) const;
 

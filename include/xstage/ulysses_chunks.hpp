@@ -71,7 +71,8 @@ std::vector<std::pair<int, int>> ulysses_pipeline_sweep(int64_t heads_per_rank, 
 // sweeps showed (docs/RESULTS.md section 8, results/h200/ulysses/
 // pipeline-vs-torch/): `comm_over_compute` is the all-to-all's time at the
 // path's rate over the attention's; `tiles_per_wave` the tiles the GPU runs
-// at once; `ranks_per_launch` the ranks one attention launch covers.
+// at once; `batches_per_launch` the (rank, batch) pairs one attention launch
+// covers.
 //   under 0.03: (1, 1): nothing worth hiding; chunks only add launches and
 //     tile-wave remainders (device memory, 4k-32k: within 1-3% of the best);
 //   1 or more (the link is the bottleneck): whole heads (1 head chunk),
@@ -80,7 +81,7 @@ std::vector<std::pair<int, int>> ulysses_pipeline_sweep(int64_t heads_per_rank, 
 //   between: one head a chunk (head chunks = H/P, at most 32) and row chunks
 //     by the same wave rule (host 8k-32k: 3 x 4, 3 x 8).
 // Never more than 32 chunks in all.
-std::pair<int, int> ulysses_default_split(int64_t heads_per_rank, int64_t S, int64_t block_m, int ranks_per_launch,
+std::pair<int, int> ulysses_default_split(int64_t heads_per_rank, int64_t S, int64_t block_m, int batches_per_launch,
                                           int tiles_per_wave, double comm_over_compute);
 
 // The chunk counts a sweep tries when none are given: 2, 4, 8, ... below the

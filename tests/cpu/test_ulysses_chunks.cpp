@@ -11,6 +11,7 @@
 #include <random>
 
 #include "xstage/error.hpp"
+#include "xstage/ulysses.hpp"
 #include "xstage/ulysses_chunks.hpp"
 #include "xstage/ulysses_layout.hpp"
 
@@ -223,7 +224,7 @@ TEST(UlyssesRowChunks, TheSweepStaysWithinItsChunkBudgetAndStopsWhereSIsTooShort
   EXPECT_NE(std::find(sweep.begin(), sweep.end(), std::make_pair(1, 32)), sweep.end());
   EXPECT_NE(std::find(sweep.begin(), sweep.end(), std::make_pair(3, 8)), sweep.end());
   EXPECT_EQ(std::find(sweep.begin(), sweep.end(), std::make_pair(3, 16)), sweep.end());
-  // 300 rows, 128-row tiles: at most 3 ranges, so row chunks stop at 2 (4 would give 3 only... or repeat).
+  // 300 rows, 128-row tiles: at most 3 ranges; 4 row chunks give those 3 and 8 no more, so the sweep stops at 4.
   for (const auto& [h, r] : ulysses_pipeline_sweep(3, 300, 128)) EXPECT_LE(r, 4) << h << "x" << r;
   EXPECT_EQ(ulysses_pipeline_sweep(1, 1, 128), (std::vector<std::pair<int, int>>{{1, 1}}));
 }
@@ -363,4 +364,19 @@ TEST(UlyssesDefaultSplit, PicksTheSweepsBestSplitsOnTheirOwnCells) {
   EXPECT_EQ(ulysses_default_split(64, 4096, 128, 1, 132, 0.5).first, 32);
   EXPECT_THROW(ulysses_default_split(3, 4096, 128, 8, 0, 0.5), Error);
   EXPECT_THROW(ulysses_default_split(3, 4096, 128, 8, 132, -1), Error);
+}
+
+// The estimate behind it: bytes at the path's rate over FLOPs at 650 TFLOP/s.
+TEST(UlyssesDefaultSplit, EstimatesTheRatioFromThePathAndCountsTheBatchWhereAGroupIsOneRank) {
+  // 8 emulated ranks, FLUX's 24 heads: host PCIe (51.4 GB/s) and device memory (4.2 TB/s).
+  EXPECT_EQ(default_pipeline_split(1, 4096, 3, 128, 8, 128, 132, 51.4e9), std::make_pair(1, 8));
+  EXPECT_EQ(default_pipeline_split(1, 16384, 3, 128, 8, 128, 132, 51.4e9), std::make_pair(3, 8));
+  EXPECT_EQ(default_pipeline_split(1, 4096, 3, 128, 8, 128, 132, 4.2e12), std::make_pair(1, 1));
+  // NCCL's equal slots: head chunks only, whatever the rule would split.
+  EXPECT_EQ(default_pipeline_split(1, 16384, 3, 128, 8, 128, 132, 51.4e9, A2aVersion::nccl).second, 1);
+  // One rank a GPU: a launch covers the batch, so more of it allows more row chunks.
+  const auto one = default_pipeline_split(1, 8192, 12, 128, 1, 128, 132, 3.6e10);
+  const auto four = default_pipeline_split(4, 8192, 12, 128, 1, 128, 132, 3.6e10);
+  EXPECT_GT(four.second, one.second);
+  EXPECT_THROW(default_pipeline_split(1, 4096, 3, 128, 8, 128, 132, 0), Error);
 }

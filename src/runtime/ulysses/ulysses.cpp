@@ -50,13 +50,17 @@ UlyssesVariant parse_ulysses_variant(std::string_view t) {
 
 bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }
 
-std::pair<int, int> default_pipeline_split(int64_t B, int64_t S, int64_t heads_per_rank, int64_t D,
-                                           int ranks_per_launch, int64_t block_m, int tiles_per_wave,
-                                           double link_Bps) {
-  const double heads = double(B) * double(ranks_per_launch) * double(heads_per_rank);
+std::pair<int, int> default_pipeline_split(int64_t B, int64_t S, int64_t heads_per_rank, int64_t D, int group_ranks,
+                                           int64_t block_m, int tiles_per_wave, double link_Bps, A2aVersion version) {
+  if (!(link_Bps > 0)) throw Error(fmt::format("pipelined: link rate {} B/s: expected > 0", link_Bps));
+  const double heads = double(B) * double(group_ranks) * double(heads_per_rank);
   const double compute_s = 4.0 * heads * double(S) * double(S) * double(D) / kAttentionFlopsPerSecond;
   const double comm_s = heads * double(S) * double(D) * 2.0 / link_Bps;  // bf16 out, every byte sent once
-  return ulysses_default_split(heads_per_rank, S, block_m, ranks_per_launch, tiles_per_wave, comm_s / compute_s);
+  // One launch covers the group's ranks, or the batch where a group is one rank (UlyssesPipeline).
+  const int per_launch = group_ranks == 1 ? int(B) : group_ranks;
+  auto split = ulysses_default_split(heads_per_rank, S, block_m, per_launch, tiles_per_wave, comm_s / compute_s);
+  if (version == A2aVersion::nccl) split.second = 1;  // its equal slots are cut by heads only
+  return split;
 }
 
 namespace {
@@ -202,18 +206,19 @@ struct UlyssesAttention::Impl {
   // The rate of the path the all-to-all takes (its embedded profile's R),
   // for the pipelined variant's default split only.
   double link_Bps = load_profile(default_ulysses_profile(w.backend(), w.placement())).R_Bps;
+  int tiles_per_wave = 0;  // the attention kernel's CTAs the GPU holds at once (set once: device_info is slow)
 
-  int tiles_per_wave() const {
-    return device_info(groups.front().device).sm_count * attention::attention_fwd_ctas_per_sm_of(int(D), kernel_id);
-  }
-  std::pair<int, int> default_split() const {
-    return default_pipeline_split(B, layout->shape().S, Hl, D, groups.front().n, bm, tiles_per_wave(), link_Bps);
+  std::pair<int, int> default_split(A2aVersion version) const {
+    return default_pipeline_split(B, layout->shape().S, Hl, D, groups.front().n, bm, tiles_per_wave, link_Bps,
+                                  version);
   }
 
   Impl(World& world, int64_t B_, int64_t H_, int64_t D_, int64_t S_, AttentionKernel k)
       : w(world), B(B_), H(H_), D(D_), max_S(S_), Hl(H_ / world.size()), P(world.size()), kernel(k) {
     kernel_id = kernel == AttentionKernel::mma_sync ? attention::kKernelMmaSync : attention::kKernelWgmmaPingpong;
     bm = attention::attention_fwd_kernel_shape_of(int(D), kernel_id).block_m;
+    tiles_per_wave = device_info(w.device_of(w.local_ranks().front())).sm_count *
+                     attention::attention_fwd_ctas_per_sm_of(int(D), kernel_id);
     const size_t shard_elems = size_t(B * max_S * Hl * D);
     const int64_t max_m = (max_S + bm - 1) / bm;
     auto make_group = [&](int rank_base, int n) {
@@ -452,11 +457,11 @@ void UlyssesAttention::enqueue(const UlyssesRun& run) {
       if (run.row_chunks < 0)
         throw Error(fmt::format("ulysses: pipelined row chunks: expected 1 .. {} (0: the default), got {}",
                                 kMaxPipelineChunks, run.row_chunks));
-      {
-        const auto dflt = m.default_split();
-        const int hc = run.chunks > 0 ? run.chunks : run.row_chunks > 0 ? 1 : dflt.first;
-        const int rc = run.row_chunks > 0 ? run.row_chunks : run.chunks > 0 ? 1 : dflt.second;
+      if (run.chunks == 0 && run.row_chunks == 0) {
+        const auto [hc, rc] = m.default_split(run.a2a);
         m.pipeline->enqueue(run.a2a, hc, rc, run.graph);
+      } else {
+        m.pipeline->enqueue(run.a2a, std::max(run.chunks, 1), std::max(run.row_chunks, 1), run.graph);
       }
       break;
     case UlyssesVariant::fused:
@@ -780,7 +785,7 @@ int64_t UlyssesAttention::tiles_per_gpu() const {
   return int64_t(m.groups.front().n) * m.B * m.Hl * m.m_blocks();
 }
 
-int UlyssesAttention::concurrent_tiles_per_gpu() const { return impl_->tiles_per_wave(); }
+int UlyssesAttention::concurrent_tiles_per_gpu() const { return impl_->tiles_per_wave; }
 
 int UlyssesAttention::block_m() const { return impl_->bm; }
 

@@ -75,13 +75,13 @@ std::vector<std::pair<int, int>> ulysses_pipeline_sweep(int64_t heads_per_rank, 
   return out;
 }
 
-std::pair<int, int> ulysses_default_split(int64_t heads_per_rank, int64_t S, int64_t block_m, int ranks_per_launch,
+std::pair<int, int> ulysses_default_split(int64_t heads_per_rank, int64_t S, int64_t block_m, int batches_per_launch,
                                           int tiles_per_wave, double comm_over_compute) {
-  if (heads_per_rank < 1 || S < 1 || block_m < 1 || ranks_per_launch < 1 || tiles_per_wave < 1 ||
+  if (heads_per_rank < 1 || S < 1 || block_m < 1 || batches_per_launch < 1 || tiles_per_wave < 1 ||
       !(comm_over_compute >= 0))
-    throw Error(fmt::format("pipelined: default split of {} heads, S = {}, {}-row tiles, {} ranks a launch, {} tiles a "
+    throw Error(fmt::format("pipelined: default split of {} heads, S = {}, {}-row tiles, {} batches a launch, {} tiles a "
                             "wave, comm / compute {}: expected positive sizes and a ratio >= 0",
-                            heads_per_rank, S, block_m, ranks_per_launch, tiles_per_wave, comm_over_compute));
+                            heads_per_rank, S, block_m, batches_per_launch, tiles_per_wave, comm_over_compute));
   constexpr int kMaxChunks = 32;
   if (comm_over_compute < 0.03) return {1, 1};
   const int heads = comm_over_compute >= 1 ? 1 : int(std::min<int64_t>(heads_per_rank, kMaxChunks));
@@ -89,7 +89,7 @@ std::pair<int, int> ulysses_default_split(int64_t heads_per_rank, int64_t S, int
   int rows = 1;
   for (int r = 2; int64_t(heads) * r <= kMaxChunks; r *= 2) {
     const int64_t m_blocks = ((S + r - 1) / r + block_m - 1) / block_m;
-    if (double(ranks_per_launch) * double(heads_a_chunk) * double(m_blocks) < 0.7 * tiles_per_wave) break;
+    if (double(batches_per_launch) * double(heads_a_chunk) * double(m_blocks) < 0.7 * tiles_per_wave) break;
     rows = r;
   }
   return {heads, int(ulysses_row_chunks(S, rows, block_m).size())};

@@ -305,14 +305,16 @@ void UlyssesPipeline::capture(Plan& p) const {
   const auto streams = streams_of_run(p);
   p.device = groups_.front().device;
   XSTAGE_CUDA(cudaSetDevice(p.device));
-  for (size_t i = 0; i < streams.size(); ++i) {
+  while (p.joins.size() < streams.size()) {  // kept by the plan: a capture that failed is retried with them
     cudaEvent_t e = nullptr;
     XSTAGE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     p.joins.push_back(e);
   }
-  cudaEvent_t after = nullptr;
-  XSTAGE_CUDA(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
-  p.after = after;
+  if (!p.after) {
+    cudaEvent_t after = nullptr;
+    XSTAGE_CUDA(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+    p.after = after;
+  }
   cudaStream_t lead = streams.front();
   XSTAGE_CUDA(cudaStreamBeginCapture(lead, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
@@ -327,7 +329,12 @@ void UlyssesPipeline::capture(Plan& p) const {
     }
     XSTAGE_CUDA(cudaStreamEndCapture(lead, &graph));
   } catch (...) {
-    // End the capture whatever failed, so that the stream is usable again.
+    // End the capture whatever failed, every stream joined back first (errors
+    // ignored: the first one is what is thrown), so that the streams are usable again.
+    for (size_t i = 1; i < streams.size(); ++i) {
+      (void)cudaEventRecord(event(p.joins[i]), streams[i]);
+      (void)cudaStreamWaitEvent(lead, event(p.joins[i]), 0);
+    }
     cudaGraph_t partial = nullptr;
     (void)cudaStreamEndCapture(lead, &partial);
     if (partial) (void)cudaGraphDestroy(partial);

@@ -46,9 +46,9 @@ struct PipelineGroup {
 
 class UlyssesPipeline {
  public:
-  // Creates each group's compute stream and events (one a possible chunk)
-  // once; nothing is allocated or created per run after a configuration's
-  // first run at a sequence length.
+  // Creates each group's compute stream and start event once; a
+  // configuration's plan (its chunk events, copy lists and graph) is made by
+  // its first run at a sequence length, nothing per run after that.
   // block_m: the kernel's query rows a tile; row chunks start on multiples of it.
   UlyssesPipeline(World& world, std::vector<PipelineGroup> groups, int64_t B, int64_t heads_per_rank, int64_t D,
                   AttentionKernel kernel, int64_t block_m);
@@ -62,10 +62,10 @@ class UlyssesPipeline {
 
   // One run, between world.fork() and world.join(). `graph`: replayed as a
   // CUDA graph where this process drives one GPU (else stream by stream).
-  // The first run of a
-  // (version, head chunks, row chunks, graph) at a sequence length builds its
-  // send plan (device copy lists: allocations and a device synchronisation)
-  // and, with `graph`, captures it, so time it only after one run. Throws
+  // The first run of a (version, head chunks, row chunks) at a sequence
+  // length builds its send plan (device copy lists: allocations and a device
+  // synchronisation), and the first with `graph` captures it, so time it
+  // only after one run. Throws
   // xstage::Error for head chunks outside 1 .. H/P, row chunks outside
   // 1 .. kMaxPipelineChunks, row chunks on the nccl version (its equal slots
   // are cut by heads only) or a version the backend lacks.
