@@ -285,7 +285,7 @@ SampleSet read_samples_csv(const std::string& path, const std::function<void(dou
   std::ifstream in = detail::open_for_reading(path, /*binary=*/true);
   std::error_code ec;
   const double size = std::filesystem::is_regular_file(path, ec) ? double(std::filesystem::file_size(path, ec)) : 0;
-  detail::LineReader lines(in);
+  detail::LineReader lines(in, path);
   std::function<void(uint64_t)> report;
   if (progress && size > 0) report = [&](uint64_t bytes) { progress(std::min(1.0, double(bytes) / size)); };
   SampleSet set = parse_samples(lines, path, report);

@@ -233,21 +233,26 @@ Profile profile_from_json(const json& j, const std::string& where) {
 }
 
 Profile load_profile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(fmt::format("profile '{}': is a folder; expected a file", path));
-  std::ifstream in(path);
-  if (!in) {
+  // A name that is nothing on disk may be an embedded profile; anything that
+  // is there is read as a file, through the one reader (a folder or
+  // /dev/zero is refused, a file over the document cap too).
+  if (!detail::input_exists(path)) {
     if (const Profile* p = find_embedded_profile(path)) return *p;
     std::string known;
     for (const auto& e : embedded_profiles()) known += (known.empty() ? "" : ", ") + e.name;
-    throw Error(fmt::format("profile '{}': no such file, and no embedded profile of that name (embedded: {})",
+    throw Error(fmt::format("profile '{}': no such file, and no embedded profile of that name; expected a file or "
+                            "one of {}",
                             path, known));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  try {
+    text = detail::read_whole_file(path, false, detail::kMaxDocumentBytes, "a profile JSON");
+  } catch (const Error& e) {
+    throw Error(fmt::format("profile {}", e.what()));
+  }
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
   } catch (const json::exception& e) {  // e.g. a number out of range

@@ -200,7 +200,7 @@ RecordedMoeSweep parse_moe_sweep(const std::string& text, const std::string& nam
 }
 
 RecordedMoeSweep read_moe_sweep(const std::string& path) {
-  return parse_moe_sweep(detail::read_whole_file(path), path);
+  return parse_moe_sweep(detail::read_whole_file(path, false, detail::kMaxDocumentBytes, "a recorded MoE sweep JSON"), path);
 }
 
 double moe_median(std::vector<double> v) {
