@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 #include "util/utc_now.hpp"
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   add_moe_command(app);
   add_visible_command(app);
   add_duplex_command(app);
+  refuse_empty_and_non_finite_values(app);
   app.set_version_flag("--version", std::string("xstage ") + XSTAGE_VERSION + " (" + xstage::build_commit() + ")");
   if (argc >= 2 && std::string(argv[1]) == "help") {  // `xstage help [command]`, as people type it
     CLI::App* sub = argc >= 3 ? find_command(app, argv[2]) : nullptr;
@@ -87,13 +89,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line in the documented form, not the parser's two-line text.
+    std::cout.flush();
+    std::fprintf(stderr, "xstage: error: %s\n", xstage::readable_message(documented_parse_error(app, e)).c_str());
+    return 2;
   } catch (const xstage::Error& e) {
+    std::cout.flush();
     std::fprintf(stderr, "xstage: error: %s\n", e.what());
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {  // e.g. an output folder that cannot be made
-    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    std::cout.flush();
+    std::fprintf(stderr, "xstage: error: %s; expected a path this user may read or write\n",
+                 xstage::readable_message(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xstage: internal error: %s\n", e.what());
