@@ -225,9 +225,11 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
     if (iComplete && !fields[*iComplete].empty()) complete = number(fields[*iComplete], "complete_ns");
     if (K < 1 || K != std::floor(K))
       throw Error(fmt::format("{}: column 'K': expected a whole number >= 1, got {}", where(), K));
-    if (V <= 0) throw Error(fmt::format("{}: column 'V_bytes': expected > 0, got {}", where(), V));
+    // A row of a real run stores at least a byte and takes at least a
+    // picosecond: 1e-300 would pass "> 0" and print a 300-digit error.
+    if (!(V >= 1)) throw Error(fmt::format("{}: column 'V_bytes': expected at least 1 byte, got {}", where(), V));
     if (G < 0) throw Error(fmt::format("{}: column 'gap_ns': expected >= 0, got {}", where(), G));
-    if (T <= 0) throw Error(fmt::format("{}: column 'issue_ns': expected > 0, got {}", where(), T));
+    if (!(T >= 1e-3)) throw Error(fmt::format("{}: column 'issue_ns': expected at least 0.001 ns, got {}", where(), T));
     // Beyond these no GPU run produced the row; inside them the model's
     // arithmetic stays finite (xstage/limits.hpp).
     if (K > kMaxProducers || V > kMaxBytes || G > kMaxTimeNs || T > kMaxTimeNs)

@@ -87,7 +87,10 @@ std::optional<Range> range_from(const json& j, const char* key, const std::strin
   if (!r.is_object() || !r.contains("min") || !r.contains("max") || !r["min"].is_number() ||
       !r["max"].is_number())
     throw Error(fmt::format("{}: '{}' must be an object {{\"min\": number, \"max\": number}}", where, key));
-  return Range{r["min"].get<double>(), r["max"].get<double>()};
+  const Range range{r["min"].get<double>(), r["max"].get<double>()};
+  if (!(range.lo <= range.hi))
+    throw Error(fmt::format("{}: '{}' is [{}, {}]; expected min <= max", where, key, range.lo, range.hi));
+  return range;
 }
 
 double number_at(const json& j, const char* key, const std::string& where) {
@@ -102,8 +105,10 @@ double optional_number_at(const json& j, const char* key, const std::string& whe
   return number_at(j, key, where);
 }
 
-std::string string_at(const json& j, const char* key, const std::string& fallback = "") {
-  if (!j.contains(key) || !j[key].is_string()) return fallback;
+std::string string_at(const json& j, const char* key, const std::string& where, const std::string& fallback = "") {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_string())  // "name": 5 is a mistake, not an unnamed profile
+    throw Error(fmt::format("{}: '{}' is {}; expected a string", where, key, j[key].dump().substr(0, 80)));
   return j[key].get<std::string>();
 }
 
@@ -166,9 +171,9 @@ json to_json(const Profile& p) {
 Profile profile_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw Error(fmt::format("{}: a profile must be a JSON object", where));
   Profile p;
-  p.name = string_at(j, "name", "unnamed");
-  p.transport = string_at(j, "transport", "unknown");
-  p.status = string_at(j, "status", "measured");
+  p.name = string_at(j, "name", where, "unnamed");
+  p.transport = string_at(j, "transport", where, "unknown");
+  p.status = string_at(j, "status", where, "measured");
   if (!j.contains("t0") || !j["t0"].is_object())
     throw Error(fmt::format("{}: missing object 't0' (fixed_ns, per_producer_Bps, aggregate_Bps)", where));
   const json& t0 = j["t0"];
@@ -221,8 +226,8 @@ Profile profile_from_json(const json& j, const std::string& where) {
   }
   if (j.contains("provenance") && j["provenance"].is_object()) {
     const json& pr = j["provenance"];
-    p.provenance = {string_at(pr, "device"), string_at(pr, "driver"), string_at(pr, "date"),
-                    string_at(pr, "commit"), string_at(pr, "command"), string_at(pr, "notes")};
+    p.provenance = {string_at(pr, "device", where), string_at(pr, "driver", where), string_at(pr, "date", where),
+                    string_at(pr, "commit", where), string_at(pr, "command", where), string_at(pr, "notes", where)};
   }
   try {
     p.validate();
