@@ -56,7 +56,7 @@ void run_simulate(const SimulateArgs& a, const CLI::App& sub) {
   if (!periodic)
     refuse_unused(sub, {"--K", "--V", "--G", "--bursts", "--stagger"}, "with --schedule (the file gives the bursts)");
   if (a.show < 0 || a.show > kMaxShownBursts)
-    throw Error(fmt::format("--show {}: expected 0 .. {} bursts to print (--bursts-out FILE writes them all)", a.show,
+    throw Error(fmt::format("--show {}: too many bursts to keep; expected 0 .. {} (--bursts-out FILE writes them all)", a.show,
                             kMaxShownBursts));
   // Output files are checked before any work (reading the schedule
   // included): none may be an input, nor the file of another output.

@@ -112,7 +112,8 @@ void refuse_unused(const CLI::App& sub, const std::vector<std::string>& options,
 
 long whole_count(double value, const std::string& option, double lo, double hi) {
   if (!std::isfinite(value) || value != std::floor(value) || value < lo || value > hi)
-    throw Error(fmt::format("{} {:g}: expected a whole number from {:g} to {:g}", option, value, lo, hi));
+    throw Error(fmt::format("{} {:g}: not a whole number in range; expected a whole number from {:g} to {:g}", option,
+                            value, lo, hi));
   return long(value);
 }
 
