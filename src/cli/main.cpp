@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && argv[1][0] != '-' && !find_command(app, argv[1])) {
     std::string known;
     for (const CLI::App* sub : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
-    std::fprintf(stderr, "xstage: error: unknown command '%s'; the commands are %s (xstage --help)\n", argv[1],
+    std::fprintf(stderr, "xstage: error: unknown command '%s'; the commands are %s; expected one of them (xstage --help)\n", argv[1],
                  known.c_str());
     return 2;
   }
@@ -96,7 +96,15 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const xstage::Error& e) {
     std::cout.flush();
-    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    // The documented form ends in what was expected; a message that does not
+    // say it points at the command's help, which does.
+    std::string m = e.what();
+    if (m.find("expected") == std::string::npos) {
+      const auto parsed = app.get_subcommands();
+      m += "; expected what `xstage " + (parsed.empty() ? std::string() : parsed.back()->get_name() + " ") +
+           "--help` describes";
+    }
+    std::fprintf(stderr, "xstage: error: %s\n", m.c_str());
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {  // e.g. an output folder that cannot be made
     std::cout.flush();

@@ -264,7 +264,7 @@ std::vector<SamplePoint> group_samples(const std::vector<Sample>& samples) {
 }
 
 SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
-  detail::LineReader lines{std::string_view(text)};
+  detail::LineReader lines{std::string_view(text), name};
   return parse_samples(lines, name, {});
 }
 

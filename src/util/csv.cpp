@@ -101,7 +101,7 @@ constexpr size_t kBlock = size_t(1) << 20;
 
 LineReader::LineReader(std::istream& in, std::string name) : in_(&in), name_(std::move(name)) {}
 
-LineReader::LineReader(std::string_view text) : text_(text) {}
+LineReader::LineReader(std::string_view text, std::string name) : text_(text), name_(std::move(name)) {}
 
 // Moves what is left of the buffer to its front and reads another block
 // behind it; false at the end of the stream.

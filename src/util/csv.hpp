@@ -35,7 +35,7 @@ NextLine lines_of(std::string_view text);  // `text` must outlive the reader
 class LineReader {
  public:
   explicit LineReader(std::istream& in, std::string name = "input");
-  explicit LineReader(std::string_view text);  // `text` must outlive the reader
+  explicit LineReader(std::string_view text, std::string name = "input");  // `text` must outlive the reader
   bool next(std::string_view& line);
   uint64_t bytes_read() const { return consumed_; }
 
