@@ -48,6 +48,7 @@ std::string burst_csv_row(const BurstSpan& b) {
   std::string m = e.what();
   for (const char* internal : {"simulate: ", "staggered_programs: ", "periodic_programs: "})
     if (m.rfind(internal, 0) == 0) m.erase(0, std::string(internal).size());
+  if (m.find("expected") == std::string::npos) m += "; expected a run within the simulator's bounds (docs/robustness.md)";
   throw Error(fmt::format("{}: {}", input, m));
 }
 
@@ -77,7 +78,7 @@ void run_simulate(const SimulateArgs& a, const CLI::App& sub) {
       throw Error(fmt::format("--K: expected a whole number in [1, {}] (or give --schedule FILE), got {}",
                               kMaxProducers, a.K));
     if (a.V.empty() || a.G.empty()) throw Error("--V and --G are required without --schedule");
-    bursts = whole_count(a.bursts, "--bursts", 1, kMaxSimulatedBursts);
+    bursts = whole_count(a.bursts, "--bursts", 1, 1e15);  // the product with --K is the bound
     if (double(a.K) * double(bursts) > kMaxSimulatedBursts)
       throw Error(fmt::format("--K x --bursts: {} x {} bursts; at most {:g} are simulated", a.K, bursts,
                               kMaxSimulatedBursts));

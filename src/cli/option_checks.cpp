@@ -48,7 +48,7 @@ std::string one_line(std::string s) {
 
 void refuse_empty_and_non_finite_values(CLI::App& app) {
   const CLI::Validator not_empty(
-      [](std::string& v) { return v.empty() ? std::string("empty value; expected a value") : std::string(); }, "",
+      [](std::string& v) { return v.empty() ? std::string("'': empty value; expected a value") : std::string(); }, "",
       "not empty");
   const CLI::Validator finite(
       [](std::string& v) {
@@ -81,14 +81,14 @@ std::string documented_parse_error(CLI::App& app, const CLI::ParseError& e) {
   if (std::regex_match(msg, m, convert)) {
     const CLI::Option* o = find_option(cmd, m[1].str());
     const std::string kind = o ? kind_of(o) : "a value of the option's kind";
-    return fmt::format("{} '{}': not {}; expected {} ({})", m[1].str(), m[2].str(), kind, kind, help);
+    return fmt::format("{} '{}': not of the option's kind; expected {} ({})", m[1].str(), m[2].str(), kind, help);
   }
   if (std::regex_match(msg, m, range)) {
     // CLI11 prints the bounds with std::to_string ("1.000000"): as people write them.
     auto bound = [](const std::string& b) {
       char* end = nullptr;
       const double x = std::strtod(b.c_str(), &end);
-      return end == b.c_str() ? b : fmt::format("{:g}", x);
+      return end == b.c_str() ? b : fmt::format("{}", x);
     };
     return fmt::format("{} '{}': out of range; expected a value from {} to {}", m[1].str(), m[2].str(),
                        bound(m[3].str()), bound(m[4].str()));

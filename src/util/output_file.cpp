@@ -149,7 +149,7 @@ void check_output_path(const std::string& path, const std::string& what, const s
   struct stat in_st {};
   for (const std::string& in : inputs)  // an input that is no file (an embedded profile's name) cannot be overwritten
     if (!in.empty() && ::stat(in.c_str(), &in_st) == 0 && same_file(path, in))
-      throw Error(fmt::format("{} {}: is also the input {}; refusing to overwrite an input (expected another file)",
+      throw Error(fmt::format("{} {}: is also the input {}; refusing to overwrite an input; expected another file",
                               what, path, in));
   if (written_directly(d)) {
     if (d.kind == Kind::missing)

@@ -79,6 +79,13 @@ void expect_documented_error(const std::string& args, const std::string& fragmen
   EXPECT_EQ(r.out.find("Run with --help"), std::string::npos) << args << "\n" << r.out;
 }
 
+std::string fmt_row(int K, double V, double G, double t) {
+  std::ostringstream o;
+  o.precision(17);
+  o << K << "," << V << "," << G << "," << t << "\n";
+  return o.str();
+}
+
 // A shell command line as it is (pipes), stdout and stderr together.
 CliRun run_sh(const std::string& cmd) {
   CliRun r;
@@ -115,7 +122,7 @@ TEST(BoundedInput, DevicesAreRefusedByEveryReader) {
            std::string("ulysses-predict /dev/zero"),
            std::string("moe-predict /dev/zero"),
            std::string("attn --q /dev/zero --k /dev/zero --v /dev/zero"),
-           std::string("moe --x /dev/zero --dry-run"),
+           std::string("moe --shape deepseek-v3 --ranks 2 --x /dev/zero --dry-run"),
            std::string("fit /dev/zero -o ") + p,
            std::string("simulate --schedule /dev/zero"),
            std::string("ulysses-predict ") + (d / "r.json").string(),
@@ -316,8 +323,13 @@ TEST(Messages, NulBytesAndHugeCellsAreShownReadablyAndCut) {
   EXPECT_EQ(h.rc, 2) << h.out.substr(0, 1000);
   EXPECT_LT(h.out.size(), 1000u) << h.out.substr(0, 1000);
   EXPECT_NE(h.out.find("bytes cut"), std::string::npos) << h.out;
-  // fit on samples no interconnect explains names the file.
-  write(d / "absurd.csv", samples_csv(1e-5));
+  // fit on samples no interconnect explains (terabytes in nanoseconds: 1e21
+  // B/s) names the file.
+  std::string absurd = "K,V_bytes,gap_ns,issue_ns\n";
+  for (int K : {8, 32, 132})
+    for (double V : {1e12, 1e13, 1e14})
+      for (double G : {0.0, 5000.0}) absurd += fmt_row(K, V, G, 1 + V / 1e21 * 1e9 * (1 + 0.01 * (K % 7)));
+  write(d / "absurd.csv", absurd);
   expect_documented_error("fit " + (d / "absurd.csv").string() + " -o " + (d / "p.json").string() + " --bootstrap 0",
                           "absurd.csv");
 }
