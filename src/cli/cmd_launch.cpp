@@ -32,7 +32,7 @@ void add_launch_command(CLI::App& app) {
   sub->add_option("command", a->command, "The command after --, with its arguments")->required();
   sub->callback([a] {
     if (a->nprocs < 1 || a->nprocs > kMaxLocalRanks)
-      throw Error(fmt::format("-n {}: too many or too few processes; expected 1 .. {} (one a GPU)", a->nprocs, kMaxLocalRanks));
+      throw Error(fmt::format("launch -n {}: too many or too few processes; expected 1 .. {} (one a GPU)", a->nprocs, kMaxLocalRanks));
     const int rc = launch_local(a->nprocs, a->command);
     if (rc != 0) std::exit(rc);  // the failing rank has already said why
   });

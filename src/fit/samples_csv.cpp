@@ -228,10 +228,10 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
     // A row of a real run stores at least a byte and takes at least a
     // picosecond: 1e-300 would pass "> 0" and print a 300-digit error.
     if (!(V >= 1))
-      throw Error(fmt::format("{}: column 'V_bytes': {} is under one byte; expected at least 1 byte", where(), V));
+      throw Error(fmt::format("{}: column 'V_bytes': {} bytes; expected at least 1 byte", where(), V));
     if (G < 0) throw Error(fmt::format("{}: column 'gap_ns': expected >= 0, got {}", where(), G));
     if (!(T >= 1e-3))
-      throw Error(fmt::format("{}: column 'issue_ns': {} is under a picosecond; expected at least 0.001 ns", where(), T));
+      throw Error(fmt::format("{}: column 'issue_ns': {} ns; expected at least 0.001 ns", where(), T));
     // Beyond these no GPU run produced the row; inside them the model's
     // arithmetic stays finite (xstage/limits.hpp).
     if (K > kMaxProducers || V > kMaxBytes || G > kMaxTimeNs || T > kMaxTimeNs)
