@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -186,12 +187,22 @@ void check_output_path(const std::string& path, const std::string& what, const s
   ::unlink(aside.c_str());
 }
 
+namespace {
+// A device that takes any number of writers without mixing anything up
+// (/dev/null and the kernel's other memory devices, major number 1): two
+// outputs may both go there.
+bool shared_sink(const std::string& path) {
+  struct stat st {};
+  return !standard_stream(path) && ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 1;
+}
+}  // namespace
+
 void check_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i].path.empty() && outputs[i].what.empty()) continue;
     check_output_path(outputs[i].path, outputs[i].what, inputs);
     for (size_t j = 0; j < i; ++j)
-      if (!outputs[j].path.empty() && same_file(outputs[i].path, outputs[j].path))
+      if (!outputs[j].path.empty() && same_file(outputs[i].path, outputs[j].path) && !shared_sink(outputs[i].path))
         throw Error(fmt::format("{} {} and {} {}: one file for two outputs; expected a file of its own for each",
                                 outputs[j].what, outputs[j].path, outputs[i].what, outputs[i].path));
   }

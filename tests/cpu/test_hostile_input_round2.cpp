@@ -196,6 +196,8 @@ TEST(OneWriter, TwoOutputsOntoOneFileAndOutputsOntoInputsAreRefusedBeforeWork) {
   EXPECT_FALSE(fs::exists(same));
   expect_documented_error("simulate --K 2 --V 1MiB --G 1us --bursts 3 --timeline - --bursts-out /dev/stdout",
                           "one file for two outputs");
+  // /dev/null takes both without mixing anything up.
+  EXPECT_EQ(run_cli("simulate --K 2 --V 1MiB --G 1us --bursts 3 --timeline /dev/null --bursts-out /dev/null").rc, 0);
   // validate d/profile-host.json -o d: the input is one of the files it writes.
   write(d / "profile-host.json", probe_csv());
   const std::string before = read(d / "profile-host.json");
