@@ -301,6 +301,14 @@ TEST(SilentNonsense2, NonFiniteTinyAndUnusedValuesAreRefused) {
   EXPECT_EQ(run_cli("profiles --show " + (d / "ok.json").string()).rc, 0);
 }
 
+// ---- Found by fuzz_moe_sweep
+
+TEST(FuzzFindings, MoeSweepWithANumberBeyondADoubleIsAnError) {
+  const fs::path d = scratch("fuzzmoe");
+  write(d / "sweep.json", "{\"device\": 33e3333333333333333, \"configs\": []}");
+  expect_documented_error("moe-predict " + (d / "sweep.json").string(), "not JSON");
+}
+
 // ---- Messages
 
 TEST(Messages, ParserFailuresAreInTheDocumentedForm) {
