@@ -218,6 +218,15 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
       throw Error(fmt::format("--stagger: '{}' is {} ns; expected at most {} ns (1 s: a probe run lasts milliseconds)",
                               s, ns, kMaxStaggerNs));
   prepare_out_dir(a.out_dir, "-o");
+  // --bursts-out: checked before the GPU work, and not one of the folder's files.
+  if (!a.bursts_out.empty()) {
+    std::vector<detail::NamedOutput> outs = {{a.bursts_out, "--bursts-out"}};
+    for (const char* t : {"local", "host", "peer"})
+      for (const char* f : {"probe-{}.csv", "profile-{}.json", "validation-{}.json"})
+        outs.push_back({fmt::format("{}/{}", a.out_dir, fmt::format(fmt::runtime(f), t)), "-o"});
+    outs.push_back({a.out_dir + "/probe-validation.json", "-o"});
+    detail::check_outputs(outs);
+  }
   if (cuda_device_count() == 0)
     throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");
   const DeviceInfo dev = device_info(a.device);

@@ -196,6 +196,10 @@ TEST(OneWriter, TwoOutputsOntoOneFileAndOutputsOntoInputsAreRefusedBeforeWork) {
   EXPECT_FALSE(fs::exists(same));
   expect_documented_error("simulate --K 2 --V 1MiB --G 1us --bursts 3 --timeline - --bursts-out /dev/stdout",
                           "one file for two outputs");
+  // probe --bursts-out onto a file its folder gets: refused before the GPU is looked for.
+  expect_documented_error("probe --K 8 --V 1MiB --G 0 --bursts-out " + (d / "probe-host.csv").string() + " -o " +
+                              d.string(),
+                          "one file for two outputs");
   // /dev/null takes both without mixing anything up.
   EXPECT_EQ(run_cli("simulate --K 2 --V 1MiB --G 1us --bursts 3 --timeline /dev/null --bursts-out /dev/null").rc, 0);
   // validate d/profile-host.json -o d: the input is one of the files it writes.
