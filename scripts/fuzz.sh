@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${XSTAGE_FUZZ_BUILD_DIR:-build-fuzz}
-targets=(units samples_csv schedule_csv profile_json npy ulysses_report)
+targets=(units samples_csv schedule_csv profile_json npy ulysses_report moe_sweep profile_file)
 
 build_targets() {
   command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (scripts/build.sh installs it)" >&2; exit 1; }
@@ -25,7 +25,11 @@ run_target() {  # name seconds corpus-to-write
   local name=$1 seconds=$2 scratch=$3
   mkdir -p "$build/artifacts" "$scratch"
   echo "fuzz.sh: $name for ${seconds}s"
-  "$build/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  local extra=()
+  # The profile at size, through the file reader: inputs up to 4 MiB from the
+  # start (-len_control=0), not grown slowly from a few bytes.
+  [ "$name" = profile_file ] && extra=(-max_len=4194304 -len_control=0)
+  "$build/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 "${extra[@]}" \
     -print_final_stats=1 -artifact_prefix="$build/artifacts/$name-" "$scratch" "fuzz/corpus/$name" \
     2>"$build/fuzz-$name.log" || { tail -40 "$build/fuzz-$name.log" >&2; return 1; }
   grep -E "^stat::number_of_executed_units|^Done" "$build/fuzz-$name.log" | tr '\n' ' '

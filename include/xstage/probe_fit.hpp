@@ -35,6 +35,14 @@ ProbeFit fit_probe_samples(SampleSet set, const std::string& csv_path, bool vali
 // profile-<transport>.json, and validation-<transport>.json when validated, into out_dir.
 void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::string& command);
 
+// Every file save_probe_fit and save_probe_summary would write for `fits`
+// into out_dir, written all or none: each is written aside before any is
+// renamed into place. Refused before anything is written: two fits of one
+// transport (their files would replace each other's) and a file that is one
+// of `inputs` (validate's CSVs).
+void save_probe_outputs(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command,
+                        const std::vector<std::string>& inputs);
+
 // probe-validation.json: per transport R, Q, T0, copy engine and the models'
 // errors (no per-point rows); nothing when none was validated.
 void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command);

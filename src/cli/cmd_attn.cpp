@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "util/npy.hpp"
+#include "util/output_file.hpp"
 #include "xstage/attention_bench.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
@@ -78,6 +79,10 @@ void run_attn(AttnArgs& a) {
   const bool files = !a.q_path.empty() || !a.k_path.empty() || !a.v_path.empty();
   if (files && (a.q_path.empty() || a.k_path.empty() || a.v_path.empty()))
     throw Error("--q, --k, --v: expected all three .npy files or none");
+  // --o is written through the one writer (aside, renamed into place) after
+  // the GPU work: a destination that cannot be written, or one of the
+  // inputs, is refused now.
+  if (!a.o_path.empty()) detail::check_output_path(a.o_path, "--o", {a.q_path, a.k_path, a.v_path});
   AttentionBenchOptions o;
   if (files) {
     NpyArray fq = read_npy(a.q_path), fk = read_npy(a.k_path), fv = read_npy(a.v_path);

@@ -55,7 +55,14 @@ void run_fit(const FitArgs& a) {
   p.provenance.command = meta(set, "command");
   p.provenance.notes = fmt::format("fitted by xstage {} on {} from {} ({}); fit command: {}", build_commit(),
                                    utc_now_iso(), a.samples, r.samples, command_line());
-  p.validate();
+  try {
+    p.validate();
+  } catch (const Error& e) {
+    // The profile's own check names the profile, not what it came from.
+    throw Error(fmt::format("{}: these samples fit no interconnect ({}); expected issue times of stores through one "
+                            "(rates from 1 B/s to 1e18 B/s)",
+                            a.samples, e.what()));
+  }
   detail::OutputFile out(a.output, "-o", {a.samples});
   out.stream() << to_json(p).dump(2) << "\n";
   out.commit();

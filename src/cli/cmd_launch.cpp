@@ -2,12 +2,20 @@
 // LOCAL_RANK as torchrun sets them), for the nccl backend.
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "commands.hpp"
+#include "xstage/error.hpp"
 #include "xstage/process_launch.hpp"
 
 namespace xstage::cli {
 
 namespace {
+// One process a GPU: a host has at most 16 GPUs today. A bound far above
+// that keeps a typo (-n 100000) from filling the process table, which
+// would make every other command on the machine fail to start.
+constexpr int kMaxLocalRanks = 256;
+
 struct LaunchArgs {
   int nprocs = 0;
   std::vector<std::string> command;
@@ -23,6 +31,8 @@ void add_launch_command(CLI::App& app) {
   sub->add_option("-n,--nprocs", a->nprocs, "Processes (ranks), one per GPU")->required();
   sub->add_option("command", a->command, "The command after --, with its arguments")->required();
   sub->callback([a] {
+    if (a->nprocs < 1 || a->nprocs > kMaxLocalRanks)
+      throw Error(fmt::format("launch -n {}: too many or too few processes; expected 1 .. {} (one a GPU)", a->nprocs, kMaxLocalRanks));
     const int rc = launch_local(a->nprocs, a->command);
     if (rc != 0) std::exit(rc);  // the failing rank has already said why
   });

@@ -377,8 +377,10 @@ void run_moe(const MoeCliArgs& a) {
     }
     return;
   }
-  if (!a.out_file.empty()) detail::check_output_path(a.out_file, "-o");  // before the GPU work
-  if (!a.trace_file.empty()) detail::check_output_path(a.trace_file, "--trace");
+  // Before the GPU work: each output writable, none an input, not both one file.
+  detail::check_outputs({{a.out_file, a.out_file.empty() ? "" : "-o"},
+                         {a.trace_file, a.trace_file.empty() ? "" : "--trace"}},
+                        {a.x_path, a.ids_path, a.weights_path, a.w13_path, a.w2_path});
   if (a.out.format() == Format::table && o.world.ranks >= 1) {
     MoeLayerOptions lo;
     lo.shape = o.shape, lo.tokens_max = T_max, lo.tile = o.tile;

@@ -14,6 +14,7 @@
 
 #include "commands.hpp"
 #include "util/npy.hpp"
+#include "util/output_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
 #include "xstage/moe_bench.hpp"
@@ -81,6 +82,10 @@ nlohmann::json gemm_json(const MoeGemmReport& g, bool bench, bool check) {
 
 void run_moe_gemm(MoeArgs& a) {
   // ---- everything that can be wrong with the arguments, before the GPU
+  // --out is written through the one writer after the GPU work: checked now,
+  // against the inputs too.
+  if (!a.out_path.empty())
+    detail::check_output_path(a.out_path, "--out", {a.x_path, a.h_path, a.w13_path, a.w2_path, a.weights_path});
   MoeBenchOptions o;
   o.mode = parse_moe_bench_mode(a.gemm);
   if (!a.model.empty()) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "xstage/error.hpp"
 #include "xstage/moe_prediction.hpp"
 #include "xstage/moe_sweep_record.hpp"
@@ -359,10 +360,15 @@ Profile profile_for(const MoePredictArgs& a, const std::string& sweep_profile, c
   return load_profile(moe_default_profile(c));
 }
 
-void run_moe_predict(const MoePredictArgs& a) {
+void run_moe_predict(const MoePredictArgs& a, const CLI::App& sub) {
   const bool single = !a.shape.empty() || a.tokens > 0 || a.P > 0;
   if (!a.sweep.empty() + single + a.grid != 1)
     throw Error("moe-predict: give one of SWEEP.json, --shape/--tokens/--P (one configuration) or --grid");
+  // Options this mode would ignore are refused, not silently dropped.
+  if (a.grid) refuse_unused(sub, {"--tile", "--compute-only-ms"}, "with --grid (its configurations are fixed)");
+  if (!a.sweep.empty())
+    refuse_unused(sub, {"--tile", "--compute-only-ms", "--placement", "--backend", "--routing"},
+                  "with a recorded sweep (the sweep gives each configuration's)");
   if (a.placement != "host" && a.placement != "device")
     throw Error(fmt::format("--placement \"{}\": expected host or device", a.placement));
   if (a.backend != "emulated" && a.backend != "peer" && a.backend != "nccl")
@@ -421,8 +427,6 @@ void run_moe_predict(const MoePredictArgs& a) {
   if (a.grid) {
     configs = grid_configs(a);
   } else {
-    if (a.compute_only_ms > 0 && (a.grid || !a.sweep.empty()))
-      throw Error("--compute-only-ms: only with one configuration (a sweep gives its own)");
     if (a.shape.empty() || a.tokens < 1 || a.P < 1)
       throw Error("moe-predict: one configuration needs --shape, --tokens (>= 1) and --P (>= 1)");
     MoeConfig c;
@@ -480,7 +484,7 @@ void add_moe_predict_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   add_output_flags(sub, a->out);
-  sub->callback([a] { run_moe_predict(*a); });
+  sub->callback([a, sub] { run_moe_predict(*a, *sub); });
 }
 
 }  // namespace xstage::cli

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "xstage/error.hpp"
 #include "xstage/limits.hpp"
 #include "xstage/model.hpp"
@@ -18,7 +19,7 @@ struct PredictArgs {
   std::string profile = "h200-host-pcie";
   int K = 0;
   std::string V, G;
-  long bursts = 0;  // > 0: also the mean over a run of this many bursts that starts on an empty stage
+  double bursts = 0;  // > 0 (a double: 1e15 reads as people write it): also the mean over a run of this many bursts that starts on an empty stage
   OutputFlags out;
 };
 
@@ -42,13 +43,12 @@ void run_predict(const PredictArgs& a) {
   if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
   if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
   // A run's mean is closed-form (no simulation): bounded only where the count stops being a count.
-  if (a.bursts < 0 || a.bursts > kMaxRunBursts)
-    throw Error(fmt::format("--bursts: expected a whole number in [1, {:g}], got {}", kMaxRunBursts, a.bursts));
+  const long bursts = a.bursts == 0 ? 0 : whole_count(a.bursts, "--bursts", 1, kMaxRunBursts);
   for (const auto& w : range_warnings(p, a.K, V)) warn(w);
   const Prediction r = predict(p, a.K, V, G);
   const double cc = completion_coupled_ns(p, a.K, V, G);
   const double ua = unbounded_async_ns(p, a.K, V, G);
-  const double run_mean = a.bursts > 0 ? windowed_issue_ns(p, a.K, V, G, 0, a.bursts) : NAN;
+  const double run_mean = bursts > 0 ? windowed_issue_ns(p, a.K, V, G, 0, bursts) : NAN;
   if (a.out.format() != Format::table) {
     // One object for --json and one CSV row for --csv: the same fields, null
     // (an empty cell) where a value does not apply.

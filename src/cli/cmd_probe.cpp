@@ -90,8 +90,8 @@ ProbeFit fit_and_save(const std::string& csv, const std::string& csv_path, const
 
 // The folder of a command's output files: made if missing, and checked
 // writable before any measuring or fitting starts.
-void prepare_out_dir(const std::string& dir, const char* what) {
-  detail::prepare_output_dir(dir, what, "probe-validation.json");
+void prepare_out_dir(const std::string& dir, const char* what, const std::vector<std::string>& inputs = {}) {
+  detail::prepare_output_dir(dir, what, "probe-validation.json", inputs);
 }
 
 // `xstage validate --csv` and `xstage probe --csv`: one row per transport and
@@ -218,6 +218,15 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
       throw Error(fmt::format("--stagger: '{}' is {} ns; expected at most {} ns (1 s: a probe run lasts milliseconds)",
                               s, ns, kMaxStaggerNs));
   prepare_out_dir(a.out_dir, "-o");
+  // --bursts-out: checked before the GPU work, and not one of the folder's files.
+  if (!a.bursts_out.empty()) {
+    std::vector<detail::NamedOutput> outs = {{a.bursts_out, "--bursts-out"}};
+    for (const char* t : {"local", "host", "peer"})
+      for (const char* f : {"probe-{}.csv", "profile-{}.json", "validation-{}.json"})
+        outs.push_back({fmt::format("{}/{}", a.out_dir, fmt::format(fmt::runtime(f), t)), "-o"});
+    outs.push_back({a.out_dir + "/probe-validation.json", "-o"});
+    detail::check_outputs(outs);
+  }
   if (cuda_device_count() == 0)
     throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");
   const DeviceInfo dev = device_info(a.device);
@@ -295,16 +304,21 @@ void add_probe_command(CLI::App& app) {
   val->callback([v] {
     if (v->bootstrap < 0 || v->bootstrap > 10000)
       throw Error(fmt::format("--bootstrap: expected 0 .. 10000, got {}", v->bootstrap));
-    prepare_out_dir(v->out_dir, "-o");
+    // Before the fits: the folder, and no CSV that is one of the files
+    // written there (validate d/profile-host.json -o d would replace its input).
+    prepare_out_dir(v->out_dir, "-o", v->csvs);
+    for (const auto& path : v->csvs)
+      for (const std::string& name : {"profile-", "validation-"})
+        for (const char* t : {"local", "host", "peer"})
+          detail::check_output_path(fmt::format("{}/{}{}.json", v->out_dir, name, t), "-o", v->csvs);
     std::vector<ProbeFit> fits;
-    const bool table = v->out.format() == Format::table;
-    for (const auto& path : v->csvs) {
-      ProbeFit f = fit_probe_samples(read_samples_csv(path), path, /*validate=*/true, v->bootstrap, command_line());
-      save_probe_fit(f, v->out_dir, command_line());
-      if (table) print_probe_fit(f);
-      fits.push_back(std::move(f));
-    }
-    save_probe_summary(fits, v->out_dir, command_line());
+    for (const auto& path : v->csvs)
+      fits.push_back(fit_probe_samples(read_samples_csv(path), path, /*validate=*/true, v->bootstrap, command_line()));
+    // Every CSV fitted before any file is written, and then all files or none:
+    // a CSV that fails leaves the folder as it was.
+    save_probe_outputs(fits, v->out_dir, command_line(), v->csvs);
+    if (v->out.format() == Format::table)
+      for (const ProbeFit& f : fits) print_probe_fit(f);
     print_fits(fits, v->out.format());
   });
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "progress.hpp"
 #include "util/output_file.hpp"
 #include "xstage/error.hpp"
@@ -24,11 +25,15 @@ struct SimulateArgs {
   std::string profile = "h200-host-pcie";
   int K = 0;
   std::string V, G, stagger, schedule, timeline, bursts_out;
-  long bursts = 50;
+  double bursts = 50;  // a double, so that 1e6 reads as people write it (whole_count checks it)
   int show = 12;
   bool per_producer = false;
   OutputFlags out;
 };
+
+// Bursts the table and --json list (the first ones, held in memory): far
+// more than a terminal shows, and a bound on what is kept.
+constexpr int kMaxShownBursts = 100000;
 
 constexpr const char* kBurstsCsvHeader = "producer,index,start_ns,end_ns,issue_ns,bytes,stall_ns\n";
 
@@ -37,39 +42,68 @@ std::string burst_csv_row(const BurstSpan& b) {
                      b.stall_ns);
 }
 
-void run_simulate(const SimulateArgs& a) {
+// The simulator's own error ("simulate: producer 0 computes ... ns") told
+// as the options or the file the user gave.
+[[noreturn]] void rethrow_as_input(const Error& e, const std::string& input) {
+  std::string m = e.what();
+  for (const char* internal : {"simulate: ", "staggered_programs: ", "periodic_programs: "})
+    if (m.rfind(internal, 0) == 0) m.erase(0, std::string(internal).size());
+  if (m.find("expected") == std::string::npos) m += "; expected a run within the simulator's bounds (docs/robustness.md)";
+  throw Error(fmt::format("{}: {}", input, m));
+}
+
+void run_simulate(const SimulateArgs& a, const CLI::App& sub) {
+  const bool periodic = a.schedule.empty();
+  if (!periodic)
+    refuse_unused(sub, {"--K", "--V", "--G", "--bursts", "--stagger"}, "with --schedule (the file gives the bursts)");
+  if (a.show < 0 || a.show > kMaxShownBursts)
+    throw Error(fmt::format("--show {}: too many bursts to keep; expected 0 .. {} (--bursts-out FILE writes them all)", a.show,
+                            kMaxShownBursts));
+  // Output files are checked before any work (reading the schedule
+  // included): none may be an input, nor the file of another output.
+  const std::vector<std::string> inputs = {a.schedule, a.profile};
+  detail::check_outputs({{a.timeline, a.timeline.empty() ? "" : "--timeline"},
+                         {a.bursts_out, a.bursts_out.empty() ? "" : "--bursts-out"}},
+                        inputs);
   const Profile p = load_profile(a.profile);
   StageConfig cfg = stage_from_profile(p);
   cfg.per_producer_capacity = a.per_producer;
   cfg.record_timeline = !a.timeline.empty();
   std::vector<Program> progs;
-  bool periodic = a.schedule.empty();
   double V = 0, G = 0;
-  if (a.show < 0) throw Error(fmt::format("--show: expected >= 0, got {}", a.show));
-  if (!periodic && !a.stagger.empty())
-    throw Error("--stagger: expected with the periodic schedule (--K, --V, --G), not with --schedule");
+  long bursts = 0;
+  std::string input = a.schedule;
   if (periodic) {
     if (a.K < 1 || a.K > kMaxProducers)
       throw Error(fmt::format("--K: expected a whole number in [1, {}] (or give --schedule FILE), got {}",
                               kMaxProducers, a.K));
     if (a.V.empty() || a.G.empty()) throw Error("--V and --G are required without --schedule");
-    if (a.bursts < 1) throw Error(fmt::format("--bursts: expected >= 1, got {}", a.bursts));
-    if (double(a.K) * double(a.bursts) > kMaxSimulatedBursts)
-      throw Error(fmt::format("--K x --bursts: {} x {} bursts; at most {:g} are simulated", a.K, a.bursts,
+    bursts = whole_count(a.bursts, "--bursts", 1, 1e15);  // the product with --K is the bound
+    if (double(a.K) * double(bursts) > kMaxSimulatedBursts)
+      throw Error(fmt::format("--K x --bursts: {} x {} bursts; at most {:g} are simulated", a.K, bursts,
                               kMaxSimulatedBursts));
     V = parse_size_bytes(a.V, "--V");
     G = parse_time_ns(a.G, "--G");
     if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
     if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
     for (const auto& w : range_warnings(p, a.K, V)) warn(w);
-    progs = a.stagger.empty() ? periodic_programs(a.K, V, G, a.bursts)
-                              : staggered_programs(a.K, V, G, a.bursts, parse_time_ns(a.stagger, "--stagger"));
+    input = fmt::format("--K {} --V {} --G {} --bursts {}", a.K, a.V, a.G, bursts);
+    if (!a.stagger.empty()) {
+      const double spread = parse_time_ns(a.stagger, "--stagger");
+      input += " --stagger " + a.stagger;
+      try {
+        progs = staggered_programs(a.K, V, G, bursts, spread);
+      } catch (const Error& e) {
+        rethrow_as_input(e, input);
+      }
+    } else {
+      progs = periodic_programs(a.K, V, G, bursts);
+    }
   } else {
     progs = read_schedule_csv(a.schedule);
   }
-  // Output files are checked before the simulation runs, and written as the
-  // bursts stream by: nothing the size of the run is held in memory.
-  const std::vector<std::string> inputs = {a.schedule, a.profile};
+  // Output files are written as the bursts stream by: nothing the size of
+  // the run is held in memory.
   std::optional<detail::OutputFile> timeline, bursts_out;
   if (!a.timeline.empty()) {
     timeline.emplace(a.timeline, "--timeline", inputs);
@@ -79,7 +113,7 @@ void run_simulate(const SimulateArgs& a) {
     bursts_out.emplace(a.bursts_out, "--bursts-out", inputs);
     bursts_out->stream() << kBurstsCsvHeader;
   }
-  const long skip = periodic ? a.bursts / 2 : 0;
+  const long skip = periodic ? bursts / 2 : 0;
   SteadyIssueTracker steady(progs.size(), skip);
   std::vector<BurstSpan> first;
   const bool csv = a.out.format() == Format::csv;
@@ -97,7 +131,12 @@ void run_simulate(const SimulateArgs& a) {
       timeline->stream() << fmt::format("{},{},{}\n", o.t_ns, o.bytes, o.stage);
     };
   obs.on_progress = [&](double f) { progress.update(f); };
-  const SimResult r = simulate(cfg, progs, obs);
+  SimResult r;
+  try {
+    r = simulate(cfg, progs, obs);
+  } catch (const Error& e) {
+    rethrow_as_input(e, input);
+  }
   progress.done();
   if (timeline) timeline->commit();
   if (bursts_out) bursts_out->commit();
@@ -160,7 +199,7 @@ void add_simulate_command(CLI::App& app) {
   sub->add_option("--bursts-out", a->bursts_out, "Write every burst span CSV here");
   sub->add_option("--show", a->show, "Bursts to print")->capture_default_str();
   add_output_flags(sub, a->out);
-  sub->callback([a] { run_simulate(*a); });
+  sub->callback([a, sub] { run_simulate(*a, *sub); });
 }
 
 }  // namespace xstage::cli

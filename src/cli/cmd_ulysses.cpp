@@ -236,8 +236,19 @@ std::string summary_csv(const UlyssesBenchReport& rep) {
 
 void run_ulysses(const UlyssesArgs& a) {
   const UlyssesBenchOptions o = to_options(a);
-  if (!a.out_file.empty()) detail::check_output_path(a.out_file, "-o");  // before the GPU work
-  if (!a.summary_csv.empty()) detail::check_output_path(a.summary_csv, "--summary-csv");
+  // Every output checked before the GPU work, no two onto one file; --dump's
+  // arrays (q, k, v, o .npy) go through the one writer into its folder.
+  detail::check_outputs({{a.out_file, a.out_file.empty() ? "" : "-o"},
+                         {a.summary_csv, a.summary_csv.empty() ? "" : "--summary-csv"},
+                         {a.timeline, a.timeline.empty() ? "" : "--timeline"}});
+  if (!a.dump_dir.empty()) {
+    detail::prepare_output_dir(a.dump_dir, "--dump", "q.npy");
+    std::vector<detail::NamedOutput> all = {{a.out_file, a.out_file.empty() ? "" : "-o"},
+                                            {a.summary_csv, a.summary_csv.empty() ? "" : "--summary-csv"},
+                                            {a.timeline, a.timeline.empty() ? "" : "--timeline"}};
+    for (const char* name : {"q", "k", "v", "o"}) all.push_back({a.dump_dir + "/" + name + ".npy", "--dump"});
+    detail::check_outputs(all);
+  }
   const UlyssesBenchReport rep = run_ulysses_bench(o);
   if (!rep.leader) return;
   const nlohmann::json j = to_json(rep, o);

@@ -102,7 +102,7 @@ void run_store_paths(const UlyssesPredictArgs& a, const std::vector<RecordedUlys
     }
   }
   StorePathOptions opt;
-  if (!a.bulk_probe.empty()) opt.bulk_drain_ratio = bulk_drain_ratio_from_probe(detail::read_whole_file(a.bulk_probe), a.bulk_probe);
+  if (!a.bulk_probe.empty()) opt.bulk_drain_ratio = bulk_drain_ratio_from_probe(detail::read_whole_file(a.bulk_probe, false, detail::kMaxDocumentBytes, "a probe CSV"), a.bulk_probe);
   Table t({"placement", "S", "path", "configs", "measured", "predicted", "X-Stage", "own cost", "error",
            "path-blind", "rank"});
   Table c({"profile", "placement", "S", "path", "configs", "measured_residual", "predicted_residual",

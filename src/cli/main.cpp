@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "option_names.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   add_moe_command(app);
   add_visible_command(app);
   add_duplex_command(app);
+  refuse_empty_and_non_finite_values(app);
   app.set_version_flag("--version", std::string("xstage ") + XSTAGE_VERSION + " (" + xstage::build_commit() + ")");
   try {
     check_option_names(app);  // what a newer CLI11 would refuse at start-up, refused here on any version
@@ -87,20 +89,34 @@ int main(int argc, char** argv) {
   if (argc >= 2 && argv[1][0] != '-' && !find_command(app, argv[1])) {
     std::string known;
     for (const CLI::App* sub : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
-    std::fprintf(stderr, "xstage: error: unknown command '%s'; the commands are %s (xstage --help)\n", argv[1],
+    std::fprintf(stderr, "xstage: error: unknown command '%s'; the commands are %s; expected one of them (xstage --help)\n", argv[1],
                  known.c_str());
     return 2;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line in the documented form, not the parser's two-line text.
+    std::cout.flush();
+    std::fprintf(stderr, "xstage: error: %s\n", xstage::readable_message(documented_parse_error(app, e)).c_str());
+    return 2;
   } catch (const xstage::Error& e) {
-    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    std::cout.flush();
+    // The documented form ends in what was expected; a message that does not
+    // say it points at the command's help, which does.
+    std::string m = e.what();
+    if (m.find("expected") == std::string::npos) {
+      const auto parsed = app.get_subcommands();
+      m += "; expected what `xstage " + (parsed.empty() ? std::string() : parsed.back()->get_name() + " ") +
+           "--help` describes";
+    }
+    std::fprintf(stderr, "xstage: error: %s\n", m.c_str());
     return 2;
   } catch (const std::filesystem::filesystem_error& e) {  // e.g. an output folder that cannot be made
-    std::fprintf(stderr, "xstage: error: %s\n", e.what());
+    std::cout.flush();
+    std::fprintf(stderr, "xstage: error: %s; expected a path this user may read or write\n",
+                 xstage::readable_message(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xstage: internal error: %s\n", e.what());

@@ -1,10 +1,13 @@
 #include "xstage/probe_fit.hpp"
 
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "util/output_file.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/build_info.hpp"
 #include "xstage/error.hpp"
@@ -99,11 +102,22 @@ ProbeFit fit_probe_samples(SampleSet set, const std::string& csv_path, bool vali
     return it->second;
   };
   f.transport = meta("transport");
+  // It names the files written (profile-<transport>.json): a name, not a path.
+  const bool plain = !f.transport.empty() && f.transport.size() <= 64 && f.transport[0] != '.' &&
+                     f.transport.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") ==
+                         std::string::npos;
+  if (!plain)
+    throw Error(fmt::format("{}: '# transport: {}'; expected a name of letters, digits, '_', '.' and '-' (local, "
+                            "host, peer)",
+                            csv_path, f.transport));
   const std::string ce_text = meta("copy_engine_Bps");
   char* ce_end = nullptr;
   const double ce = std::strtod(ce_text.c_str(), &ce_end);
-  if (ce_end == ce_text.c_str() || *ce_end != '\0' || !(ce > 0))
-    throw Error(fmt::format("{}: '# copy_engine_Bps: {}' is not a positive number", csv_path, ce_text));
+  // A copy engine moves between 1 B/s and 1e18 B/s (a profile's rates,
+  // profile.cpp): inf or 1e-300 would print "0.0% of the copy engine's inf".
+  if (ce_end == ce_text.c_str() || *ce_end != '\0' || !std::isfinite(ce) || !(ce >= 1) || ce > 1e18)
+    throw Error(fmt::format("{}: '# copy_engine_Bps: {}'; expected a rate from 1 to 1e18 bytes/s", csv_path,
+                            ce_text));
   f.copy_engine_Bps = ce;
   const std::string device = meta("device");
   FitOptions opt;
@@ -142,6 +156,38 @@ std::string probe_summary_json(const std::vector<ProbeFit>& fits, const std::str
   json all = {{"fitted_by_commit", build_commit()}, {"command", command}, {"transports", json::array()}};
   for (const auto& f : fits) all["transports"].push_back(transport_json(f, command, /*points=*/false));
   return all.dump(2) + "\n";
+}
+
+void save_probe_outputs(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command,
+                        const std::vector<std::string>& inputs) {
+  struct File {
+    std::string path, text;
+  };
+  std::vector<File> files;
+  bool any = false;
+  for (size_t i = 0; i < fits.size(); ++i) {
+    const ProbeFit& f = fits[i];
+    for (size_t j = 0; j < i; ++j)
+      if (fits[j].transport == f.transport)
+        throw Error(fmt::format("{} and {}: both measure the transport '{}', whose files in {} would replace each "
+                                "other's; expected one CSV a transport",
+                                fits[j].samples_csv, f.samples_csv, f.transport, out_dir));
+    f.fit.profile.validate();
+    files.push_back({fmt::format("{}/profile-{}.json", out_dir, f.transport), to_json(f.fit.profile).dump(2) + "\n"});
+    if (f.validation)
+      files.push_back({fmt::format("{}/validation-{}.json", out_dir, f.transport),
+                       transport_json(f, command, /*points=*/true).dump(2) + "\n"});
+    any |= f.validation.has_value();
+  }
+  if (any) files.push_back({out_dir + "/probe-validation.json", probe_summary_json(fits, command)});
+  std::vector<std::unique_ptr<detail::OutputFile>> out;
+  std::vector<detail::OutputFile*> all;
+  for (const File& f : files) {
+    out.push_back(std::make_unique<detail::OutputFile>(f.path, "-o", inputs));
+    out.back()->stream() << f.text;
+    all.push_back(out.back().get());
+  }
+  detail::commit_all(all);
 }
 
 void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command) {

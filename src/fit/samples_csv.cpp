@@ -175,7 +175,7 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
   auto number = [&](std::string_view cell, const char* column) {
     double v = 0;
     if (!detail::parse_finite(cell, v))
-      throw Error(fmt::format("{}: column '{}': '{}' is not a finite number", where(), column, cell));
+      throw Error(fmt::format("{}: column '{}': '{}' is not a finite number; expected a number", where(), column, cell));
     return v;
   };
   while (lines.next(line)) {
@@ -225,9 +225,13 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
     if (iComplete && !fields[*iComplete].empty()) complete = number(fields[*iComplete], "complete_ns");
     if (K < 1 || K != std::floor(K))
       throw Error(fmt::format("{}: column 'K': expected a whole number >= 1, got {}", where(), K));
-    if (V <= 0) throw Error(fmt::format("{}: column 'V_bytes': expected > 0, got {}", where(), V));
+    // A row of a real run stores at least a byte and takes at least a
+    // picosecond: 1e-300 would pass "> 0" and print a 300-digit error.
+    if (!(V >= 1))
+      throw Error(fmt::format("{}: column 'V_bytes': {} bytes; expected at least 1 byte", where(), V));
     if (G < 0) throw Error(fmt::format("{}: column 'gap_ns': expected >= 0, got {}", where(), G));
-    if (T <= 0) throw Error(fmt::format("{}: column 'issue_ns': expected > 0, got {}", where(), T));
+    if (!(T >= 1e-3))
+      throw Error(fmt::format("{}: column 'issue_ns': {} ns; expected at least 0.001 ns", where(), T));
     // Beyond these no GPU run produced the row; inside them the model's
     // arithmetic stays finite (xstage/limits.hpp).
     if (K > kMaxProducers || V > kMaxBytes || G > kMaxTimeNs || T > kMaxTimeNs)
@@ -260,7 +264,7 @@ std::vector<SamplePoint> group_samples(const std::vector<Sample>& samples) {
 }
 
 SampleSet parse_samples_csv(const std::string& text, const std::string& name) {
-  detail::LineReader lines{std::string_view(text)};
+  detail::LineReader lines{std::string_view(text), name};
   return parse_samples(lines, name, {});
 }
 
@@ -285,7 +289,7 @@ SampleSet read_samples_csv(const std::string& path, const std::function<void(dou
   std::ifstream in = detail::open_for_reading(path, /*binary=*/true);
   std::error_code ec;
   const double size = std::filesystem::is_regular_file(path, ec) ? double(std::filesystem::file_size(path, ec)) : 0;
-  detail::LineReader lines(in);
+  detail::LineReader lines(in, path);
   std::function<void(uint64_t)> report;
   if (progress && size > 0) report = [&](uint64_t bytes) { progress(std::min(1.0, double(bytes) / size)); };
   SampleSet set = parse_samples(lines, path, report);

@@ -87,7 +87,10 @@ std::optional<Range> range_from(const json& j, const char* key, const std::strin
   if (!r.is_object() || !r.contains("min") || !r.contains("max") || !r["min"].is_number() ||
       !r["max"].is_number())
     throw Error(fmt::format("{}: '{}' must be an object {{\"min\": number, \"max\": number}}", where, key));
-  return Range{r["min"].get<double>(), r["max"].get<double>()};
+  const Range range{r["min"].get<double>(), r["max"].get<double>()};
+  if (!(range.lo <= range.hi))
+    throw Error(fmt::format("{}: '{}' is [{}, {}]; expected min <= max", where, key, range.lo, range.hi));
+  return range;
 }
 
 double number_at(const json& j, const char* key, const std::string& where) {
@@ -102,8 +105,10 @@ double optional_number_at(const json& j, const char* key, const std::string& whe
   return number_at(j, key, where);
 }
 
-std::string string_at(const json& j, const char* key, const std::string& fallback = "") {
-  if (!j.contains(key) || !j[key].is_string()) return fallback;
+std::string string_at(const json& j, const char* key, const std::string& where, const std::string& fallback = "") {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_string())  // "name": 5 is a mistake, not an unnamed profile
+    throw Error(fmt::format("{}: '{}' is {}; expected a string", where, key, j[key].dump().substr(0, 80)));
   return j[key].get<std::string>();
 }
 
@@ -166,9 +171,9 @@ json to_json(const Profile& p) {
 Profile profile_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw Error(fmt::format("{}: a profile must be a JSON object", where));
   Profile p;
-  p.name = string_at(j, "name", "unnamed");
-  p.transport = string_at(j, "transport", "unknown");
-  p.status = string_at(j, "status", "measured");
+  p.name = string_at(j, "name", where, "unnamed");
+  p.transport = string_at(j, "transport", where, "unknown");
+  p.status = string_at(j, "status", where, "measured");
   if (!j.contains("t0") || !j["t0"].is_object())
     throw Error(fmt::format("{}: missing object 't0' (fixed_ns, per_producer_Bps, aggregate_Bps)", where));
   const json& t0 = j["t0"];
@@ -221,8 +226,8 @@ Profile profile_from_json(const json& j, const std::string& where) {
   }
   if (j.contains("provenance") && j["provenance"].is_object()) {
     const json& pr = j["provenance"];
-    p.provenance = {string_at(pr, "device"), string_at(pr, "driver"), string_at(pr, "date"),
-                    string_at(pr, "commit"), string_at(pr, "command"), string_at(pr, "notes")};
+    p.provenance = {string_at(pr, "device", where), string_at(pr, "driver", where), string_at(pr, "date", where),
+                    string_at(pr, "commit", where), string_at(pr, "command", where), string_at(pr, "notes", where)};
   }
   try {
     p.validate();
@@ -233,21 +238,26 @@ Profile profile_from_json(const json& j, const std::string& where) {
 }
 
 Profile load_profile(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(fmt::format("profile '{}': is a folder; expected a file", path));
-  std::ifstream in(path);
-  if (!in) {
+  // A name that is nothing on disk may be an embedded profile; anything that
+  // is there is read as a file, through the one reader (a folder or
+  // /dev/zero is refused, a file over the document cap too).
+  if (!detail::input_exists(path)) {
     if (const Profile* p = find_embedded_profile(path)) return *p;
     std::string known;
     for (const auto& e : embedded_profiles()) known += (known.empty() ? "" : ", ") + e.name;
-    throw Error(fmt::format("profile '{}': no such file, and no embedded profile of that name (embedded: {})",
+    throw Error(fmt::format("profile '{}': no such file, and no embedded profile of that name; expected a file or "
+                            "one of {}",
                             path, known));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  try {
+    text = detail::read_whole_file(path, false, detail::kMaxDocumentBytes, "a profile JSON");
+  } catch (const Error& e) {
+    throw Error(fmt::format("profile {}", e.what()));
+  }
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(fmt::format("{}: invalid JSON at byte {}: {}", path, e.byte, e.what()));
   } catch (const json::exception& e) {  // e.g. a number out of range

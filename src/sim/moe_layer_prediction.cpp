@@ -39,11 +39,32 @@ int block_m_of(MoeTile t) {
   }
 }
 
+// Bounds on what one prediction works through, checked before it starts:
+// its work and memory grow with the GEMM tiles it places (about 10 us and
+// 100 bytes a tile over the three schedules), so a configuration of more
+// than kMaxMoeTiles tiles (~10 s) is refused rather than run for minutes.
+// Every recorded sweep and the grid are far below (the grid's
+// largest: about 2e5 tiles). The widths keep a tile's columns and the row
+// counts in range of an int.
+constexpr double kMaxMoeTiles = double(1 << 20);
+constexpr int kMaxMoeWidth = 1 << 20, kMaxMoeExperts = 1 << 16;
+
+// An upper bound on the L1 and L2 tiles of a configuration, from its sizes
+// alone (no rows spread yet): every pair of token and expert is a row, each
+// expert's last m-block may be partial.
+double moe_tiles_bound(const MoeConfig& c, int block_m, int block_n) {
+  const double pairs = double(c.tokens) * c.P * c.shape.topk;
+  const double m_blocks = std::ceil(pairs / block_m) + double(c.shape.experts);
+  const double n_blocks = std::ceil(2.0 * c.shape.inter / block_n) + std::ceil(double(c.shape.hidden) / block_n);
+  return m_blocks * n_blocks;
+}
+
 void check_shape(const MoeShape& s, int tokens, int P, const char* who) {
-  if (s.hidden < 256 || s.inter < 128 || s.experts < 1 || s.topk < 1 || s.topk > s.experts)
-    throw Error(fmt::format("{}: shape {}/{}/{}/{} (hidden/inter/experts/topk): expected hidden >= 256, inter >= "
-                            "128, 1 <= topk <= experts",
-                            who, s.hidden, s.inter, s.experts, s.topk));
+  if (s.hidden < 256 || s.inter < 128 || s.hidden > kMaxMoeWidth || s.inter > kMaxMoeWidth || s.experts < 1 ||
+      s.experts > kMaxMoeExperts || s.topk < 1 || s.topk > s.experts)
+    throw Error(fmt::format("{}: shape {}/{}/{}/{} (hidden/inter/experts/topk): expected 256 <= hidden <= {}, 128 <= "
+                            "inter <= {}, 1 <= experts <= {}, 1 <= topk <= experts",
+                            who, s.hidden, s.inter, s.experts, s.topk, kMaxMoeWidth, kMaxMoeWidth, kMaxMoeExperts));
   if (tokens < 1 || tokens > (1 << 24)) throw Error(fmt::format("{}: tokens {} outside 1 .. 2^24", who, tokens));
   if (P < 1 || P > 1024 || s.experts % P != 0)
     throw Error(fmt::format("{}: P = {}: expected 1 .. 1024 dividing the {} experts", who, P, s.experts));
@@ -276,6 +297,12 @@ std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c) {
   base.inter = c.shape.inter;
   base.block_m = resolve_block_m(c);
   base.sms = c.sms;
+  if (const double tiles = moe_tiles_bound(c, base.block_m, base.block_n); tiles > kMaxMoeTiles)
+    throw Error(fmt::format("moe prediction: T {} x P {} x top-k {} rows of {}/{}/{}/{} make up to {:.3g} GEMM tiles; "
+                            "expected at most {:.3g} (fewer tokens or ranks: a larger configuration would take "
+                            "minutes and gigabytes)",
+                            c.tokens, c.P, c.shape.topk, c.shape.hidden, c.shape.inter, c.shape.experts, c.shape.topk,
+                            tiles, kMaxMoeTiles));
   std::vector<MoeLaunch> out;
   if (c.emulated()) {
     MoeLaunch l = base;

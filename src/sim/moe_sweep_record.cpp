@@ -181,7 +181,7 @@ RecordedMoeSweep parse_moe_sweep(const std::string& text, const std::string& nam
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range (33e333): found by fuzz_moe_sweep
     throw Error(fmt::format("{}: not JSON ({}); {}", name, e.what(), kExpected));
   }
   const Obj top(j, name);
@@ -200,7 +200,7 @@ RecordedMoeSweep parse_moe_sweep(const std::string& text, const std::string& nam
 }
 
 RecordedMoeSweep read_moe_sweep(const std::string& path) {
-  return parse_moe_sweep(detail::read_whole_file(path), path);
+  return parse_moe_sweep(detail::read_whole_file(path, false, detail::kMaxDocumentBytes, "a recorded MoE sweep JSON"), path);
 }
 
 double moe_median(std::vector<double> v) {

@@ -80,10 +80,10 @@ std::vector<Program> parse_schedule_csv(const std::string& text, const std::stri
 }
 
 std::vector<Program> read_schedule_csv(const std::string& path) {
-  std::ifstream in = detail::open_for_reading(path);
-  std::vector<Program> progs = parse_schedule(detail::lines_of(in), path);
-  if (in.bad()) throw Error(fmt::format("{}: read failed", path));
-  return progs;
+  // Read whole under the document cap: every row becomes a step held in
+  // memory, so the file's size bounds the schedule's.
+  const std::string text = detail::read_whole_file(path, false, detail::kMaxDocumentBytes, "a schedule CSV");
+  return parse_schedule(detail::lines_of(std::string_view(text)), path);
 }
 
 }  // namespace xstage

@@ -196,7 +196,7 @@ std::vector<RecordedUlyssesSeries> parse_ulysses_report(const std::string& json_
 }
 
 std::vector<RecordedUlyssesSeries> read_ulysses_report(const std::string& path) {
-  return parse_ulysses_report(detail::read_whole_file(path), path);
+  return parse_ulysses_report(detail::read_whole_file(path, false, detail::kMaxDocumentBytes, "a recorded Ulysses report JSON"), path);
 }
 
 }  // namespace xstage

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "input_file.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage::detail {
@@ -98,9 +99,9 @@ namespace {
 constexpr size_t kBlock = size_t(1) << 20;
 }  // namespace
 
-LineReader::LineReader(std::istream& in) : in_(&in) {}
+LineReader::LineReader(std::istream& in, std::string name) : in_(&in), name_(std::move(name)) {}
 
-LineReader::LineReader(std::string_view text) : text_(text) {}
+LineReader::LineReader(std::string_view text, std::string name) : text_(text), name_(std::move(name)) {}
 
 // Moves what is left of the buffer to its front and reads another block
 // behind it; false at the end of the stream.
@@ -117,8 +118,16 @@ bool LineReader::refill() {
 
 bool LineReader::next(std::string_view& line) {
   size_t end;
-  while ((end = text_.find('\n')) == std::string_view::npos)
+  while ((end = text_.find('\n')) == std::string_view::npos) {
+    if (text_.size() > kMaxLineBytes)
+      throw Error(fmt::format("{}: line {}: more than {} without a line break; expected CSV lines", name_,
+                              lines_ + 1, cap_text(kMaxLineBytes)));
     if (!refill()) break;
+  }
+  if (end != std::string_view::npos && end > kMaxLineBytes)
+    throw Error(fmt::format("{}: line {}: more than {} without a line break; expected CSV lines", name_, lines_ + 1,
+                            cap_text(kMaxLineBytes)));
+  ++lines_;
   if (text_.empty()) return false;
   if (end == std::string_view::npos) end = text_.size();  // the last line, without '\n'
   line = text_.substr(0, end);

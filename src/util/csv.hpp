@@ -28,11 +28,14 @@ NextLine lines_of(std::string_view text);  // `text` must outlive the reader
 // The lines of a stream read in large blocks, or of a text, as views (valid
 // until the next call) without a copy per line: the reader of a probe CSV of
 // millions of rows. The line has no '\n'; a UTF-8 byte-order mark before the
-// first line is dropped, as lines_of does.
+// first line is dropped, as lines_of does. A line longer than
+// kMaxLineBytes (input_file.hpp) is an xstage::Error naming `name` and the
+// line: /dev/zero through a pipe has no line break, and a reader that waited
+// for one would hold all of it.
 class LineReader {
  public:
-  explicit LineReader(std::istream& in);
-  explicit LineReader(std::string_view text);  // `text` must outlive the reader
+  explicit LineReader(std::istream& in, std::string name = "input");
+  explicit LineReader(std::string_view text, std::string name = "input");  // `text` must outlive the reader
   bool next(std::string_view& line);
   uint64_t bytes_read() const { return consumed_; }
 
@@ -42,6 +45,8 @@ class LineReader {
   std::string buf_;
   std::string_view text_;  // what is left: of the text, or of the buffer
   uint64_t consumed_ = 0;
+  uint64_t lines_ = 0;
+  std::string name_;
   bool first_ = true;
 };
 

@@ -1,7 +1,9 @@
 #include "input_file.hpp"
 
-#include <filesystem>
-#include <sstream>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -9,21 +11,60 @@
 
 namespace xstage::detail {
 
+std::string cap_text(uint64_t bytes) {
+  if (bytes >= (uint64_t(1) << 30) && bytes % (uint64_t(1) << 30) == 0) return fmt::format("{} GiB", bytes >> 30);
+  if (bytes >= (uint64_t(1) << 20) && bytes % (uint64_t(1) << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  return fmt::format("{} bytes", bytes);
+}
+
+bool input_exists(const std::string& path) {
+  struct stat st {};
+  return !path.empty() && ::stat(path.c_str(), &st) == 0;
+}
+
+void check_input_path(const std::string& path) {
+  if (path.empty()) throw Error("input: empty file name; expected a file to read");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(fmt::format("{}: cannot open for reading: {}; expected an existing file", path, std::strerror(errno)));
+  if (S_ISDIR(st.st_mode)) throw Error(fmt::format("{}: is a folder; expected a file", path));
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+    throw Error(fmt::format("{}: is a device, not a file of data; expected a file or a pipe", path));
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    throw Error(fmt::format("{}: is neither a file nor a pipe; expected a file or a pipe", path));
+}
+
 std::ifstream open_for_reading(const std::string& path, bool binary) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error(fmt::format("{}: is a folder; expected a file", path));
+  check_input_path(path);
   std::ifstream in(path, binary ? std::ios::binary : std::ios::in);
-  if (!in) throw Error(fmt::format("{}: cannot open for reading", path));
+  if (!in) throw Error(fmt::format("{}: cannot open for reading: {}", path, std::strerror(errno)));
   return in;
 }
 
-std::string read_whole_file(const std::string& path, bool binary) {
+std::string read_whole_file(const std::string& path, bool binary, uint64_t max_bytes, const std::string& kind) {
+  auto too_big = [&](const std::string& size) {
+    return Error(fmt::format("{}: {}; expected {} of at most {} (the cap on inputs read whole, docs/robustness.md)",
+                             path, size, kind, cap_text(max_bytes)));
+  };
+  check_input_path(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) > max_bytes)
+    throw too_big(fmt::format("{} bytes", st.st_size));
   std::ifstream in = open_for_reading(path, binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // Blocks, not one read of the whole: a pipe says nothing of its length, and
+  // a regular file may grow while it is read.
+  std::string text;
+  constexpr size_t kBlock = size_t(1) << 20;
+  while (in) {
+    const size_t at = text.size();
+    if (at > max_bytes) throw too_big(fmt::format("more than {}", cap_text(max_bytes)));
+    text.resize(at + kBlock);
+    in.read(text.data() + at, std::streamsize(kBlock));
+    text.resize(at + size_t(in.gcount()));
+  }
   if (in.bad()) throw Error(fmt::format("{}: read failed", path));
-  return ss.str();
+  if (text.size() > max_bytes) throw too_big(fmt::format("more than {}", cap_text(max_bytes)));
+  return text;
 }
 
 }  // namespace xstage::detail

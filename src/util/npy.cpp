@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "input_file.hpp"
+#include "replace_file.hpp"
 #include "xstage/error.hpp"
 
 namespace xstage {
@@ -180,11 +182,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& where) {
 }
 
 NpyArray read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open for reading", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_npy(ss.str(), path);
+  return parse_npy(detail::read_whole_file(path, /*binary=*/true, detail::kMaxArrayBytes, "a .npy array"), path);
 }
 
 std::string format_npy(const std::vector<size_t>& shape, const float* data) {
@@ -209,11 +207,10 @@ std::string format_npy(const std::vector<size_t>& shape, const float* data) {
 }
 
 void write_npy(const std::string& path, const std::vector<size_t>& shape, const float* data) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
+  // Through the one writer: aside and renamed into place, or the process's
+  // own stdout; never a half-written array.
   const std::string bytes = format_npy(shape, data);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  if (!f) throw Error(fmt::format("{}: write failed", path));
+  detail::write_file_replacing(path, bytes);
 }
 
 }  // namespace xstage

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -31,12 +34,24 @@ struct Destination {
 
 // /dev/stdout, /dev/fd/N and /proc/self/fd/N name an open descriptor:
 // whatever it points at (a terminal, a pipe, or a file the shell redirected
-// into), the bytes go through it, appended, never by replacing a file. Other
-// names under /dev and /proc are what stat() says they are (/dev/null a
-// device, /dev/shm/x a file, /proc/version a file no one may write).
+// into), the bytes go through it, never by replacing a file. Other names
+// under /dev and /proc are what stat() says they are (/dev/null a device,
+// /dev/shm/x a file, /proc/version a file no one may write).
 bool names_a_descriptor(const fs::path& p) {
   static const std::regex descriptor(R"(/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|thread-self|[0-9]+)/fd/[0-9]+)");
   return std::regex_match(p.string(), descriptor);
+}
+
+// The descriptor of this process that `p` names: 1 for `-`, /dev/stdout,
+// /dev/fd/1 and /proc/self/fd/1; none for another name.
+std::optional<int> own_descriptor(const std::string& p) {
+  if (p == "-" || p == "/dev/stdout") return 1;
+  if (p == "/dev/stderr") return 2;
+  static const std::regex fd_name(R"((?:/dev/fd|/proc/(self|thread-self|([0-9]+))/fd)/([0-9]{1,9}))");
+  std::smatch m;
+  if (!std::regex_match(p, m, fd_name)) return std::nullopt;
+  if (m[2].matched && std::stol(m[2].str()) != long(::getpid())) return std::nullopt;
+  return std::stoi(m[3].str());
 }
 
 // Follows symlinks by hand (a dangling link names the file to create), so
@@ -46,7 +61,8 @@ Destination resolve(const std::string& path, const std::string& what) {
   fs::path p(path);
   std::error_code ec;
   for (int hops = 0; !names_a_descriptor(p) && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
-    if (hops == 40) throw Error(fmt::format("{} {}: too many levels of symbolic links", what, path));
+    if (hops == 40)
+      throw Error(fmt::format("{} {}: too many levels of symbolic links; expected a file or a link to one", what, path));
     const fs::path to = fs::read_symlink(p, ec);
     if (ec) throw Error(fmt::format("{} {}: cannot read the symbolic link: {}", what, path, ec.message()));
     p = to.is_absolute() ? to : p.parent_path() / to;
@@ -61,13 +77,33 @@ Destination resolve(const std::string& path, const std::string& what) {
 
 bool written_directly(const Destination& d) { return d.kind == Kind::stream_like || names_a_descriptor(d.target); }
 
+// stdout or stderr of this process, written through its stream (std::cout,
+// std::cerr) so that the bytes keep their order with what the command prints.
+std::optional<int> standard_stream(const std::string& path) {
+  if (path == "-") return 1;
+  if (auto fd = own_descriptor(path); fd && (*fd == 1 || *fd == 2)) return fd;
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(path, ec))) return std::nullopt;
+  const Destination d = resolve(path, "output");
+  if (auto fd = own_descriptor(d.target.string()); fd && (*fd == 1 || *fd == 2)) return fd;
+  return std::nullopt;
+}
+
+void check_descriptor_writable(int fd, const std::string& path, const std::string& what) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY)
+    throw Error(fmt::format("{} {}: descriptor {} is not open for writing; expected an open output", what, path, fd));
+}
+
 // Opens `path` to write without changing it (no O_CREAT, no O_TRUNC) and
 // closes it: what permission bits do not show (a read-only file system,
 // /proc, an immutable file, root's writes) shows here. Not for a FIFO, whose
 // open would wait for a reader.
 void try_opening(const fs::path& target, const std::string& path, const std::string& what) {
   const int fd = ::open(target.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("{} {}: not writable: {}", what, path, std::strerror(errno)));
+  if (fd < 0)
+    throw Error(fmt::format("{} {}: not writable: {}; expected a file this user may write", what, path,
+                            std::strerror(errno)));
   ::close(fd);
 }
 
@@ -75,31 +111,70 @@ fs::path folder_of(const fs::path& target) {
   return target.has_parent_path() ? target.parent_path() : fs::path(".");
 }
 
+// /dev (but /dev/shm, a memory file system for files), /proc and /sys hold
+// devices and the kernel's files: a new name there is a typo, not a file.
+bool in_system_folder(const fs::path& target) {
+  const std::string t = fs::absolute(target).lexically_normal().string();
+  for (const char* sys : {"/dev/", "/proc/", "/sys/"})
+    if (t.rfind(sys, 0) == 0) return t.rfind("/dev/shm/", 0) != 0;
+  return false;
+}
+
+// What names one file: the descriptor, the file on disk, or (a file yet to
+// be made) its path with links and `..` resolved.
+std::string identity(const std::string& path) {
+  if (auto fd = own_descriptor(path)) return fmt::format("fd {}", *fd);
+  if (auto fd = standard_stream(path)) return fmt::format("fd {}", *fd);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return fmt::format("inode {}:{}", st.st_dev, st.st_ino);
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return "path " + p.string();
+}
+
 }  // namespace
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  return identity(a) == identity(b);
+}
 
 void check_output_path(const std::string& path, const std::string& what, const std::vector<std::string>& inputs) {
   if (path.empty()) throw Error(fmt::format("{}: empty file name; expected a file to write", what));
+  if (auto fd = standard_stream(path)) {
+    check_descriptor_writable(*fd, path, what);
+    return;
+  }
   const Destination d = resolve(path, what);
-  if (d.kind == Kind::folder)
-    throw Error(fmt::format("{} {}: is a folder; expected a file name", what, path));
+  if (d.kind == Kind::folder) throw Error(fmt::format("{} {}: is a folder; expected a file name", what, path));
+  struct stat in_st {};
+  for (const std::string& in : inputs)  // an input that is no file (an embedded profile's name) cannot be overwritten
+    if (!in.empty() && ::stat(in.c_str(), &in_st) == 0 && same_file(path, in))
+      throw Error(fmt::format("{} {}: is also the input {}; refusing to overwrite an input; expected another file",
+                              what, path, in));
   if (written_directly(d)) {
-    if (d.kind == Kind::missing) throw Error(fmt::format("{} {}: no such file or device", what, path));
+    if (d.kind == Kind::missing)
+      throw Error(fmt::format("{} {}: no such file or device; expected an open descriptor or an existing device", what,
+                              path));
     if (!d.fifo) try_opening(d.target, path, what);
     return;
   }
-  std::error_code ec;
-  for (const std::string& in : inputs)
-    if (d.kind == Kind::regular && fs::equivalent(d.target, in, ec))
-      throw Error(fmt::format("{} {}: is also the input {}; refusing to overwrite an input", what, path, in));
   const fs::path folder = folder_of(d.target);
+  if (d.kind == Kind::missing && in_system_folder(d.target))
+    throw Error(fmt::format("{} {}: no such device, and cannot create files in {}; expected an existing device or a "
+                            "file outside /dev, /proc and /sys",
+                            what, path, folder.string()));
+  std::error_code ec;
   if (!fs::exists(folder, ec))
-    throw Error(fmt::format("{} {}: the folder {} does not exist", what, path, folder.string()));
+    throw Error(fmt::format("{} {}: the folder {} does not exist; expected an existing folder", what, path,
+                            folder.string()));
   if (!fs::is_directory(folder, ec))
-    throw Error(fmt::format("{} {}: {} is not a folder", what, path, folder.string()));
+    throw Error(fmt::format("{} {}: {} is not a folder; expected a folder", what, path, folder.string()));
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
     throw Error(fmt::format("{} {}: cannot create files in {}: {}", what, path, folder.string(), std::strerror(errno)));
   if (d.kind == Kind::regular && ::access(d.target.c_str(), W_OK) != 0)
-    throw Error(fmt::format("{} {}: not writable: {}", what, path, std::strerror(errno)));
+    throw Error(fmt::format("{} {}: not writable: {}; expected a file this user may write", what, path,
+                            std::strerror(errno)));
   if (d.kind == Kind::regular) try_opening(d.target, path, what);
   // The file is written beside the target and renamed into place: make (and
   // remove) such a file now, so that a folder no one may write (a read-only
@@ -112,14 +187,41 @@ void check_output_path(const std::string& path, const std::string& what, const s
   ::unlink(aside.c_str());
 }
 
+namespace {
+// A device that takes any number of writers without mixing anything up
+// (/dev/null and the kernel's other memory devices, major number 1): two
+// outputs may both go there.
+bool shared_sink(const std::string& path) {
+  struct stat st {};
+  return !standard_stream(path) && ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 1;
+}
+}  // namespace
+
+void check_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].path.empty() && outputs[i].what.empty()) continue;
+    check_output_path(outputs[i].path, outputs[i].what, inputs);
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && same_file(outputs[i].path, outputs[j].path) && !shared_sink(outputs[i].path))
+        throw Error(fmt::format("{} {} and {} {}: one file for two outputs; expected a file of its own for each",
+                                outputs[j].what, outputs[j].path, outputs[i].what, outputs[i].path));
+  }
+}
+
 OutputFile::OutputFile(const std::string& path, const std::string& what, const std::vector<std::string>& inputs)
     : path_(path), what_(what) {
   check_output_path(path, what, inputs);
+  if (auto fd = standard_stream(path)) {
+    if (*fd == 2) std::cout.flush();  // what the command printed first comes first
+    out_ = *fd == 1 ? &std::cout : &std::cerr;
+    return;
+  }
   const Destination d = resolve(path, what);
   target_ = d.target.string();
   if (written_directly(d)) {
-    out_.open(path, std::ios::out | std::ios::app | std::ios::binary);
-    if (!out_) throw Error(fmt::format("{} {}: cannot open for writing", what, path));
+    file_ = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::app | std::ios::binary);
+    if (!*file_) throw Error(fmt::format("{} {}: cannot open for writing: {}", what, path, std::strerror(errno)));
+    out_ = file_.get();
     return;
   }
   std::string name = (folder_of(d.target) / ("." + d.target.filename().string() + ".xstage-XXXXXX")).string();
@@ -139,18 +241,27 @@ OutputFile::OutputFile(const std::string& path, const std::string& what, const s
   ::fchmod(fd, mode);
   ::close(fd);
   aside_ = name;
-  out_.open(aside_, std::ios::out | std::ios::trunc | std::ios::binary);
-  if (!out_) {
+  file_ = std::make_unique<std::ofstream>(aside_, std::ios::out | std::ios::trunc | std::ios::binary);
+  if (!*file_) {
     std::remove(aside_.c_str());
     throw Error(fmt::format("{} {}: cannot open {} for writing", what, path, aside_));
   }
+  out_ = file_.get();
+}
+
+void OutputFile::finish() {
+  if (finished_) return;
+  out_->flush();
+  if (!*out_) throw Error(fmt::format("{} {}: write failed; expected room on the disk", what_, path_));
+  if (file_) {
+    file_->close();
+    if (!*file_) throw Error(fmt::format("{} {}: write failed on close; expected room on the disk", what_, path_));
+  }
+  finished_ = true;
 }
 
 void OutputFile::commit() {
-  out_.flush();
-  if (!out_) throw Error(fmt::format("{} {}: write failed (disk full?)", what_, path_));
-  out_.close();
-  if (!out_) throw Error(fmt::format("{} {}: write failed on close", what_, path_));
+  finish();
   if (!aside_.empty() && std::rename(aside_.c_str(), target_.c_str()) != 0)
     throw Error(fmt::format("{} {}: cannot rename {} into place: {}", what_, path_, aside_, std::strerror(errno)));
   committed_ = true;
@@ -158,17 +269,24 @@ void OutputFile::commit() {
 
 OutputFile::~OutputFile() {
   if (committed_ || aside_.empty()) return;
-  out_.close();
+  if (file_) file_->close();
   std::remove(aside_.c_str());
 }
 
-void prepare_output_dir(const std::string& dir, const std::string& what, const std::string& first_file) {
-  if (dir.empty()) throw Error(fmt::format("{}: empty folder name", what));
+void commit_all(const std::vector<OutputFile*>& files) {
+  for (OutputFile* f : files) f->finish();
+  for (OutputFile* f : files) f->commit();
+}
+
+void prepare_output_dir(const std::string& dir, const std::string& what, const std::string& first_file,
+                        const std::vector<std::string>& inputs) {
+  if (dir.empty()) throw Error(fmt::format("{}: empty folder name; expected a folder to write into", what));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (!std::filesystem::is_directory(dir))
-    throw Error(fmt::format("{} {}: cannot make this folder{}", what, dir, ec ? ": " + ec.message() : ""));
-  check_output_path(dir + "/" + first_file, what);
+    throw Error(fmt::format("{} {}: cannot make this folder{}; expected a folder", what, dir,
+                            ec ? ": " + ec.message() : ""));
+  check_output_path(dir + "/" + first_file, what, inputs);
 }
 
 }  // namespace xstage::detail

@@ -75,6 +75,9 @@ double parse_size_bytes(std::string_view text, std::string_view what, bool allow
   if (v < 0) throw Error(fmt::format("{}: '{}' is negative; expected a positive size", what, text));
   if (v == 0 && !allow_zero)
     throw Error(fmt::format("{}: '{}' is zero; expected a positive size", what, text));
+  // No store moves a fraction of a byte: 1e-300 would be simulated as a
+  // burst of nothing.
+  if (v > 0 && v < 1) throw Error(fmt::format("{}: '{}' is less than one byte; expected at least 1 byte", what, text));
   return v;
 }
 

@@ -65,7 +65,7 @@ TEST(CommCli, LaunchPropagatesAFailureAndStopsTheOthers) {
 TEST(CommCli, LaunchedNcclRanksMustAgreeWithWorldSize) {
   expect_error("launch -n 2 -- " + xstage_cli_path() + " a2a --backend nccl --ranks 3",
                "--ranks 3 but WORLD_SIZE = 2");
-  expect_error("launch -n 0 -- true", "launch -n: expected a whole number >= 1");
+  expect_error("launch -n 0 -- true", "launch -n 0: too many or too few processes; expected 1 .. 256");
   expect_error("launch -n 2 -- /nonexistent/xstage-child", "cannot run '/nonexistent/xstage-child'");
 }
 

@@ -116,8 +116,8 @@ TEST(SamplesCsv, MalformedInputNamesLineAndReason) {
   EXPECT_EQ(msg("K,V_bytes,gap_ns\n1,2,3\n"),
             "bad.csv:1: header lacks column 'issue_ns' (need K, V_bytes, gap_ns, issue_ns)");
   EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,2,3\n"), "bad.csv:2: 3 fields, but the header has 4");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,abc,3,4\n"), "bad.csv:2: column 'V_bytes': 'abc' is not a finite number");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,-5,3,4\n"), "bad.csv:2: column 'V_bytes': expected > 0, got -5");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,abc,3,4\n"), "bad.csv:2: column 'V_bytes': 'abc' is not a finite number; expected a number");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,-5,3,4\n"), "bad.csv:2: column 'V_bytes': -5 bytes; expected at least 1 byte");
   EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n0,5,3,4\n"),
             "bad.csv:2: column 'K': expected a whole number >= 1, got 0");
   EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,5,-3,4\n"), "bad.csv:2: column 'gap_ns': expected >= 0, got -3");

@@ -241,7 +241,7 @@ TEST(OutputFiles, FolderEmptyNameInputAndMissingFolderAreRefusedBeforeWork) {
   write(in, samples_csv(1));
   const std::string before = read(in);
   expect_clear_error("fit " + in + " -o " + d.string(), "is a folder");
-  expect_clear_error("fit " + in + " -o ''", "empty file name");
+  expect_clear_error("fit " + in + " -o ''", "'': empty value; expected a value");
   expect_clear_error("fit " + in + " -o " + in, "refusing to overwrite an input");
   expect_clear_error("fit " + in + " -o " + (d / "no/such/dir/p.json").string(), "does not exist");
   // Checked before the samples are even read: a missing input is not reached.
@@ -249,7 +249,7 @@ TEST(OutputFiles, FolderEmptyNameInputAndMissingFolderAreRefusedBeforeWork) {
   EXPECT_EQ(read(in), before);
   EXPECT_FALSE(has_stray_files(d));
   expect_clear_error("simulate --K 4 --V 1MiB --G 1us --timeline " + d.string(), "is a folder");
-  expect_clear_error("validate " + in + " -o ''", "empty folder name");
+  expect_clear_error("validate " + in + " -o ''", "'': empty value; expected a value");
 }
 
 TEST(RunawaySizes, EndInAClearError) {
