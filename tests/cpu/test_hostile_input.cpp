@@ -18,28 +18,16 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "scratch_files.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("xstage-hostile-" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary);
-  f << text;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+fs::path scratch(const std::string& name) { return scratch_dir("xstage-hostile-", name); }
+void write(const fs::path& p, const std::string& text) { write_text(p, text); }
+std::string read(const fs::path& p) { return read_text(p); }
 
 // Synthetic samples: K, V and G on a grid, the issue time of a stage draining
 // at 25 GB/s behind an issue rate of min(K x 7 GB/s, 50 GB/s), each point

@@ -12,27 +12,15 @@
 #include <sstream>
 
 #include "cli_runner.hpp"
+#include "scratch_files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("xstage-hostile2-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary);
-  f << text;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+fs::path scratch(const std::string& name) { return scratch_dir("xstage-hostile2-", name); }
+void write(const fs::path& p, const std::string& text) { write_text(p, text); }
+std::string read(const fs::path& p) { return read_text(p); }
 
 // K, V and G on a grid, the issue time of a stage draining at 25 GB/s behind
 // an issue rate of min(K x 7 GB/s, 50 GB/s), with a small spread.
