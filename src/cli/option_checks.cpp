@@ -74,7 +74,8 @@ std::string documented_parse_error(CLI::App& app, const CLI::ParseError& e) {
   const std::string msg = one_line(e.what());
   std::smatch m;
   static const std::regex convert(R"(Could not convert: (\S+) = (.*))");
-  static const std::regex range(R"((\S+): Value (.*) not in range (\S+) to (\S+))");
+  // CLI11 2.1 writes "Value 0 not in range 1 to 9", 2.4 "Value 0 not in range [1 - 9]".
+  static const std::regex range(R"((\S+): Value (.*) not in range \[?(\S+?)(?: to | - )(\S+?)\]?)");
   static const std::regex validator(R"((\S+): (.*; expected .*))");
   static const std::regex required(R"((.+) is required(.*))");
   static const std::regex extras(R"(The following arguments? (?:was|were) not expected: (.*))");

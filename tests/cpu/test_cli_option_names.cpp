@@ -5,6 +5,7 @@
 // start.
 #include <gtest/gtest.h>
 
+#include "cli/option_checks.hpp"
 #include "cli/option_names.hpp"
 #include "cli_runner.hpp"
 
@@ -68,4 +69,19 @@ TEST(CliOptionNames, TheXstageCommandHasNone) {
   const CliRun g = run_cli("moe-gemm --help");
   EXPECT_EQ(g.rc, 0) << g.out;
   EXPECT_NE(g.out.find("--act"), std::string::npos) << g.out;
+}
+
+// The parser's range message in the documented form, as CLI11 2.1 and 2.4
+// word it (the GPU machine's 2.4 wrote "[1 - 16777216]", which an earlier
+// pattern missed).
+TEST(CliParserMessages, RangeFailuresOfEitherCli11VersionReadTheSame) {
+  CLI::App app{"t"};
+  for (const char* text : {"Value 0 not in range 1 to 16777216", "Value 0 not in range [1 - 16777216]"}) {
+    const std::string got = xstage::cli::documented_parse_error(app, CLI::ValidationError("--tokens", text));
+    EXPECT_NE(got.find("--tokens '0': out of range; expected a value from 1 to 16777216"), std::string::npos)
+        << text << " -> " << got;
+  }
+  const std::string frac = xstage::cli::documented_parse_error(
+      app, CLI::ValidationError("--tie", "Value -1 not in range [0.000000 - 1.000000]"));
+  EXPECT_NE(frac.find("expected a value from 0 to 1"), std::string::npos) << frac;
 }
