@@ -123,7 +123,7 @@ std::unique_ptr<UlyssesPipeline::Plan> UlyssesPipeline::build(const Key& key) co
   const A2aBuffers& b = *buffers_;
   if (version == A2aVersion::nccl && row_chunks != 1)
     throw Error(fmt::format("pipelined nccl: {} row chunks: NCCL's all-to-all moves equal slots cut by heads only; "
-                            "expected 1 row chunk (--row-chunks 1)",
+                            "expected 1 row chunk",
                             row_chunks));
   auto plan = std::make_unique<Plan>();
   Plan& p = *plan;
