@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "xstage/error.hpp"
@@ -50,6 +51,42 @@ std::string describe(const UlyssesShape& s, int chunks) {
   return "B=" + std::to_string(s.B) + " S=" + std::to_string(s.S) + " H=" + std::to_string(s.H) + " D=" +
          std::to_string(s.D) + " P=" + std::to_string(s.P) + " e=" + std::to_string(s.elem_bytes) +
          " chunks=" + std::to_string(chunks);
+}
+
+
+// Whether a chunk owns the cell (query row, a rank's local head).
+using CellOfChunk = std::function<bool(int64_t row, int64_t local_head)>;
+
+// The head shards with every cell outside the chunk poisoned (0x5A): a send
+// that reads another chunk's cells carries the poison.
+RankBuffers poisoned_outside(const UlyssesLayout& l, RankBuffers heads, const CellOfChunk& mine) {
+  const UlyssesShape& s = l.shape();
+  for (int r = 0; r < s.P; ++r)
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t q = 0; q < s.S; ++q)
+        for (int64_t hh = 0; hh < l.heads_per_rank(); ++hh)
+          if (!mine(q, hh)) std::memset(heads[size_t(r)].data() + l.head_sharded_offset(b, q, hh), 0x5A, l.row_bytes());
+  return heads;
+}
+
+// The chunk's cells of the destinations hold the reference, every other cell
+// still its poison (0xEE).
+void expect_only_the_chunks_cells(const UlyssesLayout& l, const RankBuffers& want, const RankBuffers& out,
+                                  const CellOfChunk& mine) {
+  const UlyssesShape& s = l.shape();
+  const size_t w = l.row_bytes();
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t q = 0; q < s.S; ++q)
+      for (int64_t hg = 0; hg < s.H; ++hg) {
+        const int r = l.seq_owner(q);
+        const size_t at = l.seq_sharded_offset(b, q, hg);
+        const bool own = mine(q, hg % l.heads_per_rank());
+        const auto ref = want[size_t(r)].begin() + long(at);
+        const std::vector<uint8_t> expected = own ? std::vector<uint8_t>(ref, ref + long(w)) : std::vector<uint8_t>(w, 0xEE);
+        const auto got = out[size_t(r)].begin() + long(at);
+        ASSERT_EQ(std::vector<uint8_t>(got, got + long(w)), expected)
+            << "b " << b << " row " << q << " head " << hg << (own ? " (the chunk's)" : " (another chunk's)");
+      }
 }
 
 }  // namespace
@@ -113,31 +150,10 @@ TEST(UlyssesChunkBlocks, AChunkReadsAndWritesOnlyItsOwnHeads) {
     for (const HeadRange& h : ulysses_head_chunks(hl, n)) {
       SCOPED_TRACE(describe(s, n) + " heads " + std::to_string(h.begin) + ".." + std::to_string(h.end));
       // Other heads of the source poisoned: the chunk must not read them.
-      RankBuffers src = in;
-      for (int r = 0; r < s.P; ++r)
-        for (int64_t b = 0; b < s.B; ++b)
-          for (int64_t q = 0; q < s.S; ++q)
-            for (int64_t hh = 0; hh < hl; ++hh)
-              if (hh < h.begin || hh >= h.end)
-                std::memset(src[size_t(r)].data() + l.head_sharded_offset(b, q, hh), 0x5A, l.row_bytes());
+      const CellOfChunk mine = [&](int64_t, int64_t hh) { return hh >= h.begin && hh < h.end; };
       RankBuffers out = poisoned_seq_shards(l);
-      apply_blocks(ulysses_chunk_blocks(l, h), src, out);
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t q = 0; q < s.S; ++q)
-          for (int64_t hg = 0; hg < s.H; ++hg) {
-            const int r = l.seq_owner(q);
-            const size_t at = l.seq_sharded_offset(b, q, hg);
-            const int64_t local = hg % hl;
-            const bool mine = local >= h.begin && local < h.end;
-            const std::vector<uint8_t> expected =
-                mine ? std::vector<uint8_t>(want[size_t(r)].begin() + long(at),
-                                            want[size_t(r)].begin() + long(at + l.row_bytes()))
-                     : std::vector<uint8_t>(l.row_bytes(), 0xEE);
-            ASSERT_EQ(std::vector<uint8_t>(out[size_t(r)].begin() + long(at),
-                                           out[size_t(r)].begin() + long(at + l.row_bytes())),
-                      expected)
-                << "b " << b << " row " << q << " head " << hg << (mine ? " (the chunk's)" : " (another chunk's)");
-          }
+      apply_blocks(ulysses_chunk_blocks(l, h), poisoned_outside(l, in, mine), out);
+      expect_only_the_chunks_cells(l, want, out, mine);
     }
   }
 }
@@ -299,36 +315,17 @@ TEST(UlyssesStagedChunks, AChunkReadsAndWritesOnlyItsOwnRowsAndHeads) {
     for (const PipelineChunk& c : ulysses_pipeline_chunks(hl, h, s.S, n, 2)) {
       SCOPED_TRACE(describe(s, h) + " rows " + std::to_string(c.rows.begin) + ".." + std::to_string(c.rows.end) +
                    " heads " + std::to_string(c.heads.begin) + ".." + std::to_string(c.heads.end));
-      auto mine = [&](int64_t q, int64_t local_head) {
+      const CellOfChunk mine = [&](int64_t q, int64_t local_head) {
         return q >= c.rows.begin && q < c.rows.end && local_head >= c.heads.begin && local_head < c.heads.end;
       };
-      // The staged sources with every cell outside the chunk poisoned.
-      RankBuffers poisoned_heads = heads;
-      for (int r = 0; r < s.P; ++r)
-        for (int64_t b = 0; b < s.B; ++b)
-          for (int64_t q = 0; q < s.S; ++q)
-            for (int64_t hh = 0; hh < hl; ++hh)
-              if (!mine(q, hh))
-                std::memset(poisoned_heads[size_t(r)].data() + l.head_sharded_offset(b, q, hh), 0x5A, l.row_bytes());
+      const RankBuffers poisoned_heads = poisoned_outside(l, heads, mine);
       RankBuffers in(size_t(s.P)), out = poisoned_seq_shards(l);
       for (int first = 0; first < s.P; first += one_group ? s.P : 1) {
         const int group = one_group ? s.P : 1;
         in[size_t(first)] = staged(l, poisoned_heads, first, group);
         apply_blocks(ulysses_staged_chunk_blocks(l, c, first, group), in, out);
       }
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t q = 0; q < s.S; ++q)
-          for (int64_t hg = 0; hg < s.H; ++hg) {
-            const int r = l.seq_owner(q);
-            const size_t at = l.seq_sharded_offset(b, q, hg);
-            const auto got = out[size_t(r)].begin() + long(at);
-            const std::vector<uint8_t> expected =
-                mine(q, hg % hl) ? std::vector<uint8_t>(want[size_t(r)].begin() + long(at),
-                                                        want[size_t(r)].begin() + long(at + l.row_bytes()))
-                                 : std::vector<uint8_t>(l.row_bytes(), 0xEE);
-            ASSERT_EQ(std::vector<uint8_t>(got, got + long(l.row_bytes())), expected)
-                << "b " << b << " row " << q << " head " << hg;
-          }
+      expect_only_the_chunks_cells(l, want, out, mine);
     }
   }
 }
