@@ -74,9 +74,10 @@ struct Sm90WgmmaAttnConfig {
   static constexpr uint32_t OFF_V = OFF_K + STAGES * KV_BYTES;
   static constexpr uint32_t OFF_O = OFF_V + STAGES * KV_BYTES;
   static constexpr uint32_t OFF_BAR = OFF_O + ((O_STAGE_BYTES + 127) / 128) * 128;
-  // Barriers: q_full, q_empty, then k_full, v_full, k_empty, v_empty per
-  // stage, then o_full, o_empty (the staged rows' hand-over to the producer,
-  // used when it sends them: remote/epilogue_producer_paced.cuh).
+  // Barriers: the Q ring's full and empty, the K ring's full and empty per
+  // stage, the V ring's, then the staged rows' hand-over to the producer
+  // (o_full, o_empty), used when it sends them
+  // (remote/epilogue_producer_paced.cuh).
   static constexpr int NUM_BARRIERS = 4 + 4 * STAGES;
   // The coordinates of the tile whose Q is loaded (the producer writes them
   // before q_full; the consumers read them after waiting on it).

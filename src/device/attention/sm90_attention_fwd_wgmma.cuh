@@ -4,9 +4,9 @@
 // sm90_bf16_attention_fwd (epilogue and scheduler policies, [B, S, H, D]
 // strided tensors, any S_q / S_kv), FlashAttention-3 structure in our words:
 //   - warp specialisation: warpgroup 0 is the producer; one of its threads
-//     issues TMA loads of the tile's Q (once) and of the K and V tiles into a
-//     ring of STAGES slots, each slot with full/empty mbarriers for K and for
-//     V separately; it gives its registers to the consumers (setmaxnreg);
+//     issues TMA loads of the tile's Q (once) and of the K and V tiles into
+//     two rings of STAGES slots (pipeline/stage_ring.cuh), K's and V's; it
+//     gives its registers to the consumers (setmaxnreg);
 //     with an epilogue that has the producer send (kProducerSends), its warp 1
 //     sends the staged output rows (remote/epilogue_producer_paced.cuh);
 //   - warpgroups 1 and 2 are consumers of 64 query rows each:
@@ -44,6 +44,7 @@
 #include "device/attention/online_softmax.cuh"
 #include "device/epilogue/staged_rows.cuh"
 #include "device/epilogue/traits.cuh"
+#include "device/pipeline/stage_ring.cuh"
 #include "device/ptx/math.cuh"
 #include "device/sched/attention_tile.hpp"
 #include "device/ptx/mbarrier.cuh"
@@ -164,15 +165,17 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t s_base = ptx::smem_addr(smem);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR);
-  uint64_t* q_full = bars + 0;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* k_full = bars + 2;
-  uint64_t* v_full = bars + 2 + STAGES;
-  uint64_t* k_empty = bars + 2 + 2 * STAGES;
-  uint64_t* v_empty = bars + 2 + 3 * STAGES;
-  // The staging buffer's hand-over when the producer sends the rows (kSends).
-  uint64_t* o_full = bars + 2 + 4 * STAGES;
-  uint64_t* o_empty = o_full + 1;
+  // Rings of the producer/consumer protocol (pipeline/stage_ring.cuh): the
+  // tile's Q (one slot, a use per tile), K and V (STAGES slots each, a use
+  // per KV step), and the staged output rows' hand-over to the producer when
+  // it sends them (kSends; one slot, the consumers fill it).
+  using QRing = pipeline::StageRing<1>;
+  using KvRing = pipeline::StageRing<STAGES>;
+  const QRing q_ring(bars);
+  const KvRing k_ring(bars + QRing::kBarriers);
+  const KvRing v_ring(bars + QRing::kBarriers + KvRing::kBarriers);
+  const QRing o_ring(bars + QRing::kBarriers + 2 * KvRing::kBarriers);
+  static_assert(2 * QRing::kBarriers + 2 * KvRing::kBarriers == Cfg::NUM_BARRIERS, "the barriers the config plans");
   constexpr bool kSends = epilogue::ProducerSends<Epilogue>::value;
   uint16_t* so = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_O);  // the tile's staged output rows [BM][ST]
   // KV steps the loader has issued, over the CTA's tiles (the sender's pace;
@@ -186,23 +189,17 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
 
   const int tid = threadIdx.x;
   if (tid == 0) {
-    ptx::mbar_init(q_full, 1);
-    // Every consumer thread arrives on q_empty: each has read the tile slot
-    // before its own arrival, so the producer's next write of the slot is
-    // ordered after every read without leaning on warp convergence (racecheck
+    // Every consumer thread releases Q: each has read the tile slot before
+    // its own arrival, so the producer's next write of the slot is ordered
+    // after every read without leaning on warp convergence (racecheck
     // flagged the per-warp arrival once CTAs ran several tiles).
-    ptx::mbar_init(q_empty, Cfg::CONSUMER_THREADS);
-    for (int s = 0; s < STAGES; ++s) {
-      ptx::mbar_init(k_full + s, 1);
-      ptx::mbar_init(v_full + s, 1);
-      ptx::mbar_init(k_empty + s, Cfg::CONSUMER_WARPS);
-      ptx::mbar_init(v_empty + s, Cfg::CONSUMER_WARPS);
-    }
+    q_ring.init(Cfg::CONSUMER_THREADS);
+    k_ring.init(Cfg::CONSUMER_WARPS);
+    v_ring.init(Cfg::CONSUMER_WARPS);
     // Every writer of the staging rows arrives on o_full and every lane of
     // the sender on o_empty, each after its own accesses (racecheck does not
     // follow one thread's arrival through a barrier the others passed).
-    ptx::mbar_init(o_full, NCT);
-    ptx::mbar_init(o_empty, 32);
+    o_ring.init(32, NCT);
     *progress = 0;
     ptx::mbar_fence_init();
   }
@@ -223,37 +220,36 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       for (auto w = walk.first(); walk.valid(w); w = walk.next(w), ++tc) {
         sched.wait_ready(w);
         const Coord c = sched.coord(w);
-        ptx::mbar_wait(q_empty, (tc & 1) ^ 1);  // both consumer warpgroups are done with the last Q
+        q_ring.acquire(tc);  // both consumer warpgroups are done with the last Q
         // The tile's coordinates for the consumers, published by the arrive
         // (release at CTA scope) that their wait on q_full acquires: they
         // need not repeat the scheduler's divisions and table loads on the
         // path between two tiles.
         *tile_slot = c;
-        ptx::mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+        q_ring.expect_bytes(0, Cfg::Q_BYTES);
 #pragma unroll
         for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
-          ptx::tma_load_4d(smem + Cfg::OFF_Q + cb * Cfg::Q_BLOCK_BYTES, &tm.q, q_full, cb * 64, c.m_block * BM, c.h,
-                           c.b);
+          ptx::tma_load_4d(smem + Cfg::OFF_Q + cb * Cfg::Q_BLOCK_BYTES, &tm.q, q_ring.full, cb * 64, c.m_block * BM,
+                           c.h, c.b);
         for (int j = 0; j < n_kv; ++j, ++it) {
-          const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
-          ptx::mbar_wait(k_empty + s, ph ^ 1);
-          ptx::mbar_arrive_expect_tx(k_full + s, Cfg::KV_BYTES);
+          const uint32_t s = k_ring.acquire(it);
+          k_ring.expect_bytes(s, Cfg::KV_BYTES);
 #pragma unroll
           for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
-            ptx::tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.k, k_full + s,
+            ptx::tma_load_4d(smem + Cfg::OFF_K + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.k, k_ring.full + s,
                              cb * 64, j * BN, c.h, c.b);
-          ptx::mbar_wait(v_empty + s, ph ^ 1);
-          ptx::mbar_arrive_expect_tx(v_full + s, Cfg::KV_BYTES);
+          v_ring.acquire(it);
+          v_ring.expect_bytes(s, Cfg::KV_BYTES);
 #pragma unroll
           for (int cb = 0; cb < Cfg::COL_BLOCKS; ++cb)
-            ptx::tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.v, v_full + s,
+            ptx::tma_load_4d(smem + Cfg::OFF_V + s * Cfg::KV_BYTES + cb * Cfg::KV_BLOCK_BYTES, &tm.v, v_ring.full + s,
                              cb * 64, j * BN, c.h, c.b);
           if constexpr (kSends) atomicExch_block(progress, it + 1);  // the sender's pace: step it is on its way
         }
       }
     } else if (tid / 32 == 1) {
       if constexpr (kSends)
-        Epilogue::template sender<D, ST>(ep, sched, n_kv, BM, so, o_full, o_empty, progress, tid & 31);
+        Epilogue::template sender<D, ST>(ep, sched, n_kv, BM, so, o_ring.full, o_ring.empty, progress, tid & 31);
     }
     return;
   }
@@ -290,8 +286,8 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     for (int kk = 0; kk < BN / 16; ++kk)
       ptx::wgmma_rs_bf16_tb<D>(o, pf[kk], desc_add(v_desc0, stage * Cfg::KV_BYTES + kk * 16 * 128), 1);
   };
-  auto release = [&](uint64_t* bar) {  // one arrival per consumer warp
-    if (lane == 0) ptx::mbar_arrive(bar);
+  auto release = [&](const KvRing& ring, uint32_t slot) {  // one arrival per consumer warp
+    if (lane == 0) ring.release(slot);
   };
   // Ping-pong turns: warpgroup w waits on barrier 2 + w (its 128 threads and
   // the 128 of the warpgroup before it), then lets the next one go; turns go
@@ -319,7 +315,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     wgmma_detail::OnlineSoftmaxFma<BN / 8> sm;
     sm.init();
     float corr[2];
-    ptx::mbar_wait(q_full, tc & 1);
+    q_ring.wait(tc);
     // The producer wrote it before the arrive this wait saw; it writes the
     // next one only after every consumer thread has released this Q (q_empty).
     const Coord c = *tile_slot;
@@ -341,31 +337,29 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
 
     if constexpr (!OVERLAP) {
       for (int j = 0; j < n_kv; ++j, ++it) {
-        const uint32_t st = it % STAGES, ph = (it / STAGES) & 1;
-        ptx::mbar_wait(k_full + st, ph);
+        const uint32_t st = k_ring.wait(it);
         ptx::wgmma_fence();
         issue_qk(st);
         ptx::wgmma_commit_group();
         epilogue_step(j);
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(s);
-        release(k_empty + st);
-        if (j == n_kv - 1) ptx::mbar_arrive(q_empty);
+        release(k_ring, st);
+        if (j == n_kv - 1) q_ring.release(0);
         softmax(j);
         rescale_rows<D / 8>(o, corr);
         wgmma_detail::pack_p<BN>(pf, s);
-        ptx::mbar_wait(v_full + st, ph);
+        v_ring.wait(it);
         ptx::wgmma_fence();
         issue_pv(st);
         ptx::wgmma_commit_group();
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(o);
-        release(v_empty + st);
+        release(v_ring, st);
       }
     } else {
       // KV tile 0: S_0 alone.
-      uint32_t pst = it % STAGES, pph = (it / STAGES) & 1;
-      ptx::mbar_wait(k_full + pst, pph);
+      uint32_t pit = it, pst = k_ring.wait(it);  // the step whose P V is pending, and its slot
       turn_begin();
       ptx::wgmma_fence();
       issue_qk(pst);
@@ -374,16 +368,15 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       epilogue_step(0);
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(s);
-      release(k_empty + pst);
-      if (n_kv == 1) ptx::mbar_arrive(q_empty);
+      release(k_ring, pst);
+      if (n_kv == 1) q_ring.release(0);
       softmax(0);  // O is zero: corr unused
       wgmma_detail::pack_p<BN>(pf, s);
       ++it;
       // Steady state: S_j and O += P_{j-1} V_{j-1} in flight together.
       for (int j = 1; j < n_kv; ++j, ++it) {
-        const uint32_t st = it % STAGES, ph = (it / STAGES) & 1;
-        ptx::mbar_wait(k_full + st, ph);
-        ptx::mbar_wait(v_full + pst, pph);
+        const uint32_t st = k_ring.wait(it);
+        v_ring.wait(pit);
         turn_begin();
         ptx::wgmma_fence();
         issue_qk(st);
@@ -394,19 +387,19 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
         epilogue_step(j);
         ptx::wgmma_wait_group<1>();  // S_j landed; the P V GEMM may still run
         ptx::fence_operands(s);
-        release(k_empty + st);
-        if (j == n_kv - 1) ptx::mbar_arrive(q_empty);
+        release(k_ring, st);
+        if (j == n_kv - 1) q_ring.release(0);
         softmax(j);
         ptx::wgmma_wait_group<0>();
         ptx::fence_operands(o);
         ptx::fence_operands(pf);
-        release(v_empty + pst);
+        release(v_ring, pst);
         rescale_rows<D / 8>(o, corr);
         wgmma_detail::pack_p<BN>(pf, s);
-        pst = st, pph = ph;
+        pst = st, pit = it;
       }
       // Tail: O += P_last V_last.
-      ptx::mbar_wait(v_full + pst, pph);
+      v_ring.wait(pit);
       turn_begin();
       ptx::wgmma_fence();
       issue_pv(pst);
@@ -414,7 +407,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       turn_end(cwg == CWGS - 1 && last_tile);  // nobody waits for the last warpgroup's very last turn
       ptx::wgmma_wait_group<0>();
       ptx::fence_operands(o);
-      release(v_empty + pst);
+      release(v_ring, pst);
     }
 
     // ---- epilogue: send and publish what the previous tile left pending,
@@ -432,7 +425,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     rescale_rows<D / 8>(o, inv);
     const int wrow = cwg * 64 + wwarp * 16;  // first row of this warp in the tile
     if constexpr (kSends) {  // the producer's copies have read the previous tile's rows
-      if (tc > 0) ptx::mbar_wait(o_empty, (tc - 1) & 1);
+      if (tc > 0) ptx::mbar_wait(o_ring.empty, (tc - 1) & 1);
     }
     uint16_t* srows = so + wrow * ST;
     epilogue::stage_o_rows<D, ST>(srows, o, lane);
@@ -446,7 +439,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     }
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // every consumer warp's rows are stored (or issued)
     if constexpr (kSends) {  // ... or staged and fenced for the producer's copies
-      ptx::mbar_arrive(o_full);
+      o_ring.commit(0);
     }
     Epilogue::tile_done(ep, c, m0, BM, p.S_q, ctid, pending);
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);  // the next tile's staging overwrites the rows
@@ -456,7 +449,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);
   }
   if constexpr (kSends) {  // every copy of the CTA complete (the producer's last arrival)
-    if (tc > 0) ptx::mbar_wait(o_empty, (tc - 1) & 1);
+    if (tc > 0) ptx::mbar_wait(o_ring.empty, (tc - 1) & 1);
   }
   Epilogue::template finish<NCT>(ep, pending, sched, BM, p.S_q, ctid,
                                  [] { ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT); });

@@ -15,6 +15,7 @@
 // large reads its own pool needs, as many in flight as its warps allow.
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/moe/layer_device.cuh"
+#include "device/remote/row_table.cuh"
 
 namespace xstage::moe {
 
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
     int s, t;
     plan_row(g, lane == 0, s, t);
     if (t < 0) continue;  // the same for the whole warp
-    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[s]) + int64_t(t) * p.H);
+    const uint4* src = reinterpret_cast<const uint4*>(remote::source_row(p.x_send, s, t, p.H));
     uint4* dst = reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.pool_x) + g * p.H);
     warp_copy_row(src, dst, vecs, lane);
   }

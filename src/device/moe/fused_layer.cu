@@ -2,8 +2,9 @@
 // share it), its TMA maps and persistent grid.
 #include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/fused_layer_sm90.cuh"
-#include "device/moe/launch_grouped_gemm.cuh"  // encode_rows_k
-#include "device/moe/smem_opt_in.cuh"
+#include "device/gemm/smem_opt_in.cuh"
+#include "device/gemm/tensor_maps.cuh"
+#include "device/moe/gemm_tiles.cuh"
 
 namespace xstage::moe {
 
@@ -12,10 +13,12 @@ namespace {
 template <class Cfg, bool kBulk>
 int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   FusedTmaMaps tm;
-  int rc = encode_rows_k(&tm.a1, p.x_pool, p.hidden, p.rows_cap, Cfg::BLOCK_M);
-  if (rc == 0) rc = encode_rows_k(&tm.b1, p.w13, p.hidden, int64_t(p.E_run) * 2 * p.inter, Cfg::BLOCK_N);
-  if (rc == 0) rc = encode_rows_k(&tm.a2, p.h, p.inter, p.rows_cap, Cfg::BLOCK_M);
-  if (rc == 0) rc = encode_rows_k(&tm.b2, p.w2, p.inter, int64_t(p.E_run) * p.hidden, Cfg::BLOCK_N);
+  using gemm::encode_rows_k;
+  using Elem = typename Cfg::Elem;
+  int rc = encode_rows_k<Elem>(&tm.a1, p.x_pool, p.hidden, p.rows_cap, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k<Elem>(&tm.b1, p.w13, p.hidden, int64_t(p.E_run) * 2 * p.inter, Cfg::BLOCK_N);
+  if (rc == 0) rc = encode_rows_k<Elem>(&tm.a2, p.h, p.inter, p.rows_cap, Cfg::BLOCK_M);
+  if (rc == 0) rc = encode_rows_k<Elem>(&tm.b2, p.w2, p.inter, int64_t(p.E_run) * p.hidden, Cfg::BLOCK_N);
   if (rc != 0) return rc;
   auto* fn = sm90_fused_moe_layer<Cfg, kBulk>;
   constexpr size_t smem = FusedSmem<Cfg>::BYTES;
@@ -24,7 +27,7 @@ int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
   static uint64_t opted_in = 0;  // a bit per device
-  rc = opt_in_shared_memory(fn, smem, device, opted_in);
+  rc = gemm::opt_in_shared_memory(fn, smem, device, opted_in);
   if (rc != 0) return rc;
   // At least one CTA, so that the done flags are published with no tile at all.
   const int64_t tiles = fused_layer_max_tiles(p.rows_cap, p.E_run, Cfg::BLOCK_M, 2 * p.inter) +

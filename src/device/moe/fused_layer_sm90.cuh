@@ -1,12 +1,12 @@
 #pragma once
 // sm90_fused_moe_layer: L1 + SwiGLU and L2 of every expert of the launch in
 // one persistent kernel (fused_layer_params.hpp has the layouts). The
-// mainloop is the grouped GEMM's (grouped_gemm_sm90.cuh: a TMA producer
-// thread, two wgmma consumer warpgroups, a ring of k-block stages); what
-// differs:
+// mainloop is the GEMM mainloop (gemm/mainloop_sm90.cuh: a TMA producer
+// thread, two wgmma consumer warpgroups, the stage ring), as in the grouped
+// GEMM; what differs:
 //   - work comes from the layer's claim policy (sched/layer_claims.cuh): the
-//     producer thread claims a tile, hands it to the consumers through a small
-//     ring of task slots in shared memory (a full and an empty barrier each),
+//     producer thread claims a tile, hands it to the consumers through a
+//     second, small stage ring whose slots hold tasks (pipeline/stage_ring.cuh),
 //     and loads its operands; the consumers take tiles from the ring in order;
 //   - an L1 tile's epilogue writes SwiGLU(acc) x routing weight into h, then
 //     counts itself done for its expert (release); an L2 tile's producer waits
@@ -33,17 +33,17 @@
 
 #include <cuda.h>
 
-#include "device/moe/epilogue_store.cuh"
+#include "device/gemm/epilogue_stores.cuh"
+#include "device/gemm/epilogue_values.cuh"
+#include "device/gemm/mainloop_sm90.cuh"
 #include "device/moe/fused_layer_params.hpp"
-#include "device/moe/grouped_gemm_config.cuh"
 #include "device/moe/layer_device.cuh"
 #include "device/ptx/atomic_gpu.cuh"
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
-#include "device/ptx/mbarrier.cuh"
 #include "device/ptx/timer.cuh"
-#include "device/ptx/tma.cuh"
-#include "device/ptx/wgmma.cuh"
+#include "device/remote/row_table.cuh"
+#include "device/remote/timed_wait.cuh"
 #include "device/sched/layer_claims.cuh"
 
 namespace xstage::moe {
@@ -60,42 +60,37 @@ struct FusedSmem {
   static constexpr int kSlots = 4;
   static constexpr size_t OFF_TASKS = (Cfg::OFF_SPLIT_FLAG + 16 + 15) / 16 * 16;
   static constexpr size_t OFF_TASK_BARS = OFF_TASKS + kSlots * sizeof(sched::LayerTask);
+  using TaskRing = pipeline::StageRing<kSlots>;
   // Whether this CTA counted itself in last (the consumers' thread 0 writes
   // it): here rather than as a static __shared__, which the kernel's
   // dynamic window would sit after, out of sight of the assert below.
-  static constexpr size_t OFF_LAST_CTA = OFF_TASK_BARS + 2 * kSlots * 8;
+  static constexpr size_t OFF_LAST_CTA = OFF_TASK_BARS + TaskRing::kBarriers * 8;
   static constexpr size_t END = OFF_LAST_CTA + 16;
   static constexpr size_t BYTES = END + 1024;
   static_assert(BYTES <= Cfg::SMEM_LIMIT, "the task ring fits the shared memory");
 };
 
 // The producer's wait until counter `c` holds `need` (an expert's L1 tiles
-// done, or a block of rows copied), acquire, with a timeout that fills the
-// record (rank -1: L1 tiles, -2: rows copied; flag = the expert).
+// done, or a block of rows copied), acquire, with the library's timed wait
+// (rank -1: L1 tiles, -2: rows copied; flag = the expert).
 __device__ __forceinline__ void wait_count(const FusedLayerParams& p, const int32_t* c, int need, int kind,
                                            int expert) {
-  int seen = ptx::ld_acquire_gpu_s32(c);
-  if (seen < need) {
-    const uint64_t start = ptx::globaltimer_ns();
-    while (seen < need) {
-      const uint64_t waited = ptx::globaltimer_ns() - start;
-      remote::FlagTimeoutRecord* r = p.timeout_record;
-      // Once a wait of the launch has timed out the run is lost: later tiles
-      // stop waiting at once instead of each waiting the full timeout.
-      const bool given_up = r != nullptr && *static_cast<volatile unsigned int*>(&r->set) != 0u;
-      if (waited > p.timeout_ns || given_up) {
-        if (!given_up && r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
-          r->rank = kind, r->flag = expert, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
-          r->waited_ns = waited, r->expected = uint64_t(need), r->seen = uint64_t(seen);
-        }
-        break;  // the host reports the record; the launch still ends
-      }
-      __nanosleep(128);
-      seen = ptx::ld_acquire_gpu_s32(c);
-    }
-  }
+  const int seen = ptx::ld_acquire_gpu_s32(c);
+  if (seen < need)
+    remote::wait_geq([c] { return uint64_t(ptx::ld_acquire_gpu_s32(c)); }, uint64_t(seen), uint64_t(need),
+                     remote::start_wait(p.timeout_ns, p.timeout_record), kind, expert);
   // The rows were written through the generic proxy; the TMA reads them through the async one.
   ptx::fence_proxy_async_global();
+}
+
+// Where pool row r came from (the dispatch's source rows: x_send of the rank
+// that owns the token, its slot modulo T_max) and where its L2 row goes (the
+// same rank's combine buffer, at the slot).
+__device__ __forceinline__ remote::RowTable dispatch_sources(const FusedLayerParams& p) {
+  return remote::RowTable{p.x_send, p.row_dest_rank, p.row_dest_slot, p.hidden, p.T_max};
+}
+__device__ __forceinline__ remote::RowTable combine_rows(const FusedLayerParams& p) {
+  return remote::RowTable{p.combine, p.row_dest_rank, p.row_dest_slot, p.hidden, 0};
 }
 
 // The launch's pool rows (the last expert's end, within the pool).
@@ -115,6 +110,7 @@ __device__ __forceinline__ void copy_rows(const FusedLayerParams& p, int lane) {
   int32_t* copied = p.counters + 4 + p.E_run;
   const int rows = pool_rows(p);
   const int vecs = p.hidden / 8;
+  const remote::RowTable send = dispatch_sources(p);
   for (;;) {
     int start = 0;
     if (lane == 0) start = atomicAdd(p.counters + 3, kChunk);
@@ -122,8 +118,7 @@ __device__ __forceinline__ void copy_rows(const FusedLayerParams& p, int lane) {
     if (start >= rows) break;
     const int end = start + kChunk < rows ? start + kChunk : rows;
     for (int r = start; r < end; ++r) {
-      const int s = __ldg(p.row_dest_rank + r), t = __ldg(p.row_dest_slot + r) % p.T_max;
-      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.x_send[s]) + int64_t(t) * p.hidden);
+      const uint4* src = reinterpret_cast<const uint4*>(send.row(r));
       uint4* dst = reinterpret_cast<uint4*>(const_cast<uint16_t*>(static_cast<const uint16_t*>(p.x_pool)) +
                                             int64_t(r) * p.hidden);
       for (int v0 = lane; v0 < vecs; v0 += 32 * kUnroll) {
@@ -165,34 +160,22 @@ __device__ __forceinline__ void trace_tile(const FusedLayerParams& p, const sche
 template <class Cfg, bool kBulk>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_fused_moe_layer(const FusedLayerParams p, const __grid_constant__ FusedTmaMaps tm) {
-  constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, STAGES = Cfg::STAGES, WN = Cfg::WG_TILE_N;
+  constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, WN = Cfg::WG_TILE_N;
   using Smem = FusedSmem<Cfg>;
-  constexpr int kSlots = Smem::kSlots;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t s_base = ptx::smem_addr(smem);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR);
-  uint64_t* empty = full + STAGES;
+  const gemm::Sm90Mainloop<Cfg> mainloop(smem, reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR));
   auto* tasks = reinterpret_cast<sched::LayerTask*>(smem + Smem::OFF_TASKS);
-  uint64_t* task_full = reinterpret_cast<uint64_t*>(smem + Smem::OFF_TASK_BARS);
-  uint64_t* task_empty = task_full + kSlots;
-  auto a_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES; };
-  auto b_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES + Cfg::A_BYTES; };
+  const typename Smem::TaskRing task_ring(reinterpret_cast<uint64_t*>(smem + Smem::OFF_TASK_BARS));
 
   // Every thread reads the same record, set (or not) before this launch began.
   if (wait_failed(p.pull_record)) return;
 
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      ptx::mbar_init(full + s, 1);
-      ptx::mbar_init(empty + s, Cfg::CONSUMER_WARPS);
-    }
-    for (int s = 0; s < kSlots; ++s) {
-      ptx::mbar_init(task_full + s, 1);
-      ptx::mbar_init(task_empty + s, Cfg::CONSUMER_WARPS);
-    }
+    mainloop.init();
+    task_ring.init(Cfg::CONSUMER_WARPS);
     ptx::mbar_fence_init();
   }
   __syncthreads();
@@ -213,10 +196,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       uint32_t it = 0;
       for (uint32_t n = 0;; ++n) {
         const sched::LayerTask task = claims.claim();
-        const uint32_t slot = n % kSlots, ph = (n / kSlots) & 1;
-        ptx::mbar_wait(task_empty + slot, ph ^ 1);
+        const uint32_t slot = task_ring.acquire(n);
         tasks[slot] = task;
-        ptx::mbar_arrive(task_full + slot);  // releases the slot's write to the consumers
+        task_ring.commit(slot);  // releases the slot's write to the consumers
         if (task.gemm == 0) break;
         const bool l2 = task.gemm == 2;
         if (l2)
@@ -231,14 +213,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         const CUtensorMap* mb = l2 ? &tm.b2 : &tm.b1;
         const int a_row = task.row_begin + task.m_block * BM;
         const int b_row = task.expert * (l2 ? p.hidden : 2 * p.inter) + task.n_block * BN;
-        const int kbs = l2 ? kb2 : kb1;
-        for (int kb = 0; kb < kbs; ++kb, ++it) {
-          const uint32_t s = it % STAGES, sp = (it / STAGES) & 1;
-          ptx::mbar_wait(empty + s, sp ^ 1);
-          ptx::mbar_arrive_expect_tx(full + s, Cfg::STAGE_BYTES);
-          ptx::tma_load_2d(a_stage(s), ma, full + s, kb * Cfg::BLOCK_K, a_row);
-          ptx::tma_load_2d(b_stage(s), mb, full + s, kb * Cfg::BLOCK_K, b_row);
-        }
+        mainloop.load(it, ma, mb, a_row, b_row, 0, l2 ? kb2 : kb1);
       }
     } else if (tid >= 32) {
       if (p.x_send != nullptr) copy_rows(p, tid & 31);
@@ -255,43 +230,27 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int cwg = ct / 128;
   const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
   const int warp = (tid / 32) % 4, lane = tid & 31;
-  uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + (ct / 32) * kStageWarpElems;
+  uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + (ct / 32) * gemm::kStageWarpElems;
   uint8_t* out_tile = smem + Cfg::OFF_STAGING;
   static_assert(!kBulk || Cfg::OUT_COLS == Cfg::BLOCK_N, "the bulk store stages a whole L2 tile");
-  static_assert(!kBulk || size_t(Cfg::CONSUMER_WARPS) * kStageWarpElems * 2 <= Cfg::STAGING_BYTES,
+  static_assert(!kBulk || size_t(Cfg::CONSUMER_WARPS) * gemm::kStageWarpElems * 2 <= Cfg::STAGING_BYTES,
                 "L1's warp rows fit the staged tile's area");
-  const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
-  const uint64_t b_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::A_BYTES + wg_n * WN * 128, 16, 1024);
+  const uint64_t a_desc0 = mainloop.a_desc(wg_m), b_desc0 = mainloop.b_desc(wg_n);
+  const remote::RowTable combine = combine_rows(p);
+  const gemm::LocalRows h_rows{static_cast<uint16_t*>(p.h), p.inter};
+  const gemm::LocalRows out_rows{static_cast<uint16_t*>(p.out_pool), p.hidden};
 
   float acc[WN / 8][4];
   uint32_t it = 0;
   for (uint32_t n = 0;; ++n) {
-    const uint32_t slot = n % kSlots;
-    ptx::mbar_wait(task_full + slot, (n / kSlots) & 1);
+    const uint32_t slot = task_ring.wait(n);
     const sched::LayerTask task = tasks[slot];
     __syncwarp();
-    if (lane == 0) ptx::mbar_arrive(task_empty + slot);
+    if (lane == 0) task_ring.release(slot);
     if (task.gemm == 0) break;
     const bool l2 = task.gemm == 2;
     const uint64_t t_start = ct == 0 && p.trace != nullptr ? ptx::globaltimer_ns() : 0;
-    const int kbs = l2 ? kb2 : kb1;
-    uint32_t prev_s = 0;
-    for (int kb = 0; kb < kbs; ++kb, ++it) {
-      const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
-      ptx::mbar_wait(full + s, ph);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Cfg::BLOCK_K / 16; ++kk)
-        ptx::wgmma_ss_bf16<WN>(acc, ptx::smem_desc_advance(a_desc0, s * Cfg::STAGE_BYTES + kk * 32),
-                               ptx::smem_desc_advance(b_desc0, s * Cfg::STAGE_BYTES + kk * 32), kb != 0 || kk != 0);
-      ptx::wgmma_commit_group();
-      ptx::wgmma_wait_group<1>();
-      if (kb > 0 && lane == 0) ptx::mbar_arrive(empty + prev_s);
-      prev_s = s;
-    }
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(acc);
-    if (lane == 0) ptx::mbar_arrive(empty + prev_s);
+    mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, 0, l2 ? kb2 : kb1, lane);
     const uint64_t t_epi = ct == 0 && p.trace != nullptr ? ptx::globaltimer_ns() : 0;
 
     const int tile_row = task.row_begin + task.m_block * BM;
@@ -304,9 +263,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::named_bar_sync(1, 256);
     }
     if (!l2) {
-      constexpr int OB = WN / 8 / SwigluStoreEpilogue::kOutDiv;
-      const auto out = SwigluStoreEpilogue::template outputs<WN / 8>(p.row_weight, acc, row, task.row_end, lane);
-      store_staged<OB>(stage, static_cast<uint16_t*>(p.h), p.inter, row, task.row_end, col / 2, lane, out);
+      constexpr int OB = WN / 8 / gemm::SwigluEpilogue::kOutDiv;
+      const auto out = gemm::SwigluEpilogue::template outputs<WN / 8>(p.row_weight, acc, row, task.row_end, lane);
+      gemm::store_staged<OB>(stage, h_rows, row, task.row_end, col / 2, lane, out);
       // Counted done once every consumer thread's h stores are visible at GPU
       // scope (fence, barrier, release add); the L2 producer acquires.
       __threadfence();
@@ -314,34 +273,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       if (ct == 0) ptx::red_release_gpu_add_s32(p.counters + 4 + task.expert, 1);
     } else {
       constexpr int OB = WN / 8;
-      const auto out = PlainStoreEpilogue::template outputs<WN / 8>(nullptr, acc, row, task.row_end, lane);
-      if constexpr (kBulk) {
-        stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN, lane, out);
-        ptx::fence_proxy_async_shared();  // generic writes to shared memory, read next by the TMA unit
-        ptx::named_bar_sync(1, 256);
-        const int r = tile_row + ct;
-        if (ct < BM && r < task.row_end) {
-          uint16_t* dst = p.combine != nullptr
-                              ? static_cast<uint16_t*>(p.combine[__ldg(p.row_dest_rank + r)]) +
-                                    int64_t(__ldg(p.row_dest_slot + r)) * p.hidden
-                              : static_cast<uint16_t*>(p.out_pool) + int64_t(r) * p.hidden;
-          ptx::bulk_store_s2g(dst + task.n_block * BN, out_tile + ct * Cfg::OUT_ROW_BYTES, BN * 2);
-          ptx::bulk_commit_group();
+      const auto out = gemm::PlainEpilogue::template outputs<WN / 8>(nullptr, acc, row, task.row_end, lane);
+      // L2's rows go to their tokens' owners (remote::RowTable), or to the
+      // local pool (the compute-only floor, the unfused baseline's L2).
+      auto store = [&](const auto& rows) {
+        if constexpr (kBulk) {
+          gemm::stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN, lane, out);
+          ptx::fence_proxy_async_shared();  // generic writes to shared memory, read next by the TMA unit
+          ptx::named_bar_sync(1, 256);
+          gemm::store_tile_bulk<BM, BN, Cfg::OUT_ROW_BYTES>(out_tile, rows, tile_row, task.row_end, task.n_block * BN,
+                                                            ct);
+        } else {
+          gemm::store_staged<OB>(stage, rows, row, task.row_end, col, lane, out);
         }
-      } else if (p.combine != nullptr) {
-        const int row_end = task.row_end;
-        store_staged_rows<OB>(
-            stage, col, lane,
-            [&](int r) {
-              if (row + r >= row_end) return static_cast<uint16_t*>(nullptr);
-              const int rank = __ldg(p.row_dest_rank + row + r);
-              const int64_t slot_row = __ldg(p.row_dest_slot + row + r);
-              return static_cast<uint16_t*>(p.combine[rank]) + slot_row * p.hidden;
-            },
-            out);
-      } else {
-        store_staged<OB>(stage, static_cast<uint16_t*>(p.out_pool), p.hidden, row, task.row_end, col, lane, out);
-      }
+      };
+      if (p.combine != nullptr)
+        store(combine);
+      else
+        store(out_rows);
     }
     if (ct == 0 && p.trace != nullptr) trace_tile(p, task, t_start, t_epi, ptx::globaltimer_ns());
   }
@@ -376,9 +325,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // this one).
     const bool lost = wait_failed(p.timeout_record);
     if (ct == 0 && p.flags != nullptr && !lost)
-      for (int d = 0; d < p.world; ++d)
-        for (int s = 0; s < p.local_ranks; ++s)
-          ptx::st_release_sys_u64(p.flags[d] + p.done_flag + p.rank0 + s, p.epoch);
+      remote::publish_flags(p.flags, p.world, p.done_flag + p.rank0, p.local_ranks, p.epoch);
   }
 }
 

@@ -1,18 +1,17 @@
 #pragma once
-// sm90_bf16_grouped_gemm: the MoE expert GEMM C_e = A_e B_e^T for every
-// expert e in one persistent launch (moe_params.hpp has the layouts).
+// sm90_grouped_gemm: the MoE expert GEMM C_e = A_e B_e^T for every expert e
+// in one persistent launch (moe_params.hpp has the layouts): the GEMM
+// mainloop (gemm/mainloop_sm90.cuh), the grouped tile scheduler and an
+// epilogue policy.
 //   - warp specialisation: warpgroup 0 is the producer; one of its threads
-//     walks the CTA's tiles and issues TMA loads of the A and B k-blocks
-//     (64 columns, 128-byte swizzled) into a ring of STAGES slots, each with
-//     a full barrier (the copy's bytes) and an empty barrier (one arrival per
-//     consumer warp); it gives its registers to the consumers (setmaxnreg);
-//   - warpgroups 1 and 2 are consumers: each owns 64 x WG_TILE_N of the tile
-//     and runs wgmma with both operands K-major in shared memory, one k-block
-//     group in flight while it waits for the next, then hands its
-//     accumulators to the epilogue policy (epilogue_store.cuh), whose values
-//     leave through warp-private staging rows, or through the whole tile
-//     staged in shared memory and sent row by row as TMA bulk copies (the
-//     configuration's OUT_COLS);
+//     walks the CTA's tiles and loads their k-blocks into the stage ring; it
+//     gives its registers to the consumers (setmaxnreg);
+//   - warpgroups 1 and 2 are consumers: each owns 64 x WG_TILE_N of the tile,
+//     runs the mainloop's wgmma, then hands its accumulators to the epilogue
+//     values (gemm/epilogue_values.cuh), which leave through warp-private
+//     staging rows, the whole tile staged and sent row by row as TMA bulk
+//     copies, or warp boxes sent as TMA tensor stores (the configuration's
+//     OUT_COLS, WARP_TMA: gemm/epilogue_stores.cuh);
 //   - the tile order is the scheduler policy's (sched/grouped.cuh); producer
 //     and consumers walk it independently, reading the same offsets, so they
 //     agree on every tile without a hand-over through shared memory;
@@ -28,12 +27,9 @@
 
 #include <cuda.h>
 
-#include "device/moe/epilogue_store.cuh"
-#include "device/moe/grouped_gemm_config.cuh"
+#include "device/gemm/epilogue_stores.cuh"
+#include "device/gemm/mainloop_sm90.cuh"
 #include "device/moe/moe_params.hpp"
-#include "device/ptx/mbarrier.cuh"
-#include "device/ptx/tma.cuh"
-#include "device/ptx/wgmma.cuh"
 
 namespace xstage::moe {
 
@@ -92,25 +88,18 @@ struct GroupedTmaMaps {
 // up to 17% slower on Qwen3-30B L1 (docs/perf-log.md, MoE 3b).
 template <class Cfg, class Epilogue, class Scheduler, bool kSplitK>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
-    sm90_bf16_grouped_gemm(const GroupedGemmParams p, const typename Scheduler::Params sp,
-                           const __grid_constant__ GroupedTmaMaps tm) {
-  constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, STAGES = Cfg::STAGES, WN = Cfg::WG_TILE_N;
+    sm90_grouped_gemm(const GroupedGemmParams p, const typename Scheduler::Params sp,
+                      const __grid_constant__ GroupedTmaMaps tm) {
+  constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, WN = Cfg::WG_TILE_N;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t s_base = ptx::smem_addr(smem);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR);
-  uint64_t* empty = full + STAGES;
+  const gemm::Sm90Mainloop<Cfg> mainloop(smem, reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR));
   volatile int* split_flag = reinterpret_cast<volatile int*>(smem + Cfg::OFF_SPLIT_FLAG);
-  auto a_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES; };
-  auto b_stage = [&](uint32_t s) { return smem + s * Cfg::STAGE_BYTES + Cfg::A_BYTES; };
 
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      ptx::mbar_init(full + s, 1);
-      ptx::mbar_init(empty + s, Cfg::CONSUMER_WARPS);
-    }
+    mainloop.init();
     ptx::mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier: the roles split below
@@ -129,16 +118,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       uint32_t it = 0;
       for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
         const auto c = sched.coord(w);
-        const int a_row = c.row_begin + c.m_block * BM;
-        const int b_row = c.expert * p.N + c.n_block * BN;
         const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
-        for (int kb = kb0; kb < kb_end; ++kb, ++it) {
-          const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
-          ptx::mbar_wait(empty + s, ph ^ 1);
-          ptx::mbar_arrive_expect_tx(full + s, Cfg::STAGE_BYTES);
-          ptx::tma_load_2d(a_stage(s), &tm.a, full + s, kb * Cfg::BLOCK_K, a_row);
-          ptx::tma_load_2d(b_stage(s), &tm.b, full + s, kb * Cfg::BLOCK_K, b_row);
-        }
+        mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN, kb0, kb_end);
       }
     }
     return;
@@ -149,12 +130,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int cwg = (tid - 128) / 128;
   const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
   const int warp = (tid / 32) % 4, lane = tid & 31;
-  uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + ((tid - 128) / 32) * kStageWarpElems;
+  uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + ((tid - 128) / 32) * gemm::kStageWarpElems;
   uint8_t* out_tile = smem + Cfg::OFF_STAGING;  // BULK_OUT: the whole output tile
-  // K-major, 128-byte swizzle: 8-row atoms 1024 bytes apart; a k step of 16
-  // moves 32 bytes inside the atom (ptx/wgmma.cuh).
-  const uint64_t a_desc0 = ptx::make_smem_desc_sw128(s_base + wg_m * 64 * 128, 16, 1024);
-  const uint64_t b_desc0 = ptx::make_smem_desc_sw128(s_base + Cfg::A_BYTES + wg_n * WN * 128, 16, 1024);
+  const uint64_t a_desc0 = mainloop.a_desc(wg_m), b_desc0 = mainloop.b_desc(wg_n);
 
   float acc[WN / 8][4];
   uint32_t it = 0;
@@ -163,26 +141,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (tid == 128) ptx::tma_prefetch_descriptor(&tm.c);
   for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
     const auto c = sched.coord(w);
-    uint32_t prev_s = 0;
     const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
-    for (int kb = kb0; kb < kb_end; ++kb, ++it) {
-      const uint32_t s = it % STAGES, ph = (it / STAGES) & 1;
-      ptx::mbar_wait(full + s, ph);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Cfg::BLOCK_K / 16; ++kk)
-        ptx::wgmma_ss_bf16<WN>(acc, ptx::smem_desc_advance(a_desc0, s * Cfg::STAGE_BYTES + kk * 32),
-                               ptx::smem_desc_advance(b_desc0, s * Cfg::STAGE_BYTES + kk * 32), kb != kb0 || kk != 0);
-      ptx::wgmma_commit_group();
-      // The previous k-block's group has finished reading its slot once at
-      // most this one is pending: hand that slot back to the producer.
-      ptx::wgmma_wait_group<1>();
-      if (kb > kb0 && lane == 0) ptx::mbar_arrive(empty + prev_s);
-      prev_s = s;
-    }
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(acc);
-    if (lane == 0) ptx::mbar_arrive(empty + prev_s);
+    mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb0, kb_end, lane);
     if constexpr (kSplitK)
       if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
     const int tile_row = c.row_begin + c.m_block * BM;
@@ -193,8 +153,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int n_out = p.N / Epilogue::kOutDiv;
     if constexpr (Cfg::WARP_TMA) {
       uint8_t* boxes = smem + Cfg::OFF_STAGING + ((tid - 128) / 32) * 2 * Cfg::TMA_BOX_BYTES;
-      store_warp_tma<OB>(boxes, &tm.c, c_out, n_out, row, c.row_end, (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv,
-                         lane, tma_groups, out);
+      gemm::store_warp_tma<OB>(boxes, &tm.c, c_out, n_out, row, c.row_end,
+                               (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane, tma_groups, out);
     } else if constexpr (Cfg::BULK_OUT) {
       static_assert(Cfg::OUT_COLS == BN / Epilogue::kOutDiv, "the staged tile holds the epilogue's columns");
       const int ct = tid - 128;
@@ -203,16 +163,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // for every sender. (Long done by now: a mainloop ran in between.)
       if (ct < BM) ptx::bulk_wait_group_read_all();
       ptx::named_bar_sync(1, 256);
-      stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN / Epilogue::kOutDiv, lane,
-                                              out);
+      gemm::stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN / Epilogue::kOutDiv,
+                                                    lane, out);
       // Generic-proxy writes to shared memory, read next by the TMA unit.
       ptx::fence_proxy_async_shared();
       ptx::named_bar_sync(1, 256);
-      store_tile_bulk<BM, Cfg::OUT_COLS, Cfg::OUT_ROW_BYTES>(out_tile, c_out, n_out, tile_row, c.row_end,
-                                                             c.n_block * Cfg::OUT_COLS, ct);
+      gemm::store_tile_bulk<BM, Cfg::OUT_COLS, Cfg::OUT_ROW_BYTES>(out_tile, gemm::LocalRows{c_out, n_out}, tile_row,
+                                                                   c.row_end, c.n_block * Cfg::OUT_COLS, ct);
     } else {
-      store_staged<OB>(stage, c_out, n_out, row, c.row_end, (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane,
-                       out);
+      gemm::store_staged<OB>(stage, gemm::LocalRows{c_out, n_out}, row, c.row_end,
+                             (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane, out);
     }
   }
   // Shared memory must outlive the copies that read it; the writes are then

@@ -1,12 +1,11 @@
 // The grouped GEMM with the SwiGLU epilogue (MoE L1), one instantiation per tile shape and output store.
-#include "device/moe/epilogue_store.cuh"
 #include "device/moe/grouped_gemm_launch.hpp"
 #include "device/moe/launch_grouped_gemm.cuh"
 
 namespace xstage::moe {
 
 int launch_grouped_gemm_swiglu(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream) {
-  return launch_grouped_gemm_tile<SwigluStoreEpilogue>(p, tile, out_store, stream);
+  return launch_grouped_gemm_tile<gemm::SwigluEpilogue>(p, tile, out_store, stream);
 }
 
 TileShape grouped_gemm_tile_shape(int tile) {

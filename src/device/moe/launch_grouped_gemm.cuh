@@ -1,44 +1,42 @@
 #pragma once
-// One launch of sm90_bf16_grouped_gemm<Cfg, Epilogue, GroupedTileScheduler>:
+// One launch of sm90_grouped_gemm<Cfg, Epilogue, GroupedTileScheduler>:
 // builds the TMA maps of A and B, sizes the persistent grid (one CTA per SM,
 // never more than the work items there can be: tiles times splits), sets the shared-memory limit and
 // launches on `stream`. Returns a cudaError_t as int (cudaErrorInvalidValue
 // also when the driver rejects a tensor map).
 #include <cuda_runtime.h>
 
+#include "device/gemm/epilogue_values.cuh"
+#include "device/gemm/smem_opt_in.cuh"
+#include "device/gemm/tensor_maps.cuh"
+#include "device/moe/gemm_tiles.cuh"
 #include "device/moe/grouped_gemm_sm90.cuh"
-#include "device/moe/smem_opt_in.cuh"
 #include "device/sched/grouped.cuh"
 
 namespace xstage::moe {
-
-inline int encode_rows_k(CUtensorMap* map, const void* base, int K, int64_t rows, int box_rows) {
-  const uint64_t dims[2] = {uint64_t(K), uint64_t(rows)};
-  const uint64_t strides[1] = {uint64_t(K) * 2};
-  const uint32_t box[2] = {64, uint32_t(box_rows)};
-  return ptx::encode_tensor_map_bf16_sw128(map, base, 2, dims, strides, box);
-}
 
 template <class Cfg, class Epilogue>
 int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   using Sched = sched::GroupedTileScheduler;
   if (p.rows_total == 0) return 0;  // nothing to compute; a TMA map of 0 rows is invalid
   GroupedTmaMaps tm{};
-  int rc = encode_rows_k(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
-  if (rc == 0) rc = encode_rows_k(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
-  // C as 2-D (output columns, rows_total), boxes of 64 x 16: one consumer warp's rows.
-  if (rc == 0 && Cfg::WARP_TMA) rc = encode_rows_k(&tm.c, p.c, p.N / Epilogue::kOutDiv, p.rows_total, 16);
+  using Elem = typename Cfg::Elem;
+  int rc = gemm::encode_rows_k<Elem>(&tm.a, p.a, p.K, p.rows_total, Cfg::BLOCK_M);
+  if (rc == 0) rc = gemm::encode_rows_k<Elem>(&tm.b, p.b, p.K, int64_t(p.E) * p.N, Cfg::BLOCK_N);
+  // C (bf16) as 2-D (output columns, rows_total), boxes of 64 x 16: one consumer warp's rows.
+  if (rc == 0 && Cfg::WARP_TMA)
+    rc = gemm::encode_rows_k<gemm::Bf16>(&tm.c, p.c, p.N / Epilogue::kOutDiv, p.rows_total, 16);
   if (rc != 0) return rc;
   Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
   // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
-  auto* fn = p.splits > 1 ? sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, true>
-                          : sm90_bf16_grouped_gemm<Cfg, Epilogue, Sched, false>;
+  auto* fn = p.splits > 1 ? sm90_grouped_gemm<Cfg, Epilogue, Sched, true>
+                          : sm90_grouped_gemm<Cfg, Epilogue, Sched, false>;
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
   static uint64_t opted_in[2] = {0, 0};  // per instantiation, a bit per device
-  rc = opt_in_shared_memory(fn, Cfg::SMEM_BYTES, device, opted_in[p.splits > 1]);
+  rc = gemm::opt_in_shared_memory(fn, Cfg::SMEM_BYTES, device, opted_in[p.splits > 1]);
   if (rc != 0) return rc;
   const int64_t grid =
       Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks) * p.splits, sms, 1);
@@ -48,7 +46,7 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
 
 // Shape<0> stores from warp-private staging rows, Shape<columns> stages the
 // whole tile and sends it as bulk copies, Shape<0, true> sends each warp's
-// boxes as TMA tensor stores (grouped_gemm_config.cuh).
+// boxes as TMA tensor stores (gemm/tile_config.cuh).
 template <template <int, bool> class Shape, class Epilogue>
 int launch_with_out_store(const GroupedGemmParams& p, int out_store, cudaStream_t stream) {
   using Staged = Shape<0, false>;

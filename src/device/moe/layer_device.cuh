@@ -7,8 +7,7 @@
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/store.cuh"
-#include "device/ptx/timer.cuh"
-#include "device/remote/flag_timeout_record.hpp"
+#include "device/remote/timed_wait.cuh"
 
 namespace xstage::moe {
 
@@ -34,34 +33,19 @@ __device__ __forceinline__ void warp_copy_row(const uint4* src, uint4* dst, int 
 // blockDim.x, ... of `count`; flag_of(g, rank, index) returns flag g's
 // address and names it. Polls are relaxed; a thread that saw all of its
 // flags fences (acquire at system scope) before the barrier, so whatever the
-// flags' writers released is visible to every thread after it. On a timeout
-// the first thread to time out fills `record` (the host reports it) and the
-// CTA returns false: a wait never hangs.
+// flags' writers released is visible to every thread after it. A timeout is
+// the library's one (remote/timed_wait.cuh): the record names it and the CTA
+// returns false.
 template <class FlagOf>
 __device__ __forceinline__ bool wait_flags_geq(int count, FlagOf flag_of, uint64_t expected, uint64_t timeout_ns,
                                                remote::FlagTimeoutRecord* record) {
   bool ok = true;
-  const uint64_t start = ptx::globaltimer_ns();
+  const remote::WaitBudget budget = remote::start_wait(timeout_ns, record);
   for (int g = int(threadIdx.x); ok && g < count; g += int(blockDim.x)) {
     int rank = 0, index = 0;
     const uint64_t* flag = flag_of(g, rank, index);
-    uint64_t seen = ptx::ld_relaxed_sys_u64(flag);
-    while (seen < expected) {
-      const uint64_t waited = ptx::globaltimer_ns() - start;
-      // Once any wait of the launch has timed out the run is lost: the CTAs
-      // still to come stop at once instead of each waiting the full timeout.
-      const bool given_up = record != nullptr && *static_cast<volatile unsigned int*>(&record->set) != 0u;
-      if (waited > timeout_ns || given_up) {
-        if (!given_up && record != nullptr && atomicCAS(&record->set, 0u, 1u) == 0u) {
-          record->rank = rank, record->flag = index, record->block = int(blockIdx.x), record->thread = int(threadIdx.x);
-          record->waited_ns = waited, record->expected = expected, record->seen = seen;
-        }
-        ok = false;
-        break;
-      }
-      __nanosleep(128);
-      seen = ptx::ld_relaxed_sys_u64(flag);
-    }
+    ok = remote::wait_geq([flag] { return ptx::ld_relaxed_sys_u64(flag); }, ptx::ld_relaxed_sys_u64(flag), expected,
+                          budget, rank, index);
   }
   ptx::fence_acq_rel_sys();
   return __syncthreads_and(ok) != 0;
@@ -70,9 +54,7 @@ __device__ __forceinline__ bool wait_flags_geq(int count, FlagOf flag_of, uint64
 // A wait kernel earlier in the stream (launch_moe_wait_flags) timed out on
 // this record: what it waited for never came, and the kernels after it
 // leave their outputs as they were (the host reports the record).
-__device__ __forceinline__ bool wait_failed(const remote::FlagTimeoutRecord* r) {
-  return r != nullptr && *static_cast<const volatile unsigned int*>(&r->set) != 0u;
-}
+__device__ __forceinline__ bool wait_failed(const remote::FlagTimeoutRecord* r) { return remote::wait_given_up(r); }
 __device__ __forceinline__ bool any_wait_failed(const remote::FlagTimeoutRecord* r, int n) {
   for (int i = 0; i < n; ++i)
     if (wait_failed(r + i)) return true;

@@ -5,7 +5,7 @@
 // indices, innermost dimension first; parts of the box outside the tensor are
 // filled with zeros (and still count as transaction bytes).
 //
-// Host side: encode_tensor_map_bf16() builds the map with the driver's
+// Host side: encode_tensor_map_sw128() builds the map with the driver's
 // cuTensorMapEncodeTiled, reached through the runtime's entry-point query, so
 // nothing links libcuda. Include from .cu files only.
 #include <cstdint>
@@ -55,14 +55,15 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 
 // ---- host
 
-// A bf16 tensor of `rank` dimensions (innermost first: dims[0] contiguous),
-// strides in bytes of dimensions 1 .. rank-1 (multiples of 16), a box of
-// box[i] elements, 128-byte swizzle (box[0] * 2 must be at most 128), zero
+// A tensor of `dtype` elements and `rank` dimensions (innermost first:
+// dims[0] contiguous), strides in bytes of dimensions 1 .. rank-1 (multiples
+// of 16), a box of box[i] elements, 128-byte swizzle (box[0] elements at most
+// 128 bytes), zero
 // fill out of bounds. Returns a cudaError_t as int: cudaErrorNotSupported when
 // the driver has no cuTensorMapEncodeTiled, cudaErrorInvalidValue when it
 // rejects the arguments.
-inline int encode_tensor_map_bf16_sw128(CUtensorMap* out, const void* base, int rank, const uint64_t* dims,
-                                        const uint64_t* strides_bytes, const uint32_t* box) {
+inline int encode_tensor_map_sw128(CUtensorMap* out, CUtensorMapDataType dtype, const void* base, int rank,
+                                   const uint64_t* dims, const uint64_t* strides_bytes, const uint32_t* box) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -80,10 +81,15 @@ inline int encode_tensor_map_bf16_sw128(CUtensorMap* out, const void* base, int 
     estride[i] = 1;
     if (i + 1 < rank) gstride[i] = strides_bytes[i];
   }
-  const CUresult r = encode(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint32_t(rank), const_cast<void*>(base), gdim,
+  const CUresult r = encode(out, dtype, cuuint32_t(rank), const_cast<void*>(base), gdim,
                             gstride, bdim, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : int(cudaErrorInvalidValue);
+}
+
+inline int encode_tensor_map_bf16_sw128(CUtensorMap* out, const void* base, int rank, const uint64_t* dims,
+                                        const uint64_t* strides_bytes, const uint32_t* box) {
+  return encode_tensor_map_sw128(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, rank, dims, strides_bytes, box);
 }
 
 }  // namespace xstage::ptx

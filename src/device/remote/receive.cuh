@@ -14,9 +14,8 @@
 
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
-#include "device/ptx/timer.cuh"
 #include "device/remote/diagnostics.hpp"
-#include "device/remote/flag_timeout_record.hpp"
+#include "device/remote/timed_wait.cuh"
 #include "device/remote/wait_trace.cuh"
 
 namespace xstage::remote {
@@ -26,16 +25,16 @@ namespace xstage::remote {
 // time, all loads in flight before it looks at any, and reloads the whole
 // batch until every flag in it is set: at the kernel's end a system-scope
 // load takes microseconds to come back, so a batch polled flag by flag would
-// pay one of those per flag after the last one lands (perf-log f10). On a
-// timeout the first thread to time out fills p.timeout_record (rank, flag,
-// values) and every thread that times out stops waiting: the kernel ends and
-// the host aborts with the record.
+// pay one of those per flag after the last one lands (perf-log f10). A
+// timeout is the library's one (timed_wait.cuh): the record names the rank
+// and flag, the thread stops waiting, the kernel ends and the host aborts
+// with the record.
 template <class Dest>
 __device__ __forceinline__ void wait_for_flags(const typename Dest::Params& p, int tid, int threads) {
   constexpr int kBatch = 4;
   const typename Dest::ReceiverFlags rf(p);
   const int total = rf.total();
-  const uint64_t start = ptx::globaltimer_ns();
+  const WaitBudget budget = start_wait(p.timeout_ns, p.timeout_record);
   WaitTrace trace(p);
   for (int g0 = tid; g0 < total; g0 += kBatch * threads) {
     const uint64_t* flag[kBatch];
@@ -45,9 +44,13 @@ __device__ __forceinline__ void wait_for_flags(const typename Dest::Params& p, i
       int d, k;
       flag[u] = g < total && rf.locate(g, d, k) ? p.flags[d] + k : nullptr;
     }
-    for (;;) {
+    int least_g = g0;  // the slot that holds the least value polled last
+    bool first = true;
+    auto poll = [&] {
+      if (!first) trace.sleep();
+      first = false;
       uint64_t least = ~uint64_t(0);
-      int least_g = g0;  // the slot that holds it (unrolled selects: no array indexed at run time)
+      least_g = g0;  // (unrolled selects: no array indexed at run time)
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         if (flag[u] == nullptr) continue;
@@ -57,21 +60,11 @@ __device__ __forceinline__ void wait_for_flags(const typename Dest::Params& p, i
         least = seen < least ? seen : least;
       }
       trace.batch_back(least);
-      if (least >= p.recv_epoch) break;
-      const uint64_t waited = ptx::globaltimer_ns() - start;
-      if (waited > p.timeout_ns) {
-        FlagTimeoutRecord* r = p.timeout_record;
-        int d, k;
-        rf.locate(least_g, d, k);
-        if (r != nullptr && atomicCAS(&r->set, 0u, 1u) == 0u) {
-          r->rank = d, r->flag = k, r->block = int(blockIdx.x), r->thread = int(threadIdx.x);
-          r->waited_ns = waited, r->expected = p.recv_epoch, r->seen = least;
-        }
-        return;
-      }
-      __nanosleep(diag(p, kDiagSlowPoll) ? 2000 : 64);
-      trace.sleep();
-    }
+      return least;
+    };
+    const bool ok = wait_geq(poll, poll(), p.recv_epoch, budget, [&](int& d, int& k) { rf.locate(least_g, d, k); },
+                             diag(p, kDiagSlowPoll) ? 2000 : 64);
+    if (!ok) return;
   }
   trace.loop_done();
   // Acquire: what the flags published is visible from here on.

@@ -1,17 +1,8 @@
 #pragma once
-// Epilogue policies of the grouped GEMM: what a consumer warp's 16 rows x
-// WG_TILE_N columns of fp32 accumulators (the wgmma D layout, see
-// ptx/wgmma.cuh: thread (g, t) holds rows g and g + 8, columns 8 nb + 2t, +1)
-// become as bf16 output.
-//   static constexpr int kOutDiv   output columns = N / kOutDiv
-//   outputs<NB>(row_weight, acc, row, row_end, lane)
-//       a functor out(ob, v) giving output block ob's (8 columns) packed
-//       bf16x2 values for rows g (v[0]) and g + 8 (v[1]) of this lane;
-//       row: the tile row of the warp's first row (absolute row of A / C),
-//       rows >= row_end belong to the next expert (or are past the tensor);
-//       row_weight: each row's routing weight, or null.
-// How the values leave is the kernel configuration's choice (OUT_COLS in
-// grouped_gemm_config.cuh), one of two writers below:
+// How a GEMM epilogue's bf16 values (epilogue_values.cuh: a functor
+// out(ob, v) per consumer warp) leave the SM for local memory or for the
+// rows of another rank that a caller's row_ptr names. The kernel
+// configuration chooses (OUT_COLS, WARP_TMA in tile_config.cuh):
 //   store_staged: through a small warp-private staging area in shared
 //     memory; each lane then stores 16 contiguous bytes, whole 128-byte row
 //     segments a warp instruction (straight from registers a lane would store
@@ -30,12 +21,11 @@
 //     128 x 256 tiles, slower on 128 x 128: docs/perf-log.md, MoE 10).
 #include <cstdint>
 
-#include "device/moe/moe_params.hpp"
 #include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/math.cuh"
 #include "device/ptx/tma.cuh"
 
-namespace xstage::moe {
+namespace xstage::gemm {
 
 // Staging rows per warp: 16 rows of 64 bf16 columns, padded to 72 so that
 // the accumulator writes (lane (g, t) at row g, column 2t of each 8-column
@@ -112,13 +102,23 @@ __device__ __forceinline__ void store_staged_rows(uint16_t* stage, int col0, int
   if constexpr (OB >= 8) store_staged_chunks<OB / 8>(stage, col0, lane, row_ptr, out);
 }
 
-// Rows row .. row + 15 of c (n_out columns), those < row_end.
-template <int OB, class Out>
-__device__ __forceinline__ void store_staged(uint16_t* stage, uint16_t* c, int n_out, int row, int row_end, int col0,
+// Where output rows go: any type with row(r), the address of absolute row
+// r's column 0 (a tile adds its column offset). LocalRows is a matrix in
+// this GPU's memory; remote/row_table.cuh's RowTable sends each row to the
+// rank and slot its tables name.
+struct LocalRows {
+  uint16_t* c;
+  int64_t pitch;  // elements between rows
+  __device__ __forceinline__ uint16_t* row(int r) const { return c + int64_t(r) * pitch; }
+};
+
+// Rows row .. row + 15 of `rows`, those < row_end, from column col0.
+template <int OB, class Rows, class Out>
+__device__ __forceinline__ void store_staged(uint16_t* stage, const Rows& rows, int row, int row_end, int col0,
                                              int lane, Out&& out) {
   store_staged_rows<OB>(
-      stage, col0, lane,
-      [&](int r) { return row + r < row_end ? c + int64_t(row + r) * n_out : static_cast<uint16_t*>(nullptr); }, out);
+      stage, col0, lane, [&](int r) { return row + r < row_end ? rows.row(row + r) : static_cast<uint16_t*>(nullptr); },
+      out);
 }
 
 // The warp's 16 rows of output blocks 0 .. OB-1 into the staged tile: rows
@@ -142,14 +142,14 @@ __device__ __forceinline__ void stage_tile_rows(uint8_t* tile, int row0, int col
 // Issued by consumer thread ct (0 .. 255) once the whole tile is staged and
 // made visible to the async proxy: thread ct < BM sends tile row ct, if it
 // belongs to this expert, as one bulk copy of OUT_COLS bf16 to row
-// `first_row + ct` of c, starting at column col0.
-template <int BM, int OUT_COLS, uint32_t ROW_BYTES>
-__device__ __forceinline__ void store_tile_bulk(const uint8_t* tile, uint16_t* c, int n_out, int first_row,
-                                                int row_end, int col0, int ct) {
+// `first_row + ct` of `rows`, starting at column col0.
+template <int BM, int OUT_COLS, uint32_t ROW_BYTES, class Rows>
+__device__ __forceinline__ void store_tile_bulk(const uint8_t* tile, const Rows& rows, int first_row, int row_end,
+                                                int col0, int ct) {
   if (ct >= BM) return;
   const int row = first_row + ct;
   if (row < row_end) {
-    ptx::bulk_store_s2g(c + int64_t(row) * n_out + col0, tile + ct * ROW_BYTES, OUT_COLS * 2);
+    ptx::bulk_store_s2g(rows.row(row) + col0, tile + ct * ROW_BYTES, OUT_COLS * 2);
     ptx::bulk_commit_group();
   }
 }
@@ -215,46 +215,4 @@ __device__ __forceinline__ void store_warp_tma(uint8_t* boxes, const CUtensorMap
   }
 }
 
-// C = A B^T as bf16.
-struct PlainStoreEpilogue {
-  static constexpr int kOutDiv = 1;
-  template <int NB>
-  __device__ __forceinline__ static auto outputs(const float*, const float (&acc)[NB][4], int, int, int) {
-    return [&acc](int ob, uint32_t* v) {
-      v[0] = ptx::pack_bf16x2(acc[ob][0], acc[ob][1]);
-      v[1] = ptx::pack_bf16x2(acc[ob][2], acc[ob][3]);
-    };
-  }
-};
-
-// h = silu(gate) * up (* the row's routing weight) as bf16. B = W13 with its
-// gate and up rows interleaved in groups of 8 (rows 16j .. 16j+7 are gate
-// rows 8j .. 8j+7, rows 16j+8 .. 16j+15 the matching up rows: w13_interleave
-// in the runtime), so n-blocks 2j and 2j+1 of the accumulators hold the gate
-// and up values of the same 8 output columns, in the same registers of the
-// same thread: the SwiGLU needs no data exchange.
-struct SwigluStoreEpilogue {
-  static constexpr int kOutDiv = 2;
-  __device__ __forceinline__ static float silu_mul(float gate, float up) {
-    return gate / (1.f + __expf(-gate)) * up;
-  }
-  template <int NB>
-  __device__ __forceinline__ static auto outputs(const float* row_weight, const float (&acc)[NB][4], int row,
-                                                 int row_end, int lane) {
-    static_assert(NB % 2 == 0, "gate and up n-blocks come in pairs");
-    const int g = lane >> 2;
-    float w0 = 1.f, w1 = 1.f;
-    if (row_weight != nullptr) {  // rows past the expert's end read a valid row of A's range, or none
-      if (row + g < row_end) w0 = __ldg(row_weight + row + g);
-      if (row + g + 8 < row_end) w1 = __ldg(row_weight + row + g + 8);
-    }
-    return [&acc, w0, w1](int j, uint32_t* v) {
-      v[0] = ptx::pack_bf16x2(silu_mul(acc[2 * j][0], acc[2 * j + 1][0]) * w0,
-                              silu_mul(acc[2 * j][1], acc[2 * j + 1][1]) * w0);
-      v[1] = ptx::pack_bf16x2(silu_mul(acc[2 * j][2], acc[2 * j + 1][2]) * w1,
-                              silu_mul(acc[2 * j][3], acc[2 * j + 1][3]) * w1);
-    };
-  }
-};
-
-}  // namespace xstage::moe
+}  // namespace xstage::gemm

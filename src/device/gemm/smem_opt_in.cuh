@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-namespace xstage::moe {
+namespace xstage::gemm {
 
 template <class Kernel>
 int opt_in_shared_memory(Kernel* fn, size_t bytes, int device, uint64_t& done) {
@@ -19,4 +19,4 @@ int opt_in_shared_memory(Kernel* fn, size_t bytes, int device, uint64_t& done) {
   return 0;
 }
 
-}  // namespace xstage::moe
+}  // namespace xstage::gemm

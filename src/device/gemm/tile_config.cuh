@@ -1,16 +1,18 @@
 #pragma once
-// Tile shape and shared-memory plan of the grouped GEMM kernel
-// (grouped_gemm_sm90.cuh): BLOCK_M x BLOCK_N output tiles, k-blocks of 64
-// (one 128-byte swizzle row of bf16), two consumer warpgroups laid out
-// WG_M x WG_N over the tile, one producer warpgroup, and how the epilogue
-// leaves shared memory (OUT_COLS, below).
+// Tile shape and shared-memory plan of the sm_90a GEMM kernels (the grouped
+// GEMM, the fused MoE layer): BLOCK_M x BLOCK_N output tiles, k-blocks of
+// one 128-byte swizzle row of the element type, two consumer warpgroups laid
+// out WG_M x WG_N over the tile, one producer warpgroup, and how the
+// epilogue leaves shared memory (OUT_COLS, below).
 #include <cstddef>
 #include <cstdint>
 
-namespace xstage::moe {
+#include "device/gemm/element.cuh"
+
+namespace xstage::gemm {
 
 // OUT_COLS = 0: each consumer warp stores its rows through a warp-private
-// staging area with 16-byte stores (epilogue_store.cuh, store_staged).
+// staging area with 16-byte stores (epilogue_stores.cuh, store_staged).
 // OUT_COLS > 0: the whole output tile (BLOCK_M rows of OUT_COLS bf16: BLOCK_N,
 // or BLOCK_N / 2 after the SwiGLU) is staged, and every row leaves as one TMA
 // bulk copy (store_tile_bulk): the consumers go back to the mainloop while
@@ -24,9 +26,11 @@ namespace xstage::moe {
 // MAX_STAGES: the ring's depth at most. A small tile streams its operands
 // (few FLOPs a loaded byte), so it wants more bytes in flight than a wide
 // tile's 4-6 stages hold; the wide tiles fit fewer than 8 anyway.
-template <int BM, int BN, int WGN, int OUT_COLS_ = 0, bool WARP_TMA_ = false, int MAX_STAGES = 8>
-struct GroupedGemmConfig {
-  static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = 64;
+// The output is bf16 whatever the operands are (the staging sizes below).
+template <class Elem_, int BM, int BN, int WGN, int OUT_COLS_ = 0, bool WARP_TMA_ = false, int MAX_STAGES = 8>
+struct TileConfig {
+  using Elem = Elem_;
+  static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = Elem::kBlockK;
   static constexpr int OUT_COLS = OUT_COLS_;
   static constexpr bool BULK_OUT = OUT_COLS > 0;
   static constexpr bool WARP_TMA = WARP_TMA_;
@@ -37,7 +41,7 @@ struct GroupedGemmConfig {
   static constexpr int WG_TILE_N = BN / WGN;  // the wgmma N of one warpgroup
   // wgmma N (a multiple of 8), the TMA box (<= 256 rows), and each warpgroup's
   // B rows starting on an 8-row swizzle atom. (SwiGLU's gate/up pairs of
-  // 8-column blocks are the epilogue's requirement: SwigluStoreEpilogue.)
+  // 8-column blocks are the epilogue's requirement: SwigluValues.)
   static_assert(WG_TILE_N % 8 == 0 && WG_TILE_N <= 256 && BN <= 256, "wgmma N and the TMA box (<= 256 rows)");
   static constexpr int CONSUMER_WGS = 2;
   static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
@@ -46,7 +50,7 @@ struct GroupedGemmConfig {
   // accumulators (up to 128 a thread); 40 * 128 + 232 * 256 <= 64 Ki.
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 
-  static constexpr uint32_t A_BYTES = BM * BLOCK_K * 2, B_BYTES = BN * BLOCK_K * 2;
+  static constexpr uint32_t A_BYTES = BM * 128, B_BYTES = BN * 128;  // a 128-byte k-block row each
   static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
   // As many stages as fit beside the barriers in the 227 KiB an SM gives one
   // CTA: the loads run ahead across tile boundaries, so the next tile's
@@ -65,25 +69,11 @@ struct GroupedGemmConfig {
   static_assert(STAGES >= 2, "at least double buffering");
   static constexpr size_t OFF_STAGING = size_t(STAGES) * STAGE_BYTES;
   static_assert(OFF_STAGING % 1024 == 0, "the swizzled boxes start on a 1024-byte swizzle atom");
-  static constexpr size_t OFF_BAR = OFF_STAGING + STAGING_BYTES;  // full[STAGES], empty[STAGES]
+  static constexpr size_t OFF_BAR = OFF_STAGING + STAGING_BYTES;  // the stage ring's barriers
   // Split-K: the tile's arrival count as the consumers' thread 0 read it.
   static constexpr size_t OFF_SPLIT_FLAG = OFF_BAR + 2 * STAGES * 8;
   // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom in the kernel.
   static constexpr size_t SMEM_BYTES = OFF_SPLIT_FLAG + 16 + 1024;
 };
 
-template <int OUT_COLS = 0, bool WARP_TMA = false>
-using CfgM128N256 = GroupedGemmConfig<128, 256, 1, OUT_COLS, WARP_TMA>;
-template <int OUT_COLS = 0, bool WARP_TMA = false>
-using CfgM64N256 = GroupedGemmConfig<64, 256, 2, OUT_COLS, WARP_TMA>;
-template <int OUT_COLS = 0, bool WARP_TMA = false>
-using CfgM128N128 = GroupedGemmConfig<128, 128, 1, OUT_COLS, WARP_TMA>;
-// Few long experts on a narrow N (HiDream-I1's L2: 2 experts, N = 2560,
-// K = 6912): 64 x 80 tiles put about one tile on every SM with no split-K
-// (128 tiles at 128 rows an expert), each warpgroup 64 x 40, and 11 stages of
-// 18 KiB in flight for what is a weight stream. Plain epilogue and staged
-// store only (launch_grouped_gemm.cuh).
-template <int OUT_COLS = 0, bool WARP_TMA = false>
-using CfgM64N80 = GroupedGemmConfig<64, 80, 2, OUT_COLS, WARP_TMA, 12>;
-
-}  // namespace xstage::moe
+}  // namespace xstage::gemm
