@@ -22,6 +22,12 @@
 // commit whose short hash is all digits has to be named longer. The test
 // checks that a commit is named, not that it is the right one: that is what
 // results/README.md and the folders' READMEs are for.
+//
+// Every results/... path that README.md, docs/ and bench/README.md name (and
+// the h200.../ paths of results/README.md, written relative to results/)
+// exists: older runs move under <topic>/archive/ (issue 38), and a link left
+// behind would point at nothing. {a,b} and * in a path are expanded as the
+// shell would; a path with a <placeholder> is a pattern, not a file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +39,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -152,6 +159,93 @@ bool is_image(const fs::path& p) {
   return e == ".png" || e == ".svg" || e == ".jpg";
 }
 
+bool is_path_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::string_view("_.,{}*/-").find(c) != std::string_view::npos;
+}
+
+// a{b,c}d -> abd, acd (nested and repeated groups too).
+std::vector<std::string> expand_braces(const std::string& p) {
+  const size_t open = p.find('{');
+  const size_t close = open == std::string::npos ? open : p.find('}', open);
+  if (close == std::string::npos) return {p};
+  const std::string alts = p.substr(open + 1, close - open - 1);
+  std::vector<std::string> out;
+  for (size_t from = 0;;) {
+    const size_t comma = alts.find(',', from);
+    const std::string alt = alts.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    for (auto& q : expand_braces(p.substr(0, open) + alt + p.substr(close + 1))) out.push_back(std::move(q));
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  return out;
+}
+
+bool wildcard_match(std::string_view pat, std::string_view s) {  // '*' only
+  if (pat.empty()) return s.empty();
+  if (pat[0] == '*') {
+    for (size_t i = 0; i <= s.size(); ++i)
+      if (wildcard_match(pat.substr(1), s.substr(i))) return true;
+    return false;
+  }
+  return !s.empty() && pat[0] == s[0] && wildcard_match(pat.substr(1), s.substr(1));
+}
+
+// Whether `rel` (components may hold '*') names at least one file or folder under root.
+bool path_exists(const fs::path& root, const std::string& rel) {
+  std::vector<fs::path> at{root};
+  std::istringstream parts(rel);
+  std::string part;
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    std::vector<fs::path> next;
+    for (const fs::path& d : at) {
+      if (part.find('*') == std::string::npos) {
+        if (fs::exists(d / part)) next.push_back(d / part);
+      } else if (fs::is_directory(d)) {
+        for (const auto& e : fs::directory_iterator(d))
+          if (wildcard_match(part, e.path().filename().string())) next.push_back(e.path());
+      }
+    }
+    if (next.empty()) return false;
+    at = std::move(next);
+  }
+  return true;
+}
+
+// The paths below results/ that `text` names: each "results/..." and, with
+// `bare` (results/README.md), each "h200.../..."; placeholders left out.
+std::vector<std::string> named_results_paths(const std::string& text, bool bare) {
+  std::vector<std::string> out;
+  const auto take = [&](size_t start, size_t skip) {
+    if (start > 0 && is_path_char(text[start - 1])) return;  // inside a longer path or word
+    size_t end = start + skip;
+    while (end < text.size() && is_path_char(text[end])) ++end;
+    if (end < text.size() && text[end] == '<') return;  // results/<machine>/...: a pattern
+    std::string rel = text.substr(start + skip, end - start - skip);
+    while (!rel.empty() && (rel.back() == '.' || rel.back() == ',')) rel.pop_back();  // the sentence's
+    out.push_back(rel);
+  };
+  for (size_t at = text.find("results/"); at != std::string::npos; at = text.find("results/", at + 1)) take(at, 8);
+  if (bare)
+    for (size_t at = text.find("h200"); at != std::string::npos; at = text.find("h200", at + 1)) {
+      size_t slash = at + 4;
+      if (slash < text.size() && text[slash] == 'x')
+        while (++slash < text.size() && std::isdigit(static_cast<unsigned char>(text[slash]))) {
+        }
+      if (slash < text.size() && text[slash] == '/') take(at, 0);
+    }
+  return out;
+}
+
+// The named paths of `text` that exist nowhere under results/.
+std::vector<std::string> missing_results_paths(const fs::path& results, const std::string& text, bool bare) {
+  std::vector<std::string> missing;
+  for (const std::string& rel : named_results_paths(text, bare))
+    for (const std::string& p : expand_braces(rel))
+      if (!path_exists(results, p)) missing.push_back(p);
+  return missing;
+}
+
 class Provenance {
  public:
   explicit Provenance(fs::path results) : results_(std::move(results)) {}
@@ -263,6 +357,44 @@ TEST(ResultsProvenance, EveryResultFileNamesItsCommit) {
   for (const auto& m : missing) list += "\n  " + m;
   EXPECT_TRUE(missing.empty()) << missing.size() << " result files name no commit (fill it in from the run's env "
                                << "file or git log, saying so: see results/README.md):" << list;
+}
+
+TEST(ResultsProvenance, TheLinkCheckFindsMissingPaths) {
+  const fs::path results = fs::path(XSTAGE_SOURCE_DIR) / "results";
+  EXPECT_EQ(expand_braces("a/{b,c}-{1,2}.csv"),
+            (std::vector<std::string>{"a/b-1.csv", "a/b-2.csv", "a/c-1.csv", "a/c-2.csv"}));
+  EXPECT_TRUE(wildcard_match("ulysses-*-*.json", "ulysses-host-3b65805.json"));
+  EXPECT_FALSE(wildcard_match("ab-*", "final-45270e2"));
+  EXPECT_TRUE(missing_results_paths(results, "see `results/h200/probe/probe-{host,local}.csv`.", false).empty());
+  EXPECT_TRUE(missing_results_paths(results, "in results/<machine>/<topic>/ and results/README.md.", false).empty());
+  EXPECT_EQ(missing_results_paths(results, "(`results/h200/probe/probe-{host,gone}.csv`)", false),
+            std::vector<std::string>{"h200/probe/probe-gone.csv"});
+  EXPECT_EQ(missing_results_paths(results, "`results/h200/moe-sweep/3bc0a4b/`, xresults/h200/nope", false),
+            std::vector<std::string>{"h200/moe-sweep/3bc0a4b/"});
+  EXPECT_EQ(missing_results_paths(results, "`results/h200/*/no-such-*.json`", false),
+            std::vector<std::string>{"h200/*/no-such-*.json"});
+  // Bare h200.../ paths count only in results/README.md.
+  EXPECT_TRUE(missing_results_paths(results, "`h200x2/nope/`", false).empty());
+  EXPECT_EQ(missing_results_paths(results, "`h200x2/nope/`, `h200/probe/`", true), std::vector<std::string>{"h200x2/nope/"});
+}
+
+TEST(ResultsProvenance, EveryResultsPathTheDocsNameExists) {
+  const fs::path root = fs::path(XSTAGE_SOURCE_DIR);
+  std::vector<std::pair<fs::path, bool>> docs{{root / "README.md", false}, {root / "bench" / "README.md", false},
+                                              {root / "results" / "README.md", true}};
+  for (const auto& e : fs::recursive_directory_iterator(root / "docs"))
+    if (e.is_regular_file() && e.path().extension() == ".md") docs.emplace_back(e.path(), false);
+  size_t named = 0;
+  std::string list;
+  for (const auto& [doc, bare] : docs) {
+    const std::string text = read_all(doc);
+    named += named_results_paths(text, bare).size();
+    for (const std::string& m : missing_results_paths(root / "results", text, bare))
+      list += "\n  " + fs::relative(doc, root).string() + ": results/" + m;
+  }
+  EXPECT_GT(named, 200u);  // the docs name about 300; far fewer means the scan went wrong
+  EXPECT_TRUE(list.empty()) << "paths under results/ that the docs name and that do not exist (moved to an "
+                            << "archive/? see results/README.md):" << list;
 }
 
 }  // namespace
