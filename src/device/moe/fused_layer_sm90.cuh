@@ -34,6 +34,7 @@
 #include <cuda.h>
 
 #include "device/moe/epilogue_store.cuh"
+#include "device/moe/fused_layer_claims.cuh"
 #include "device/moe/fused_layer_params.hpp"
 #include "device/moe/grouped_gemm_config.cuh"
 #include "device/moe/layer_device.cuh"
@@ -44,7 +45,6 @@
 #include "device/ptx/timer.cuh"
 #include "device/ptx/tma.cuh"
 #include "device/ptx/wgmma.cuh"
-#include "device/sched/layer_claims.cuh"
 
 namespace xstage::moe {
 
@@ -208,16 +208,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::tma_prefetch_descriptor(&tm.b1);
       ptx::tma_prefetch_descriptor(&tm.a2);
       ptx::tma_prefetch_descriptor(&tm.b2);
-      sched::LayerClaims claims(p, BM, BN);
+      sched::LayerClaims claims(fused_claims_params(p, BN), BM);
       const int rows = p.x_send != nullptr ? pool_rows(p) : 0;
       uint32_t it = 0;
-      for (uint32_t n = 0;; ++n) {
-        const sched::LayerTask task = claims.claim();
+      sched::LayerTask task = claims.first();
+      for (uint32_t n = 0;; ++n, task = claims.next(task)) {
         const uint32_t slot = n % kSlots, ph = (n / kSlots) & 1;
         ptx::mbar_wait(task_empty + slot, ph ^ 1);
-        tasks[slot] = task;
+        tasks[slot] = task;  // the item past the end (gemm 0) ends the consumers too
         ptx::mbar_arrive(task_full + slot);  // releases the slot's write to the consumers
-        if (task.gemm == 0) break;
+        if (!claims.valid(task)) break;
         const bool l2 = task.gemm == 2;
         if (l2)
           wait_count(p, p.counters + 4 + task.expert, task.m_blocks * n1, -1, task.expert);
