@@ -36,15 +36,13 @@ int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// L2's rows leave by 16-byte stores from warp-staged rows. The kernel's bulk
+// L2 store (kBulk) measured slower everywhere on host memory (perf-log, MoE
+// layer L3) and no caller chose it: it is no longer built.
 int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream) {
-  if (p.l2_store != kL2StoreStaged && p.l2_store != kL2StoreBulk) return int(cudaErrorInvalidValue);
   switch (fused_tile) {
-    case kFusedM128N256:
-      return p.l2_store == kL2StoreBulk ? launch_cfg<CfgM128N256<256>, true>(p, stream)
-                                        : launch_cfg<CfgM128N256<0>, false>(p, stream);
-    case kFusedM64N256:
-      return p.l2_store == kL2StoreBulk ? launch_cfg<CfgM64N256<256>, true>(p, stream)
-                                        : launch_cfg<CfgM64N256<0>, false>(p, stream);
+    case kFusedM128N256: return launch_cfg<CfgM128N256<0>, false>(p, stream);
+    case kFusedM64N256: return launch_cfg<CfgM64N256<0>, false>(p, stream);
     default: return int(cudaErrorInvalidValue);
   }
 }
@@ -53,14 +51,8 @@ int preload_fused_layer(int fused_tile) {
   cudaFuncAttributes a;
   cudaError_t e = cudaErrorInvalidValue;
   switch (fused_tile) {
-    case kFusedM128N256:
-      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<256>, true>);
-      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<0>, false>);
-      break;
-    case kFusedM64N256:
-      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<256>, true>);
-      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<0>, false>);
-      break;
+    case kFusedM128N256: e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<0>, false>); break;
+    case kFusedM64N256: e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<0>, false>); break;
     default: break;
   }
   return int(e);
