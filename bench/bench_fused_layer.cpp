@@ -5,8 +5,7 @@
 // expert uniform; each row's destination slot a permutation.
 //   build/bench_fused_layer --benchmark_filter=... (times: CUDA events, manual)
 // Arguments: hidden, inter, experts, rows per expert, destination (0 local,
-// 1 device, 2 host), schedule (0 expert-wave, 1 share), share x 1000 (0: even), lag tiles (-1: grid),
-// L2 store (0: 16-byte stores from warp-staged rows, 1: TMA bulk copies of a staged tile).
+// 1 device, 2 host), schedule (0 expert-wave, 1 share), share x 1000 (0: even), lag tiles (-1: grid).
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime.h>
@@ -135,7 +134,6 @@ void BM_Fused(benchmark::State& state) {
   int sms = 0;
   ck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   p.lag_tiles = state.range(7) < 0 ? sms : int(state.range(7));
-  p.l2_store = int(state.range(8));
   p.counters = pr.counters, p.timeout_record = pr.record;
   const int tile = tile_for(pr.rows);
   time_loop(state, [&] { ck(moe::launch_fused_layer(p, tile, nullptr)); });
@@ -152,15 +150,12 @@ void shapes(benchmark::internal::Benchmark* b, bool fused) {
       b->Args(a);
       continue;
     }
-    for (int store : {0, 1})
-      for (int dest : {0, 1, 2}) {
-        for (auto [sch, share, lag] : std::vector<std::tuple<int, int, int>>{{0, 0, 0}, {1, 0, -1}, {1, 0, 0}}) {
-          if (dest != 2 && (sch != 0 || lag != 0)) continue;  // schedules matter where stores stall
-          if (store == 1 && lag == 0 && sch == 1) continue;
-          auto v = a;
-          v.insert(v.end(), {dest, sch, share, lag, store});
-          b->Args(v);
-        }
+    for (int dest : {0, 1, 2})
+      for (auto [sch, share, lag] : std::vector<std::tuple<int, int, int>>{{0, 0, 0}, {1, 0, -1}, {1, 0, 0}}) {
+        if (dest != 2 && (sch != 0 || lag != 0)) continue;  // schedules matter where stores stall
+        auto v = a;
+        v.insert(v.end(), {dest, sch, share, lag});
+        b->Args(v);
       }
   }
 }

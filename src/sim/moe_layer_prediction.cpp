@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "device/sched/claim_policy.hpp"
 #include "xstage/error.hpp"
 #include "xstage/moe_prediction.hpp"
 
@@ -138,7 +139,7 @@ MoeSchedulePlan default_plan(MoeSchedule s, const MoeLaunch& l) {
   plan.schedule = s;
   if (s != MoeSchedule::expert_wave) {
     plan.l2_share = 0;  // the kernel's even spread
-    plan.lag_tiles = l.sms;
+    plan.lag_tiles = sched::claim_lag_tiles(0, l.sms);
   }
   return plan;
 }
@@ -233,7 +234,7 @@ MoeRegime moe_classify_regime(const MoeLaunch& l, const Profile& p, int wave_til
   struct Wave {
     double bytes = 0, l1_ns = 0, l2_ns = 0;
   };
-  const long W = wave_tiles > 0 ? wave_tiles : 2L * l.sms;
+  const long W = sched::claim_wave_tiles(wave_tiles, l.sms);
   const int nb1 = (2 * l.inter + l.block_n - 1) / l.block_n, nb2 = (l.hidden + l.block_n - 1) / l.block_n;
   long first = 0, wave = -1;
   std::vector<Wave> waves;
@@ -398,7 +399,8 @@ MoeConfigPrediction predict_moe_config(const MoeConfig& c, const Profile& profil
     for (size_t i = 0; i < launches.size(); ++i) {
       MoeSchedulePlan plan = given ? *given : default_plan(s, launches[i]);
       // As the layer runs it (moe_layer_run.cpp): interleaved with lag 0 waits the grid's SM count.
-      if (plan.schedule == MoeSchedule::interleaved && plan.lag_tiles == 0) plan.lag_tiles = launches[i].sms;
+      if (plan.schedule == MoeSchedule::interleaved && plan.lag_tiles == 0)
+        plan.lag_tiles = sched::claim_lag_tiles(0, launches[i].sms);
       const MoeExpertsPrediction e = moe_predict_experts(launches[i], plan, profile);
       if (i == 0 || e.experts_ns > p.experts_ns) {
         p.experts_ns = e.experts_ns;

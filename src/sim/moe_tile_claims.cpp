@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "device/sched/claim_policy.hpp"
 #include "xstage/error.hpp"
 #include "xstage/model.hpp"
 #include "xstage/moe_prediction.hpp"
@@ -179,98 +180,65 @@ std::vector<double> shared_rows_ready(const MoeLaunch& l, const std::vector<int6
   return out;
 }
 
-// What the claim policy sees: the two counters and the work claimed so far
-// (sched/layer_claims.cuh, with its float arithmetic, so that a decision at a
-// tie goes the same way as on the GPU).
+// The kernel's claim policy (sched/claim_policy.hpp, the header the device
+// compiles) over the launch's tile lists, one claim at a time: the order an
+// SM's claim takes when no other SM's claim races it.
 class Claims {
  public:
   Claims(const MoeLaunch& l, const MoeSchedulePlan& plan, const std::vector<TileRef>& l1,
          const std::vector<TileRef>& l2)
-      : plan_(plan), l1_(l1), l2_(l2), k1_(float(l.hidden)), k2_(float(l.inter)), lag_(std::max(0, plan.lag_tiles)) {
-    const size_t E = l.expert_rows.size();
-    last_l1_.assign(E, -1);
-    for (size_t i = 0; i < l1.size(); ++i) last_l1_[size_t(l1[i].expert)] = int(i);
-    t1_start_ = share_start(l1, last_l1_, lag_);
-    share_ = float(plan.l2_share);
-    if (share_ <= 0.f) share_ = default_share(float(l1.size() - size_t(t1_start_)) * k1_, float(l2.size()) * k2_);
-    if (plan.schedule == MoeSchedule::expert_wave) build_waves(l);
-  }
+      : l1_(l1), l2_(l2), spans_(expert_spans(l, l1)), policy_(policy_params(plan), count(l1), count(l2), l.hidden,
+                                                              l.inter, first_l1_end(l1, spans_), l.sms) {}
 
-  // L1 tiles claimed before the even spread starts: through the first expert
-  // with rows, plus the lag (at most all of them).
-  static long share_start(const std::vector<TileRef>& l1, const std::vector<int>& last_l1, long lag) {
-    const long first_end = l1.empty() ? 0 : long(last_l1[size_t(l1.front().expert)]) + 1;
-    return std::min(first_end + lag, long(l1.size()));
+  // The L1 tiles of each expert, [first, end) in claim order ({0, 0}: none).
+  static std::vector<sched::ExpertSpan> expert_spans(const MoeLaunch& l, const std::vector<TileRef>& l1) {
+    std::vector<sched::ExpertSpan> out(l.expert_rows.size(), sched::ExpertSpan{0, 0});
+    for (size_t i = 0; i < l1.size(); ++i) {
+      sched::ExpertSpan& s = out[size_t(l1[i].expert)];
+      if (s.end == 0) s.first = int(i);
+      s.end = int(i) + 1;
+    }
+    return out;
   }
-  // L2's share of the work left from there (w1: L1 work after the start, w2: all L2 work).
-  static float default_share(float w1, float w2) { return w1 + w2 > 0.f ? w2 / (w1 + w2) : 0.f; }
+  // A GEMM's tile count; the kernel counts tiles in 32 bits.
+  static int count(const std::vector<TileRef>& tiles) {
+    if (tiles.size() > size_t(std::numeric_limits<int>::max()))
+      throw Error(fmt::format("moe launch: {} tiles in one GEMM; the kernel counts them in 32 bits", tiles.size()));
+    return int(tiles.size());
+  }
+  // L1 tiles through the first expert with rows (0: no tiles).
+  static int first_l1_end(const std::vector<TileRef>& l1, const std::vector<sched::ExpertSpan>& spans) {
+    return l1.empty() ? 0 : spans[size_t(l1.front().expert)].end;
+  }
+  // The plan as the kernel gets it; the simulator never runs a negative lag.
+  static sched::ClaimPolicyParams policy_params(const MoeSchedulePlan& plan) {
+    sched::ClaimPolicyParams p;
+    p.order = plan.schedule == MoeSchedule::expert_wave ? sched::ClaimOrder::expert_wave : sched::ClaimOrder::share;
+    p.wave_tiles = plan.wave_tiles;
+    p.l2_share = float(plan.l2_share);
+    p.lag_tiles = std::max(0, plan.lag_tiles);
+    return p;
+  }
 
   // 1: claim the next L1 tile, 2: the next L2 tile, 0: nothing left.
   int next() {
-    if (plan_.schedule == MoeSchedule::expert_wave) return next_wave();
-    const bool l1_left = n1_ < l1_.size(), l2_left = n2_ < l2_.size();
-    if (!l1_left) return l2_left ? take(2) : 0;
-    if (l2_left && l2_allowed() && want_l2()) return take(2);
-    return take(1);
+    const int gemm = policy_.choose(int(n1_), int(n2_), *this);
+    if (gemm != 0) ++(gemm == 1 ? n1_ : n2_);
+    return gemm;
   }
   size_t l1_claimed() const { return n1_; }
   size_t l2_claimed() const { return n2_; }
-  float share() const { return share_; }
-  long share_start_tiles() const { return t1_start_; }
+
+  // Where tiles lie, for the policy.
+  sched::ExpertSpan l1_span_of_l2(int t2) const { return spans_[size_t(l2_[size_t(t2)].expert)]; }
+  int l1_first(int t1) const { return spans_[size_t(l1_[size_t(t1)].expert)].first; }
 
  private:
-  int take(int gemm) {
-    ++(gemm == 1 ? n1_ : n2_);
-    return gemm;
-  }
-  // L2's work claimed is at most its share of the work claimed since the spread started.
-  bool want_l2() const {
-    const float w1 = float(std::max(long(n1_) - t1_start_, 0L)) * k1_, w2 = float(n2_) * k2_;
-    return w2 <= share_ * (w1 + w2);
-  }
-  // Every L1 tile of the next L2 tile's expert claimed, plus lag more (or all L1 claimed).
-  bool l2_allowed() const {
-    const int last = last_l1_[size_t(l2_[n2_].expert)];
-    return n1_ == l1_.size() || long(n1_) >= long(last) + 1 + lag_;
-  }
-  // Waves: experts whose first L1 tile index lies in [w W, (w+1) W).
-  void build_waves(const MoeLaunch& l) {
-    const long W = plan_.wave_tiles > 0 ? plan_.wave_tiles : 2L * l.sms;
-    long wave = -1;
-    size_t i1 = 0, i2 = 0;
-    while (i1 < l1_.size()) {
-      const int e = l1_[i1].expert;
-      const long w = long(i1) / W;
-      if (w != wave) {
-        wave = w;
-        l1_end_.push_back(0);
-        l2_end_.push_back(0);
-      }
-      while (i1 < l1_.size() && l1_[i1].expert == e) ++i1;
-      while (i2 < l2_.size() && l2_[i2].expert == e) ++i2;
-      l1_end_.back() = i1;
-      l2_end_.back() = i2;
-    }
-  }
-  int next_wave() {
-    while (wave_ < l1_end_.size()) {
-      if (n1_ < l1_end_[wave_]) return take(1);
-      if (n2_ < l2_end_[wave_]) return take(2);
-      ++wave_;
-    }
-    return 0;
-  }
-
-  const MoeSchedulePlan& plan_;
   const std::vector<TileRef>& l1_;
   const std::vector<TileRef>& l2_;
-  const float k1_, k2_;
-  const long lag_;
-  long t1_start_ = 0;
-  float share_ = 0;
-  std::vector<int> last_l1_;
-  std::vector<size_t> l1_end_, l2_end_;
-  size_t wave_ = 0, n1_ = 0, n2_ = 0;
+  const std::vector<sched::ExpertSpan> spans_;
+  const sched::ClaimPolicy policy_;
+  size_t n1_ = 0, n2_ = 0;
 };
 
 // Hands out tiles as SMs come free: the claim rules, the tile times and the
@@ -463,6 +431,18 @@ MoeClaimSchedule run_claims(const MoeLaunch& l, const MoeSchedulePlan& plan, con
   return out;
 }
 
+// The policy the kernel would run for an interleaved plan with this lag.
+sched::ClaimPolicy share_policy(const MoeLaunch& l, int lag_tiles, double l2_share) {
+  check_launch(l);
+  const std::vector<TileRef> l1 = gemm_tiles(l, 2 * l.inter), l2 = gemm_tiles(l, l.hidden);
+  MoeSchedulePlan plan;
+  plan.schedule = MoeSchedule::interleaved;
+  plan.l2_share = l2_share;
+  plan.lag_tiles = lag_tiles;
+  return sched::ClaimPolicy(Claims::policy_params(plan), Claims::count(l1), Claims::count(l2), l.hidden, l.inter,
+                            Claims::first_l1_end(l1, Claims::expert_spans(l, l1)), l.sms);
+}
+
 }  // namespace
 
 MoeClaimSchedule moe_claim_schedule(const MoeLaunch& l, const MoeSchedulePlan& plan, const Profile& profile,
@@ -470,22 +450,9 @@ MoeClaimSchedule moe_claim_schedule(const MoeLaunch& l, const MoeSchedulePlan& p
   return run_claims(l, plan, profile, record_tiles);
 }
 
-double moe_default_l2_share(const MoeLaunch& l, int lag_tiles) {
-  check_launch(l);
-  const std::vector<TileRef> l1 = gemm_tiles(l, 2 * l.inter), l2 = gemm_tiles(l, l.hidden);
-  std::vector<int> last(l.expert_rows.size(), -1);
-  for (size_t i = 0; i < l1.size(); ++i) last[size_t(l1[i].expert)] = int(i);
-  const long start = Claims::share_start(l1, last, std::max(0, lag_tiles));
-  return Claims::default_share(float(l1.size() - size_t(start)) * float(l.hidden), float(l2.size()) * float(l.inter));
-}
+double moe_default_l2_share(const MoeLaunch& l, int lag_tiles) { return share_policy(l, lag_tiles, 0).share; }
 
-long moe_share_start_tiles(const MoeLaunch& l, int lag_tiles) {
-  check_launch(l);
-  const std::vector<TileRef> l1 = gemm_tiles(l, 2 * l.inter);
-  std::vector<int> last(l.expert_rows.size(), -1);
-  for (size_t i = 0; i < l1.size(); ++i) last[size_t(l1[i].expert)] = int(i);
-  return Claims::share_start(l1, last, std::max(0, lag_tiles));
-}
+long moe_share_start_tiles(const MoeLaunch& l, int lag_tiles) { return share_policy(l, lag_tiles, 0).t1_start; }
 
 std::vector<double> moe_rows_ready_ns(const MoeLaunch& l, const Profile& profile) {
   check_launch(l);
@@ -499,7 +466,7 @@ double moe_compute_only_ns(const MoeLaunch& launch) {
   local.copy_path_fraction = local.copy_local_fraction = 0;
   MoeSchedulePlan plan;
   plan.schedule = MoeSchedule::interleaved;
-  plan.lag_tiles = launch.sms;
+  plan.lag_tiles = sched::claim_lag_tiles(0, launch.sms);
   return run_claims(local, plan, Profile{}, false).makespan_ns;
 }
 

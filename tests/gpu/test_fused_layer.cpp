@@ -50,8 +50,7 @@ std::vector<uint16_t> get(const void* d, size_t n) {
 
 // pull: the kernel copies the pool's rows from two ranks' send buffers
 // itself (x_send), the row of pool row r at rank r % 2, token = its slot.
-void run_case(const Case& c, int fused_tile, int schedule, float share, int lag, int l2_store = moe::kL2StoreStaged,
-              bool pull = false) {
+void run_case(const Case& c, int fused_tile, int schedule, float share, int lag, bool pull = false) {
   const int E = int(c.counts.size());
   const int rows = std::accumulate(c.counts.begin(), c.counts.end(), 0);
   const int rows_cap = rows + c.extra_rows;
@@ -133,7 +132,7 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
   p.x_pool = pool, p.h = h, p.w13 = w13, p.w2 = w2, p.offs = d_offs, p.row_weight = weight;
   p.row_dest_rank = d_rank, p.row_dest_slot = d_slot;
   p.rows_cap = rows_cap, p.hidden = H, p.inter = I, p.E_run = E;
-  p.schedule = schedule, p.l2_share = share, p.lag_tiles = lag, p.l2_store = l2_store;
+  p.schedule = schedule, p.l2_share = share, p.lag_tiles = lag;
   p.counters = counters, p.timeout_record = record, p.timeout_ns = 5'000'000'000ull;
   p.flags = d_flags, p.done_flag = 2, p.rank0 = 0, p.local_ranks = 2, p.world = 2;
   if (pull) p.x_send = d_send, p.T_max = slots;
@@ -141,7 +140,7 @@ void run_case(const Case& c, int fused_tile, int schedule, float share, int lag,
   for (int remote = 0; remote < 2; ++remote)
     for (int run = 0; run < 2; ++run) {
       SCOPED_TRACE(testing::Message() << "remote " << remote << " run " << run << " schedule " << schedule
-                                      << " tile " << fused_tile << " l2 store " << l2_store);
+                                      << " tile " << fused_tile);
       CK(cudaMemset(h, 0xff, size_t(rows_cap) * I * 2));
       if (pull) CK(cudaMemset(pool, 0xff, size_t(rows_cap) * H * 2));
       CK(cudaMemset(out, 0xff, size_t(rows_cap) * H * 2));
@@ -248,25 +247,15 @@ TEST(FusedLayer, ShareSchedulesMatchTheGroupedGemms) {
       }
 }
 
-// L2's rows as TMA bulk copies from the staged tile (L1's warp rows in the same area).
-TEST(FusedLayer, BulkL2StoresMatchTheGroupedGemms) {
-  XSTAGE_NEED_GPUS(1);
-  for (int tile : {moe::kFusedM128N256, moe::kFusedM64N256}) {
-    run_case(kSmall, tile, moe::kScheduleExpertWave, 0.f, 0, moe::kL2StoreBulk);
-    run_case(kWide, tile, moe::kScheduleShare, 0.f, 3, moe::kL2StoreBulk);
-    run_case(kWide, tile, moe::kScheduleShare, 0.5f, 0, moe::kL2StoreBulk);
-  }
-}
-
-// The dispatch's row copies inside the kernel, under each schedule and L2 store.
+// The dispatch's row copies inside the kernel, under each schedule.
 TEST(FusedLayer, RowsCopiedInTheKernelMatchTheGroupedGemms) {
   XSTAGE_NEED_GPUS(1);
   for (int tile : {moe::kFusedM128N256, moe::kFusedM64N256}) {
-    run_case(kSmall, tile, moe::kScheduleExpertWave, 0.f, 0, moe::kL2StoreStaged, true);
-    run_case(kWide, tile, moe::kScheduleShare, 0.f, 3, moe::kL2StoreStaged, true);
-    run_case(kWide, tile, moe::kScheduleShare, 0.f, 0, moe::kL2StoreBulk, true);
+    run_case(kSmall, tile, moe::kScheduleExpertWave, 0.f, 0, true);
+    run_case(kWide, tile, moe::kScheduleShare, 0.f, 3, true);
+    run_case(kWide, tile, moe::kScheduleShare, 0.f, 0, true);
   }
-  run_case(Case{256, 128, {0, 0, 0}, 5}, moe::kFusedM128N256, moe::kScheduleShare, 0.f, 4, moe::kL2StoreStaged, true);
+  run_case(Case{256, 128, {0, 0, 0}, 5}, moe::kFusedM128N256, moe::kScheduleShare, 0.f, 4, true);
 }
 
 // Nothing to compute: the launch still runs (one CTA) and publishes its flags.

@@ -8,6 +8,9 @@
 // D in {64, 128}, every size >= 1.
 #include <cstdint>
 
+#include "device/host_device.hpp"
+#include "device/sched/attention_tile.hpp"
+
 namespace xstage::attention {
 
 struct MainloopParams {
@@ -20,6 +23,9 @@ struct MainloopParams {
   int B = 0, H = 0, S_q = 0, S_kv = 0, D = 0;
   float scale_log2 = 0;  // softmax scale * log2(e): the kernel works in base 2
 };
+
+// What the tile schedulers (sched/linear.cuh, sched/ordered.cuh) walk.
+XSTAGE_HD inline sched::AttentionShape tile_shape(const MainloopParams& p) { return {p.B, p.H, p.S_q}; }
 
 // The local-store epilogue: O (bf16, [B, S_q, H, D] with strides) and the
 // optional log-sum-exp (fp32, [B, H, S_q] contiguous, natural log, of the

@@ -22,7 +22,7 @@ int attention_grid(Kernel* fn, size_t smem_bytes, const MainloopParams& p, const
   if (e != cudaSuccess) return int(e);
   e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
-  const Scheduler sched(p, sp, block_m);
+  const Scheduler sched(tile_shape(p), sp, block_m);
   const int64_t g = Scheduler::grid_size(sched.num_tiles(), sms, ctas_per_sm);
   if (g < 1 || g > 0x7fffffff) return int(cudaErrorInvalidConfiguration);
   *grid = unsigned(g);

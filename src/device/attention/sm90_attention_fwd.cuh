@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(Sm90AttnFwdConfig<D>::THREADS, Sm90AttnFwdConf
   auto sv = [&](int stage) { return skv + stage * 2 * Cfg::KV_ELEMS + Cfg::KV_ELEMS; };
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const Scheduler sched(p, sp, BM);
+  const Scheduler sched(tile_shape(p), sp, BM);
   const int n_tiles = (p.S_kv + BN - 1) / BN;  // >= 1: S_kv >= 1
   const uint16_t* q_all = static_cast<const uint16_t*>(p.q);
   const uint16_t* k_all = static_cast<const uint16_t*>(p.k);

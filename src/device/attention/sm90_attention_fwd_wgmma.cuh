@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
   }
   __syncthreads();  // the last CTA-wide barrier: the roles split below
 
-  const Scheduler sched(p, sp, BM);
+  const Scheduler sched(tile_shape(p), sp, BM);
   const auto walk = sched.walk();
   const int n_kv = (p.S_kv + BN - 1) / BN;  // >= 1: S_kv >= 1
 

@@ -1,16 +1,16 @@
 // The fused MoE expert layer: one instantiation per tile shape (both GEMMs
 // share it), its TMA maps and persistent grid.
-#include "device/moe/fused_layer_launch.hpp"
-#include "device/moe/fused_layer_sm90.cuh"
 #include "device/gemm/smem_opt_in.cuh"
 #include "device/gemm/tensor_maps.cuh"
+#include "device/moe/fused_layer_launch.hpp"
+#include "device/moe/fused_layer_sm90.cuh"
 #include "device/moe/gemm_tiles.cuh"
 
 namespace xstage::moe {
 
 namespace {
 
-template <class Cfg, bool kBulk>
+template <class Cfg>
 int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   FusedTmaMaps tm;
   using gemm::encode_rows_k;
@@ -20,7 +20,7 @@ int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
   if (rc == 0) rc = encode_rows_k<Elem>(&tm.a2, p.h, p.inter, p.rows_cap, Cfg::BLOCK_M);
   if (rc == 0) rc = encode_rows_k<Elem>(&tm.b2, p.w2, p.inter, int64_t(p.E_run) * p.hidden, Cfg::BLOCK_N);
   if (rc != 0) return rc;
-  auto* fn = sm90_fused_moe_layer<Cfg, kBulk>;
+  auto* fn = sm90_fused_moe_layer<Cfg>;
   constexpr size_t smem = FusedSmem<Cfg>::BYTES;
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
@@ -39,15 +39,13 @@ int launch_cfg(const FusedLayerParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// L2's rows leave by 16-byte stores from warp-staged rows (a bulk L2 store
+// measured slower everywhere on host memory, perf-log MoE layer L3, and was
+// removed).
 int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream) {
-  if (p.l2_store != kL2StoreStaged && p.l2_store != kL2StoreBulk) return int(cudaErrorInvalidValue);
   switch (fused_tile) {
-    case kFusedM128N256:
-      return p.l2_store == kL2StoreBulk ? launch_cfg<CfgM128N256<256>, true>(p, stream)
-                                        : launch_cfg<CfgM128N256<0>, false>(p, stream);
-    case kFusedM64N256:
-      return p.l2_store == kL2StoreBulk ? launch_cfg<CfgM64N256<256>, true>(p, stream)
-                                        : launch_cfg<CfgM64N256<0>, false>(p, stream);
+    case kFusedM128N256: return launch_cfg<CfgM128N256<>>(p, stream);
+    case kFusedM64N256: return launch_cfg<CfgM64N256<>>(p, stream);
     default: return int(cudaErrorInvalidValue);
   }
 }
@@ -56,14 +54,8 @@ int preload_fused_layer(int fused_tile) {
   cudaFuncAttributes a;
   cudaError_t e = cudaErrorInvalidValue;
   switch (fused_tile) {
-    case kFusedM128N256:
-      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<256>, true>);
-      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<0>, false>);
-      break;
-    case kFusedM64N256:
-      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<256>, true>);
-      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<0>, false>);
-      break;
+    case kFusedM128N256: e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<>>); break;
+    case kFusedM64N256: e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<>>); break;
     default: break;
   }
   return int(e);

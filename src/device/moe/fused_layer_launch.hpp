@@ -14,7 +14,7 @@ namespace xstage::moe {
 
 int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream);
 int fused_layer_block_m(int fused_tile);  // 0 for an unknown tile
-// Loads the tile's kernels (both L2 stores) on the current device, as
+// Loads the tile's kernel on the current device, as
 // preload_moe_layer_comm_kernels does for the others.
 int preload_fused_layer(int fused_tile);
 inline constexpr int kFusedBlockN = 256;

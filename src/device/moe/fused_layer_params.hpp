@@ -52,9 +52,6 @@ struct FusedLayerParams {
   // compute-only floor and the unfused baseline's L2).
   void* const* combine = nullptr;
   void* out_pool = nullptr;
-  // How L2's rows leave (FusedL2Store): 16-byte stores from warp-staged rows,
-  // or the whole tile staged and each row sent as one TMA bulk copy.
-  int l2_store = 0;
 
   // Schedule: claims from two counters (workspace below).
   int schedule = kScheduleExpertWave;
@@ -106,8 +103,6 @@ struct FusedLayerParams {
   uint64_t* trace = nullptr;
   int trace_tiles = 0;  // capacity per GEMM
 };
-
-enum FusedL2Store : int { kL2StoreStaged = 0, kL2StoreBulk = 1 };
 
 // Tile shapes the fused kernel is compiled for (one for both GEMMs).
 enum FusedTile : int { kFusedM128N256 = 0, kFusedM64N256 = 1 };

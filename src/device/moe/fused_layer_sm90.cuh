@@ -13,14 +13,11 @@
 //     (acquire, with a timeout) until every L1 tile of its expert is counted
 //     before it loads h: the rows an L2 tile reads may come from any CTA;
 //   - an L2 tile's epilogue stores each row to its token's owner: the combine
-//     buffer of rank row_dest_rank[r], slot row_dest_slot[r] (on a
-//     host-mapped or peer buffer these are the remote stores whose X-Stage
-//     the schedule decides on), or locally: by 16-byte stores from
-//     warp-staged rows (the consumers issue every store before their next
-//     mainloop), or (kBulk) the whole tile staged in shared memory and each
-//     row sent as one TMA bulk copy, so that the consumers return to the
-//     mainloop while the copy engine issues the tile (the grouped GEMM's
-//     bulk output store; it costs a ring stage of shared memory);
+//     buffer of rank row_dest_rank[r], slot row_dest_slot[r]
+//     (remote::RowTable; on a host-mapped or peer buffer these are the
+//     remote stores whose X-Stage the schedule decides on), or locally, by
+//     16-byte stores from warp-staged rows (the consumers issue every store
+//     before their next mainloop);
 //   - with x_send set, the producer warpgroup's three spare warps copy the
 //     dispatched rows into the pool while the first tiles compute (the
 //     dispatch's bulk overlaps L1 instead of preceding it); an L1 tile's
@@ -36,6 +33,7 @@
 #include "device/gemm/epilogue_stores.cuh"
 #include "device/gemm/epilogue_values.cuh"
 #include "device/gemm/mainloop_sm90.cuh"
+#include "device/moe/fused_layer_claims.cuh"
 #include "device/moe/fused_layer_params.hpp"
 #include "device/moe/layer_device.cuh"
 #include "device/ptx/atomic_gpu.cuh"
@@ -44,7 +42,6 @@
 #include "device/ptx/timer.cuh"
 #include "device/remote/row_table.cuh"
 #include "device/remote/timed_wait.cuh"
-#include "device/sched/layer_claims.cuh"
 
 namespace xstage::moe {
 
@@ -155,9 +152,7 @@ __device__ __forceinline__ void trace_tile(const FusedLayerParams& p, const sche
   r[0] = start, r[1] = epi, r[2] = end, r[3] = ptx::smid();
 }
 
-// kBulk: Cfg stages a whole L2 tile (OUT_COLS = BLOCK_N); L1's warp-staged
-// rows then live in that area too.
-template <class Cfg, bool kBulk>
+template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_fused_moe_layer(const FusedLayerParams p, const __grid_constant__ FusedTmaMaps tm) {
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, WN = Cfg::WG_TILE_N;
@@ -191,15 +186,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::tma_prefetch_descriptor(&tm.b1);
       ptx::tma_prefetch_descriptor(&tm.a2);
       ptx::tma_prefetch_descriptor(&tm.b2);
-      sched::LayerClaims claims(p, BM, BN);
+      sched::LayerClaims claims(fused_claims_params(p, BN), BM);
       const int rows = p.x_send != nullptr ? pool_rows(p) : 0;
       uint32_t it = 0;
-      for (uint32_t n = 0;; ++n) {
-        const sched::LayerTask task = claims.claim();
+      sched::LayerTask task = claims.first();
+      for (uint32_t n = 0;; ++n, task = claims.next(task)) {
         const uint32_t slot = task_ring.acquire(n);
-        tasks[slot] = task;
+        tasks[slot] = task;       // the item past the end (gemm 0) ends the consumers too
         task_ring.commit(slot);  // releases the slot's write to the consumers
-        if (task.gemm == 0) break;
+        if (!claims.valid(task)) break;
         const bool l2 = task.gemm == 2;
         if (l2)
           wait_count(p, p.counters + 4 + task.expert, task.m_blocks * n1, -1, task.expert);
@@ -231,10 +226,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
   const int warp = (tid / 32) % 4, lane = tid & 31;
   uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + (ct / 32) * gemm::kStageWarpElems;
-  uint8_t* out_tile = smem + Cfg::OFF_STAGING;
-  static_assert(!kBulk || Cfg::OUT_COLS == Cfg::BLOCK_N, "the bulk store stages a whole L2 tile");
-  static_assert(!kBulk || size_t(Cfg::CONSUMER_WARPS) * gemm::kStageWarpElems * 2 <= Cfg::STAGING_BYTES,
-                "L1's warp rows fit the staged tile's area");
   const uint64_t a_desc0 = mainloop.a_desc(wg_m), b_desc0 = mainloop.b_desc(wg_n);
   const remote::RowTable combine = combine_rows(p);
   const gemm::LocalRows h_rows{static_cast<uint16_t*>(p.h), p.inter};
@@ -256,12 +247,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int tile_row = task.row_begin + task.m_block * BM;
     const int row = tile_row + wg_m * 64 + warp * 16;
     const int col = task.n_block * BN + wg_n * WN;
-    if constexpr (kBulk) {
-      // The previous tile's row copies must have read the staged tile before
-      // it is overwritten: each sender waits for its own, the barrier for all.
-      if (ct < BM) ptx::bulk_wait_group_read_all();
-      ptx::named_bar_sync(1, 256);
-    }
     if (!l2) {
       constexpr int OB = WN / 8 / gemm::SwigluEpilogue::kOutDiv;
       const auto out = gemm::SwigluEpilogue::template outputs<WN / 8>(p.row_weight, acc, row, task.row_end, lane);
@@ -276,33 +261,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const auto out = gemm::PlainEpilogue::template outputs<WN / 8>(nullptr, acc, row, task.row_end, lane);
       // L2's rows go to their tokens' owners (remote::RowTable), or to the
       // local pool (the compute-only floor, the unfused baseline's L2).
-      auto store = [&](const auto& rows) {
-        if constexpr (kBulk) {
-          gemm::stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN, lane, out);
-          ptx::fence_proxy_async_shared();  // generic writes to shared memory, read next by the TMA unit
-          ptx::named_bar_sync(1, 256);
-          gemm::store_tile_bulk<BM, BN, Cfg::OUT_ROW_BYTES>(out_tile, rows, tile_row, task.row_end, task.n_block * BN,
-                                                            ct);
-        } else {
-          gemm::store_staged<OB>(stage, rows, row, task.row_end, col, lane, out);
-        }
-      };
       if (p.combine != nullptr)
-        store(combine);
+        gemm::store_staged<OB>(stage, combine, row, task.row_end, col, lane, out);
       else
-        store(out_rows);
+        gemm::store_staged<OB>(stage, out_rows, row, task.row_end, col, lane, out);
     }
     if (ct == 0 && p.trace != nullptr) trace_tile(p, task, t_start, t_epi, ptx::globaltimer_ns());
   }
 
   // ---------------- the launch's end
   // Each thread's stores (remote ones at system scope) before its CTA counts
-  // itself finished; the last CTA then knows every tile is stored. Bulk
-  // copies first complete, then are ordered before the generic fence.
-  if constexpr (kBulk) {
-    if (ct < BM) ptx::bulk_wait_group_all();
-    ptx::fence_proxy_async_global();
-  }
+  // itself finished; the last CTA then knows every tile is stored.
   if (p.combine != nullptr)
     ptx::fence_sc_sys();
   else

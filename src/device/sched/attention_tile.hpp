@@ -5,7 +5,6 @@
 // attention schedulers (linear.cuh, ordered.cuh) walk these numbers.
 #include <cstdint>
 
-#include "device/attention/attention_params.hpp"
 #include "device/host_device.hpp"
 
 namespace xstage::sched {
@@ -14,10 +13,16 @@ struct TileCoord {
   int b, h, m_block;
 };
 
+// The problem as the attention schedulers see it; the kernel fills it
+// (attention::tile_shape).
+struct AttentionShape {
+  int B = 0, H = 0, S_q = 0;  // batch, heads, query rows
+};
+
 struct AttentionTiles {
   int m_blocks, H, B;
 
-  XSTAGE_HD AttentionTiles(const attention::MainloopParams& p, int block_m)
+  XSTAGE_HD AttentionTiles(const AttentionShape& p, int block_m)
       : m_blocks((p.S_q + block_m - 1) / block_m), H(p.H), B(p.B) {}
 
   XSTAGE_HD int64_t num_tiles() const { return tile_count<int64_t>(); }

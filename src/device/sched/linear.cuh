@@ -13,7 +13,7 @@ struct LinearTileScheduler : AttentionTiles, PersistentWalk<LinearTileScheduler>
   struct SharedStorage {};
   using Coord = TileCoord;
 
-  __host__ __device__ LinearTileScheduler(const attention::MainloopParams& p, const Params&, int block_m)
+  __host__ __device__ LinearTileScheduler(const AttentionShape& p, const Params&, int block_m)
       : AttentionTiles(p, block_m) {}
 
   template <class Index>

@@ -20,7 +20,7 @@ struct OrderedTileScheduler : AttentionTiles, PersistentWalk<OrderedTileSchedule
   using Coord = TileCoord;
   Params sp;
 
-  __host__ __device__ OrderedTileScheduler(const attention::MainloopParams& p, const Params& sp_, int block_m)
+  __host__ __device__ OrderedTileScheduler(const AttentionShape& p, const Params& sp_, int block_m)
       : AttentionTiles(p, block_m), sp(sp_) {}
 
   __device__ __forceinline__ TileCoord coord(Work<int64_t> w) const {

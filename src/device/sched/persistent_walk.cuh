@@ -1,34 +1,11 @@
 #pragma once
-// The tile-scheduler contract, and the persistent strided walk that the
-// static schedulers share.
-//
-// A kernel never walks its tiles by hand; it asks its Scheduler policy:
-//   using Params          plain struct passed to the kernel by value
-//   using Coord           what a tile is (the kernel's coordinates)
-//   struct SharedStorage  shared memory the scheduler needs (empty here: a
-//                         static walk needs none; a dynamic one keeps the
-//                         next work item a producer fetched for its
-//                         consumers there, and the kernel must reserve it)
-//   Scheduler(problem, params, block_m)       built by every CTA (and the host)
-//   num_tiles()                                tiles of the launch
-//   walk<Count>()                              this CTA's walk (count in Count):
-//     first<Index>()                           its first work item
-//     next(work[, k])                          the item k places further on
-//     valid(work), is_last(work)
-//     nth<Index>(k)                            its k-th item (a replay of the
-//                                              walk, for publishing at exit; a
-//                                              dynamic walk without it rules
-//                                              out at-exit completion)
-//   coord(work)                                the item's coordinates
-//   wait_ready(work)                           blocks until the item's inputs
-//                                              exist (no-op without dependencies)
-//   static grid_size(num_tiles, sms, ctas_per_sm)   CTAs to launch
-// Index is the walk's integer type: 64-bit where tile counts are unbounded,
-// 32-bit where the host has checked the count fits and the divisions in
-// coord() sit on a critical path (a 64-bit division is a long software
-// routine; docs/perf-log.md, f7, f8).
-// docs/design/scheduler.md shows how an L1/L2-interleaved MoE schedule
-// (dynamic, with dependencies) fits the same members.
+// The persistent strided walk that the static schedulers share. The
+// scheduler contract (first / next / valid / coord, static and dynamic
+// walks) is in sched/README.md; a static walk adds num_tiles(), is_last(w),
+// nth(k) and grid_size(). Index is the walk's integer type: 64-bit where
+// tile counts are unbounded, 32-bit where the host has checked the count
+// fits and the divisions in coord() sit on a critical path (a 64-bit
+// division is a long software routine; docs/perf-log.md, f7, f8).
 #include <cstdint>
 
 namespace xstage::sched {

@@ -45,10 +45,17 @@ struct UlyssesStoreParams {
   int block_m = 128;  // the kernel's BLOCK_M: the m-blocks a receiver waits for
   uint64_t timeout_ns = 0;
   uint64_t recv_epoch = 0;  // what the receivers wait for: epoch (tests: a later one, to time out)
-  // Diagnostics (remote/diagnostics.hpp; read only in a build with
-  // XSTAGE_DIAGNOSTICS): kDiag* bits, and where kDiagTrace writes.
+  // Diagnostics (remote/diagnostics.hpp): kDiag* bits, and where kDiagTrace
+  // and kDiagTileTrace write. Only a build that compiles them in carries
+  // them; the production block holds constants instead (no storage, nothing
+  // to set), so that the remote layer's diagnostic reads fold away.
+#ifdef XSTAGE_DIAGNOSTICS
   unsigned int experiment = 0;
   unsigned long long* trace = nullptr;
+#else
+  static constexpr unsigned int experiment = 0;
+  static constexpr unsigned long long* trace = nullptr;
+#endif
 };
 
 // Destination d's flag array: stream after stream (src, b, h), each with

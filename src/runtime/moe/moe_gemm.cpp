@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "device/moe/grouped_gemm_launch.hpp"
+#include "runtime/moe/moe_device_ids.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
 #include "xstage/moe.hpp"
@@ -114,8 +115,8 @@ std::string to_string(MoeOutStore s) {
   return "unknown";
 }
 
-int moe_tile_block_m(MoeTile t) { return moe::grouped_gemm_tile_shape(int(t)).block_m; }
-int moe_tile_block_n(MoeTile t) { return moe::grouped_gemm_tile_shape(int(t)).block_n; }
+int moe_tile_block_m(MoeTile t) { return moe::grouped_gemm_tile_shape(tile_id(t)).block_m; }
+int moe_tile_block_n(MoeTile t) { return moe::grouped_gemm_tile_shape(tile_id(t)).block_n; }
 
 void validate_moe_gemm_args(const MoeGemmArgs& a) {
   const char* k = kind_name(a.kind);
@@ -200,7 +201,7 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
   p.a = a.a, p.b = a.b, p.c = a.c, p.offs = a.offs, p.row_weight = a.row_weight;
   p.rows_total = a.rows_total, p.K = a.K, p.N = a.N, p.E = a.E;
   const MoeTile t = moe_resolved_tile(a);
-  const int tile = int(t);
+  const moe::TileId tile = tile_id(t);
   p.splits = splits_for(a, t);
   if (p.splits > 1 && a.rows_total > 0) {
     const SplitSizes z = split_sizes(a, t, p.splits);
@@ -225,7 +226,7 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
       p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
     }
   }
-  const int out = int(moe_resolved_out_store(a));
+  const moe::OutStoreId out = out_store_id(moe_resolved_out_store(a));
   const int rc = a.kind == MoeGemmKind::l1_swiglu ? moe::launch_grouped_gemm_swiglu(p, tile, out, stream)
                                                   : moe::launch_grouped_gemm_plain(p, tile, out, stream);
   XSTAGE_CUDA(rc);

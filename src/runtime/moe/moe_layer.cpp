@@ -142,7 +142,7 @@ void MoeLayer::Impl::init() {
   combine = &w.alloc_symmetric(z.combine);
   flags = &w.alloc_flags(size_t(moe::layer_flag_count(P)));
 
-  const int block_m = moe::fused_layer_block_m(tile == MoeTile::m64n256 ? moe::kFusedM64N256 : moe::kFusedM128N256);
+  const int block_m = moe::fused_layer_block_m(fused_tile_id(tile));
   for (Group& g : groups) {
     const int d = g.device;
     const size_t n = size_t(g.n), rows = n * size_t(rows_cap), pairs = n * size_t(T_max) * size_t(k);

@@ -8,16 +8,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "device/moe/fused_layer_params.hpp"  // kFusedM64N256, kFusedM128N256
 #include "device/moe/layer_comm_params.hpp"
 #include "device/remote/flag_timeout_record.hpp"
+#include "runtime/moe/moe_device_ids.hpp"
 #include "xstage/moe_layer.hpp"
 #include "xstage/world.hpp"
 
 namespace xstage {
-
-// The fused kernel's tile id (fused_layer_launch.hpp) of a layer tile.
-inline int fused_tile_id(MoeTile t) { return t == MoeTile::m64n256 ? moe::kFusedM64N256 : moe::kFusedM128N256; }
 
 // The timed waits whose records the host reads after a run.
 enum MoeWait : int { kWaitPull = 0, kWaitExperts = 1, kWaitCombine = 2, kWaitCount = 3 };

@@ -10,6 +10,7 @@
 
 #include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/layer_comm_launch.hpp"
+#include "device/sched/claim_policy.hpp"
 #include "runtime/moe/moe_layer_impl.hpp"
 #include "xstage/device.hpp"
 #include "xstage/error.hpp"
@@ -83,14 +84,13 @@ void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool r
   } else {
     p.out_pool = g.pool_out;  // the floor: every store local, no flags
   }
-  const MoeSchedule order = plan.schedule == MoeSchedule::model_guided ? plan.runs_as : plan.schedule;
-  if (order == MoeSchedule::expert_wave) {
-    p.schedule = moe::kScheduleExpertWave;
+  p.schedule = fused_schedule(plan);
+  if (p.schedule == moe::kScheduleExpertWave) {
     p.wave_tiles = plan.wave_tiles;
   } else {
-    p.schedule = moe::kScheduleShare;
     p.l2_share = float(plan.l2_share);
-    p.lag_tiles = plan.lag_tiles > 0 || plan.schedule != MoeSchedule::interleaved ? plan.lag_tiles : g.sms;
+    const bool interleaved = plan.schedule == MoeSchedule::interleaved;  // model-guided keeps its lag
+    p.lag_tiles = interleaved ? sched::claim_lag_tiles(plan.lag_tiles, g.sms) : plan.lag_tiles;
   }
   p.counters = g.counters;
   p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitExperts;

@@ -334,6 +334,7 @@ struct UlyssesAttention::Impl {
     ep.block_m = bm;
     ep.timeout_ns = static_cast<uint64_t>(run.timeout_s * 1e9);
     ep.recv_epoch = run.test_receivers_time_out ? ep.epoch + 1000 : ep.epoch;
+#ifdef XSTAGE_DIAGNOSTICS  // else experiment_bits() is 0 and g.trace null: the parameters have no such members
     ep.experiment = experiment_bits();
     if (g.trace != nullptr) {
       // The tile stamps (8 MiB) are cleared only when they are asked for: this
@@ -343,6 +344,7 @@ struct UlyssesAttention::Impl {
       g.tile_trace_pending = tiles;
       ep.trace = g.trace;
     }
+#endif
     check_cuda(ulysses::launch_ulysses_attention(p, ep, sp, store, completion, kernel_id, g.stream),
                fmt::format("fused Ulysses attention launch ({} kernel, ranks {}..{}, S = {}, D = {})",
                            to_string(kernel), g.rank_base, g.rank_base + g.n - 1, p.S_q, D)
