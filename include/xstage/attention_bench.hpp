@@ -1,5 +1,5 @@
 #pragma once
-// xstage attn's measurement: one attention forward (include/xstage/attention.hpp)
+// xstage attn's measurement: one attention forward (include/xstage/attention/attention.hpp)
 // on GPU 0 from host inputs, checked against the fp64 CPU reference on a
 // subset of rows and timed with CUDA events.
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "xstage/attention.hpp"
-#include "xstage/device.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage {
 

@@ -1,6 +1,6 @@
 #pragma once
 // xstage moe-gemm's measurement: the local expert layer's grouped GEMMs
-// (include/xstage/moe.hpp) on GPU 0, from random inputs drawn on the GPU (the
+// (include/xstage/moe/moe.hpp) on GPU 0, from random inputs drawn on the GPU (the
 // CPU redraws any element for the check) or from host arrays, checked against
 // the fp64 CPU reference on sampled rows and timed with CUDA events.
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "xstage/device.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

@@ -1,5 +1,5 @@
 #pragma once
-// xstage moe's measurement: the expert-parallel MoE layer (xstage/moe_layer.hpp)
+// xstage moe's measurement: the expert-parallel MoE layer (xstage/moe/moe_layer.hpp)
 // on one world, for one shape and a list of tokens per rank:
 //   inputs   drawn on the GPU from a seed (the CPU redraws any element for the
 //            check) with routing from a seed (uniform or Zipf(1)), or given
@@ -20,9 +20,9 @@
 #include <string_view>
 #include <vector>
 
-#include "xstage/device.hpp"
-#include "xstage/moe_layer.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
 

@@ -6,15 +6,15 @@
 //   completion  long gaps with a completion measurement (fence or flag): latency
 //   explore     one factor away from the default (warps, store kind, gap kind, K)
 // The recording: every point measured, written as the probe CSV that
-// `xstage fit` and `xstage validate` read back (xstage/probe_fit.hpp).
+// `xstage fit` and `xstage validate` read back (xstage/probe/probe_fit.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "xstage/device.hpp"
-#include "xstage/probe.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/probe/probe.hpp"
 
 namespace xstage {
 

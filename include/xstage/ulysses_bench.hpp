@@ -1,8 +1,8 @@
 #pragma once
 // xstage ulysses's measurement: a sequence-length sweep of the five Ulysses
-// variants (include/xstage/ulysses.hpp) on one world, each timed the
+// variants (include/xstage/ulysses/ulysses.hpp) on one world, each timed the
 // nccl-tests way (warm-up, CUDA events per iteration, the median), with the
-// Burst-Gap profile's prediction next to it (include/xstage/ulysses_prediction.hpp)
+// Burst-Gap profile's prediction next to it (include/xstage/ulysses/ulysses_prediction.hpp)
 // and the physical floor max(attention-only, bytes sent / R).
 #include <algorithm>
 #include <cstdint>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "xstage/device.hpp"
-#include "xstage/probe.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/ulysses.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/probe/probe.hpp"
+#include "xstage/ulysses/ulysses.hpp"
 
 namespace xstage {
 

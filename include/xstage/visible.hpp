@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage {
 

@@ -11,10 +11,10 @@
 
 #include "commands.hpp"
 #include "util/output_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/a2a.hpp"
-#include "xstage/error.hpp"
-#include "xstage/units.hpp"
+#include "xstage/comm/a2a.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 
 namespace xstage::cli {
 

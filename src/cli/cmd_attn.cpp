@@ -14,8 +14,8 @@
 #include "util/npy.hpp"
 #include "util/output_file.hpp"
 #include "xstage/attention_bench.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::cli {
 

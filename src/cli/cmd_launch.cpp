@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 #include "xstage/process_launch.hpp"
 
 namespace xstage::cli {

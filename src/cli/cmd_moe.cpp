@@ -15,12 +15,12 @@
 
 #include "commands.hpp"
 #include "util/npy.hpp"
-#include "util/replace_file.hpp"
 #include "util/output_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
+#include "util/replace_file.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 #include "xstage/moe_layer_bench.hpp"
-#include "xstage/units.hpp"
 
 namespace xstage::cli {
 

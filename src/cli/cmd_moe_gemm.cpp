@@ -15,8 +15,8 @@
 #include "commands.hpp"
 #include "util/npy.hpp"
 #include "util/output_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
 #include "xstage/moe_bench.hpp"
 
 namespace xstage::cli {

@@ -3,8 +3,8 @@
 //                 prints rank, flag, expected and seen values, and traps.
 //                 Exits non-zero by design.
 #include "commands.hpp"
+#include "xstage/core/units.hpp"
 #include "xstage/selftest.hpp"
-#include "xstage/units.hpp"
 
 namespace xstage::cli {
 

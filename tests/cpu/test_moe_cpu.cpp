@@ -8,8 +8,8 @@
 
 #include "cli_runner.hpp"
 #include "runtime/moe/moe_check.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe.hpp"
 #include "xstage/moe_bench.hpp"
 
 using namespace xstage;

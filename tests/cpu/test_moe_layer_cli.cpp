@@ -14,7 +14,7 @@
 
 #include "cli_runner.hpp"
 #include "util/npy.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 #include "xstage/moe_layer_bench.hpp"
 
 using namespace xstage;

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "cli_runner.hpp"
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
 #include "xstage/visible.hpp"
 
 using namespace xstage;

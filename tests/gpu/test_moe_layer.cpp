@@ -21,11 +21,11 @@
 
 #include "cli_runner.hpp"
 #include "gpu/need_gpus.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_layer.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe_layer.hpp"
 #include "xstage/moe_layer_bench.hpp"
-#include "xstage/world.hpp"
 
 using namespace xstage;
 namespace fs = std::filesystem;

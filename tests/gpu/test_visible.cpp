@@ -9,7 +9,7 @@
 
 #include "cli_runner.hpp"
 #include "gpu/need_gpus.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
 #include "xstage/visible.hpp"
 
 using namespace xstage;

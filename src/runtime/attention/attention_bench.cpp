@@ -11,7 +11,7 @@
 
 #include "runtime/core/device_buffer.hpp"
 #include "util/npy.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

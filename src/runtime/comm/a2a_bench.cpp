@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "xstage/a2a.hpp"
-#include "xstage/error.hpp"
 #include "runtime/core/timing.hpp"
+#include "xstage/comm/a2a.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

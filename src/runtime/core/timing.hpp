@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "runtime/core/paired_schedule.hpp"
-#include "xstage/device.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage {
 

@@ -14,8 +14,8 @@
 #include "runtime/core/device_buffer.hpp"
 #include "runtime/moe/moe_check.hpp"
 #include "util/npy.hpp"
-#include "xstage/attention.hpp"  // float_to_bf16, bf16_to_float
-#include "xstage/error.hpp"
+#include "xstage/attention/attention.hpp"  // float_to_bf16, bf16_to_float
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -7,8 +7,8 @@
 #include <random>
 #include <set>
 
-#include "xstage/attention.hpp"  // bf16_to_float
-#include "xstage/device.hpp"
+#include "xstage/attention/attention.hpp"  // bf16_to_float
+#include "xstage/core/device.hpp"
 
 namespace xstage {
 

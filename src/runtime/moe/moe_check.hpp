@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "xstage/moe.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

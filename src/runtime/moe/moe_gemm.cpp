@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "device/moe/grouped_gemm_launch.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

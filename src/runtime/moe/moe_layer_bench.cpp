@@ -14,10 +14,10 @@
 #include "device/fill/fill_random.hpp"
 #include "runtime/moe/moe_layer_check.hpp"
 #include "runtime/moe/moe_layer_timing.hpp"
-#include "xstage/attention.hpp"  // float_to_bf16, bf16_to_float
-#include "xstage/error.hpp"
-#include "xstage/moe_prediction.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/attention/attention.hpp"  // float_to_bf16, bf16_to_float
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/moe/moe_prediction.hpp"
 #include "xstage/ulysses_bench.hpp"  // the floor probe and the paths' profiles
 
 namespace xstage {

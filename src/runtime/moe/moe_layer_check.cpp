@@ -8,8 +8,8 @@
 #include <mutex>
 #include <thread>
 
-#include "xstage/attention.hpp"  // float_to_bf16, bf16_to_float
-#include "xstage/moe.hpp"
+#include "xstage/attention/attention.hpp"  // float_to_bf16, bf16_to_float
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

@@ -7,7 +7,7 @@
 #include "device/probe/probe_launch.hpp"
 #include "runtime/core/device_buffer.hpp"
 #include "runtime/core/paired_stats.hpp"
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage {
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "xstage/moe_layer.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
 

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 #include "xstage/moe_layer_bench.hpp"
 
 namespace xstage {

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "xstage/build_info.hpp"
+#include "xstage/core/build_info.hpp"
 #include "xstage/probe_sweep.hpp"
 
 namespace xstage {

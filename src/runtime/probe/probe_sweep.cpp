@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -1,7 +1,7 @@
-// Ulysses attention on a World (include/xstage/ulysses.hpp): buffers, the
+// Ulysses attention on a World (include/xstage/ulysses/ulysses.hpp): buffers, the
 // five variants, checks. Kernels: src/device/ulysses/ (launch.hpp); the
 // pipelined variant's streams and plans: ulysses_pipeline.hpp.
-#include "xstage/ulysses.hpp"
+#include "xstage/ulysses/ulysses.hpp"
 
 #include <cuda_runtime.h>
 
@@ -22,10 +22,10 @@
 #include "device/ulysses/launch.hpp"
 #include "runtime/ulysses/ulysses_pipeline.hpp"
 #include "util/npy.hpp"
-#include "xstage/attention.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
 #include "xstage/ulysses_bench.hpp"
 
 namespace xstage {

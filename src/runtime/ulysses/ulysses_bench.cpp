@@ -15,10 +15,10 @@
 #include "runtime/core/paired_stats.hpp"
 #include "runtime/core/timing.hpp"
 #include "util/replace_file.hpp"
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/ulysses_chunks.hpp"
-#include "xstage/ulysses_prediction.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/ulysses/ulysses_chunks.hpp"
+#include "xstage/ulysses/ulysses_prediction.hpp"
 
 namespace xstage {
 

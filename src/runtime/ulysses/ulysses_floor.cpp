@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
-#include "xstage/probe_fit.hpp"
 #include "util/utc_now.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/probe/probe_fit.hpp"
 #include "xstage/probe_sweep.hpp"
 #include "xstage/ulysses_bench.hpp"
 

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "device/visible/visible_params.hpp"
-#include "xstage/error.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/simulator.hpp"
 #include "xstage/visible.hpp"
 
 namespace xstage {

@@ -16,8 +16,8 @@
 #include "device/comm/wait_flag.hpp"
 #include "device/probe/probe_launch.hpp"
 #include "device/visible/visible_launch.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 #include "xstage/visible.hpp"
 
 namespace xstage {

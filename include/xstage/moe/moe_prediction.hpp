@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "xstage/moe.hpp"
-#include "xstage/moe_layer.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/model/simulator.hpp"
+#include "xstage/moe/moe.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
 

@@ -4,7 +4,7 @@
 #include <array>
 #include <vector>
 
-#include "xstage/fit.hpp"
+#include "xstage/model/fit.hpp"
 
 namespace xstage {
 

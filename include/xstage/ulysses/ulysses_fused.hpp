@@ -7,9 +7,9 @@
 // allocates, synchronises or talks to other ranks.
 //
 //   inputs   this rank's head-sharded Q, K, V [B, S, H/P, D] (bf16, element
-//            strides for B, S and H as in xstage/attention.hpp);
+//            strides for B, S and H as in xstage/attention/attention.hpp);
 //   outputs  rank d's sequence-sharded [B, S_d, H, D] (bf16, contiguous) at
-//            out_table[d]; rows as in xstage/ulysses_layout.hpp (torch.chunk);
+//            out_table[d]; rows as in xstage/ulysses/ulysses_layout.hpp (torch.chunk);
 //   flags    flag_table[d]: rank d's plan.flag_slots uint64 completion flags.
 //            Every launch publishes `epoch` into the flags its tiles complete,
 //            and the kernel ends once this rank's own flags all hold at least
@@ -25,9 +25,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "xstage/attention.hpp"
-#include "xstage/remote_store.hpp"
-#include "xstage/ulysses.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/comm/remote_store.hpp"
+#include "xstage/ulysses/ulysses.hpp"
 
 namespace xstage {
 

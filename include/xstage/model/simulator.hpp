@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage {
 
@@ -118,7 +118,7 @@ double total_bursts(const std::vector<Program>& producers);
 // Throws xstage::Error for a non-positive rate or capacity, a negative step,
 // more than kMaxProducers producers, a producer storing more than kMaxBytes or
 // computing longer than kMaxTimeNs, or more than kMaxSimulatedBursts bursts
-// (xstage/limits.hpp).
+// (xstage/core/limits.hpp).
 SimResult simulate(const StageConfig& cfg, const std::vector<Program>& producers, const SimObserver& observer = {});
 
 // The median, over burst indices >= skip, of the slowest producer's issue span

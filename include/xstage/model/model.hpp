@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "xstage/model.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage {
 

@@ -16,9 +16,9 @@
 #include <string_view>
 #include <vector>
 
-#include "xstage/device.hpp"
-#include "xstage/ulysses_layout.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 namespace xstage {
 

@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "xstage/profile.hpp"
-#include "xstage/ulysses_prediction.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/ulysses/ulysses_prediction.hpp"
 
 namespace xstage {
 

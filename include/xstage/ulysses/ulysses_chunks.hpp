@@ -1,5 +1,5 @@
 #pragma once
-// Chunks of the pipelined Ulysses variant (include/xstage/ulysses.hpp): each
+// Chunks of the pipelined Ulysses variant (include/xstage/ulysses/ulysses.hpp): each
 // rank's H/P heads split into consecutive head ranges and the sequence into
 // row ranges (query rows: attention over a row range reads every key, so
 // row chunks are as independent as head chunks); attention runs one chunk at
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "xstage/ulysses_layout.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 namespace xstage {
 

@@ -23,8 +23,8 @@
 #include <string_view>
 #include <vector>
 
-#include "xstage/moe.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Ulysses attention on a World: head-sharded Q, K, V in, sequence-sharded O
-// out (include/xstage/ulysses_layout.hpp), in five variants:
+// out (include/xstage/ulysses/ulysses_layout.hpp), in five variants:
 //   attention-only  the attention kernel with its local epilogue, no all-to-all
 //                   (the floor);
 //   sequential      the same kernel, then the communication layer's
@@ -11,7 +11,7 @@
 //                   (any of sequential's versions) sent on the world's
 //                   streams while the next chunk computes, the whole run
 //                   replayed as one CUDA graph
-//                   (include/xstage/ulysses_chunks.hpp);
+//                   (include/xstage/ulysses/ulysses_chunks.hpp);
 //   fused           the all-to-all in the kernel's epilogue: each output row
 //                   is stored straight to its owner and flagged; receivers
 //                   wait on their flags (docs/design/ulysses.md);
@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "xstage/a2a.hpp"
-#include "xstage/attention.hpp"
-#include "xstage/remote_store.hpp"
-#include "xstage/ulysses_layout.hpp"
-#include "xstage/world.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/comm/a2a.hpp"
+#include "xstage/comm/remote_store.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 namespace xstage {
 
@@ -42,7 +42,7 @@ UlyssesVariant parse_ulysses_variant(std::string_view text);
 bool is_fused(UlyssesVariant v);  // fused or coupled
 
 // How the fused variants' epilogue sends rows (StorePath) and when they
-// publish flags (Completion): xstage/remote_store.hpp, shared with the kernels.
+// publish flags (Completion): xstage/comm/remote_store.hpp, shared with the kernels.
 // The coupled variant publishes with Completion::coupled whatever `flags` says.
 
 enum class TileOrder { linear, rotated };
@@ -95,7 +95,7 @@ std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVar
                                                      AttentionKernel kernel);
 
 // The pipelined variant's (head chunks, row chunks) when a run names
-// neither: ulysses_default_split (xstage/ulysses_chunks.hpp) with the
+// neither: ulysses_default_split (xstage/ulysses/ulysses_chunks.hpp) with the
 // all-to-all's time over the attention's estimated from the bytes a GPU
 // sends at `link_Bps` and the attention's FLOPs at kAttentionFlopsPerSecond.
 // group_ranks: the ranks one process launches together (all of them when

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "xstage/moe_prediction.hpp"
+#include "xstage/moe/moe_prediction.hpp"
 
 namespace xstage {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "xstage/validate.hpp"
+#include "xstage/model/validate.hpp"
 
 namespace xstage {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "xstage/ulysses_layout.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 namespace xstage {
 

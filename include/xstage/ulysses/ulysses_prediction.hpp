@@ -15,8 +15,8 @@
 // complete).
 #include <cstdint>
 
-#include "xstage/profile.hpp"
-#include "xstage/ulysses_layout.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 namespace xstage {
 
