@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/comm/a2a_bench.hpp"
 #include "util/output_file.hpp"
 #include "xstage/comm/a2a.hpp"
 #include "xstage/core/build_info.hpp"

@@ -1,7 +1,7 @@
 // xstage probe: measure the X-Stage of device-initiated stores (T0_iss, R, Q)
 // over a sweep, fit the Burst-Gap model on the training points and validate it
 // on held-out points. xstage validate: the same validation from a CSV.
-// The recording is the library's (xstage/probe_sweep.hpp), and so are the fit
+// The recording is the library's (harness/probe/probe_sweep.hpp), and so are the fit
 // and its files (xstage/probe/probe_fit.hpp); here the options and the printing.
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/probe/probe_sweep.hpp"
 #include "report.hpp"
 #include "util/input_file.hpp"
 #include "util/output_file.hpp"
@@ -24,7 +25,6 @@
 #include "xstage/core/units.hpp"
 #include "xstage/probe/probe.hpp"
 #include "xstage/probe/probe_fit.hpp"
-#include "xstage/probe_sweep.hpp"
 
 namespace xstage::cli {
 

@@ -3,8 +3,8 @@
 //                 prints rank, flag, expected and seen values, and traps.
 //                 Exits non-zero by design.
 #include "commands.hpp"
+#include "harness/comm/selftest.hpp"
 #include "xstage/core/units.hpp"
-#include "xstage/selftest.hpp"
 
 namespace xstage::cli {
 

@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/ulysses/ulysses_bench.hpp"
 #include "util/output_file.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/core/build_info.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/core/units.hpp"
-#include "xstage/ulysses_bench.hpp"
 
 namespace xstage::cli {
 

@@ -10,15 +10,15 @@
 
 #include "cli_runner.hpp"
 #include "device/ulysses/params.hpp"
-#include "runtime/core/paired_schedule.hpp"
-#include "runtime/core/paired_stats.hpp"
+#include "harness/core/paired_schedule.hpp"
+#include "harness/core/paired_stats.hpp"
+#include "harness/ulysses/ulysses_bench.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/model/model.hpp"
 #include "xstage/model/profile.hpp"
 #include "xstage/ulysses/ulysses.hpp"
 #include "xstage/ulysses/ulysses_prediction.hpp"
-#include "xstage/ulysses_bench.hpp"
 
 using namespace xstage;
 

@@ -9,8 +9,8 @@
 
 #include "cli_runner.hpp"
 #include "gpu/need_gpus.hpp"
+#include "harness/visible/visible.hpp"
 #include "xstage/model/profile.hpp"
-#include "xstage/visible.hpp"
 
 using namespace xstage;
 

@@ -1,5 +1,5 @@
 #pragma once
-// A probe CSV (xstage/probe_sweep.hpp) fitted to a profile and, where it has
+// A probe CSV (harness/probe/probe_sweep.hpp) fitted to a profile and, where it has
 // held-out rows, validated: what `xstage probe` does after measuring and
 // `xstage validate` does with a CSV recorded earlier. Everything about the
 // measurement (transport, device, clock, copy engine) comes from the CSV's

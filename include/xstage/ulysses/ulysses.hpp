@@ -94,6 +94,10 @@ StorePath default_store_path(AttentionKernel kernel, UlyssesVariant variant,
 std::optional<std::string> ulysses_combination_error(StorePath store, UlyssesVariant variant, Completion flags,
                                                      AttentionKernel kernel);
 
+// The embedded profile of the path a world's outputs take (the pipelined
+// split's link rate; the bench's prediction). Never "".
+std::string default_ulysses_profile(Backend b, Placement p);
+
 // The pipelined variant's (head chunks, row chunks) when a run names
 // neither: ulysses_default_split (xstage/ulysses/ulysses_chunks.hpp) with the
 // all-to-all's time over the attention's estimated from the bytes a GPU

@@ -26,7 +26,6 @@
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/model/profile.hpp"
-#include "xstage/ulysses_bench.hpp"
 
 namespace xstage {
 
@@ -46,6 +45,11 @@ UlyssesVariant parse_ulysses_variant(std::string_view t) {
                  UlyssesVariant::fused, UlyssesVariant::coupled})
     if (t == to_string(v)) return v;
   throw Error(fmt::format("variant '{}': expected attention-only, sequential, pipelined, fused or coupled", t));
+}
+
+std::string default_ulysses_profile(Backend b, Placement p) {
+  if (b == Backend::emulated) return p == Placement::host ? "h200-host-pcie" : "h200-local";
+  return p == Placement::host ? "h200-host-pcie" : "h200-peer";
 }
 
 bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }

@@ -1,4 +1,4 @@
-#include "runtime/moe/moe_check.hpp"
+#include "harness/moe/moe_check.hpp"
 
 #include <cuda_runtime.h>
 

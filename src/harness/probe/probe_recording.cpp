@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "harness/probe/probe_sweep.hpp"
 #include "xstage/core/build_info.hpp"
-#include "xstage/probe_sweep.hpp"
 
 namespace xstage {
 

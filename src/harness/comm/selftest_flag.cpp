@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include "device/comm/wait_flag.hpp"
+#include "harness/comm/selftest.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/core/units.hpp"
-#include "xstage/selftest.hpp"
 
 namespace xstage {
 

@@ -1,5 +1,5 @@
-// xstage ulysses's measurement (include/xstage/ulysses_bench.hpp).
-#include "xstage/ulysses_bench.hpp"
+// xstage ulysses's measurement (src/harness/ulysses/ulysses_bench.hpp).
+#include "harness/ulysses/ulysses_bench.hpp"
 
 #include <cuda_runtime.h>
 
@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/core/paired_stats.hpp"
-#include "runtime/core/timing.hpp"
+#include "harness/core/paired_stats.hpp"
+#include "harness/core/timing.hpp"
 #include "util/replace_file.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/model/profile.hpp"
@@ -45,11 +45,6 @@ void append_timeline(std::string& csv, int64_t S, const PairedTimes& timed, cons
 }
 
 }  // namespace
-
-std::string default_ulysses_profile(Backend b, Placement p) {
-  if (b == Backend::emulated) return p == Placement::host ? "h200-host-pcie" : "h200-local";
-  return p == Placement::host ? "h200-host-pcie" : "h200-peer";
-}
 
 Profile load_local_profile(const std::string& name) {
   try {

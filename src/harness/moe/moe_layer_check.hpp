@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "xstage/moe_layer_bench.hpp"
+#include "harness/moe/moe_layer_bench.hpp"
 
 namespace xstage {
 

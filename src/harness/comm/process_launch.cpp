@@ -1,4 +1,4 @@
-#include "xstage/process_launch.hpp"
+#include "harness/comm/process_launch.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>

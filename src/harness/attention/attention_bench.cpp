@@ -1,4 +1,4 @@
-#include "xstage/attention_bench.hpp"
+#include "harness/attention/attention_bench.hpp"
 
 #include <cuda_runtime.h>
 

@@ -1,12 +1,12 @@
-#include "runtime/moe/moe_layer_timing.hpp"
+#include "harness/moe/moe_layer_timing.hpp"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "device/probe/probe_launch.hpp"
+#include "harness/core/paired_stats.hpp"
 #include "runtime/core/device_buffer.hpp"
-#include "runtime/core/paired_stats.hpp"
 #include "xstage/core/device.hpp"
 
 namespace xstage {

@@ -7,7 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/core/timing.hpp"
+#include "harness/comm/a2a_bench.hpp"
+#include "harness/core/timing.hpp"
 #include "xstage/comm/a2a.hpp"
 #include "xstage/core/error.hpp"
 

@@ -1,4 +1,4 @@
-#include "xstage/moe_bench.hpp"
+#include "harness/moe/moe_bench.hpp"
 
 #include <cuda_runtime.h>
 
@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "device/fill/fill_random.hpp"
+#include "harness/moe/moe_check.hpp"
 #include "runtime/core/device_buffer.hpp"
-#include "runtime/moe/moe_check.hpp"
 #include "util/npy.hpp"
 #include "xstage/attention/attention.hpp"  // float_to_bf16, bf16_to_float
 #include "xstage/core/error.hpp"

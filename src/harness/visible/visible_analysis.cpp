@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "device/visible/visible_params.hpp"
+#include "harness/visible/visible.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/model/simulator.hpp"
-#include "xstage/visible.hpp"
 
 namespace xstage {
 

@@ -1,5 +1,5 @@
-// xstage moe's measurement (include/xstage/moe_layer_bench.hpp).
-#include "xstage/moe_layer_bench.hpp"
+// xstage moe's measurement (src/harness/moe/moe_layer_bench.hpp).
+#include "harness/moe/moe_layer_bench.hpp"
 
 #include <cuda_runtime.h>
 
@@ -12,13 +12,13 @@
 #include <fmt/format.h>
 
 #include "device/fill/fill_random.hpp"
-#include "runtime/moe/moe_layer_check.hpp"
-#include "runtime/moe/moe_layer_timing.hpp"
+#include "harness/moe/moe_layer_check.hpp"
+#include "harness/moe/moe_layer_timing.hpp"
+#include "harness/ulysses/ulysses_bench.hpp"  // the floor probe and the paths' profiles
 #include "xstage/attention/attention.hpp"  // float_to_bf16, bf16_to_float
 #include "xstage/core/error.hpp"
 #include "xstage/model/profile.hpp"
 #include "xstage/moe/moe_prediction.hpp"
-#include "xstage/ulysses_bench.hpp"  // the floor probe and the paths' profiles
 
 namespace xstage {
 

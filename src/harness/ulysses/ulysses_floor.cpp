@@ -1,14 +1,14 @@
 // The drain rate R of the sweep's physical floor, measured by the probe in
-// this process (include/xstage/ulysses_bench.hpp, ulysses_floor_probe).
+// this process (src/harness/ulysses/ulysses_bench.hpp, ulysses_floor_probe).
 #include <chrono>
 
 #include <fmt/format.h>
 
+#include "harness/probe/probe_sweep.hpp"
+#include "harness/ulysses/ulysses_bench.hpp"
 #include "util/utc_now.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/probe/probe_fit.hpp"
-#include "xstage/probe_sweep.hpp"
-#include "xstage/ulysses_bench.hpp"
 
 namespace xstage {
 

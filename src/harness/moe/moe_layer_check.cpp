@@ -1,4 +1,4 @@
-#include "runtime/moe/moe_layer_check.hpp"
+#include "harness/moe/moe_layer_check.hpp"
 
 #include <algorithm>
 #include <atomic>

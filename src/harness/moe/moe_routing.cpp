@@ -1,4 +1,4 @@
-// Routing for xstage moe (include/xstage/moe_layer_bench.hpp): the tokens'
+// Routing for xstage moe (src/harness/moe/moe_layer_bench.hpp): the tokens'
 // top-k experts and weights drawn from a seed, what crosses ranks, and the
 // tokens the check compares. Pure CPU.
 #include <algorithm>
@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "harness/moe/moe_layer_bench.hpp"
 #include "xstage/core/error.hpp"
-#include "xstage/moe_layer_bench.hpp"
 
 namespace xstage {
 

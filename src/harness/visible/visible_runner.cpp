@@ -16,9 +16,9 @@
 #include "device/comm/wait_flag.hpp"
 #include "device/probe/probe_launch.hpp"
 #include "device/visible/visible_launch.hpp"
+#include "harness/visible/visible.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
-#include "xstage/visible.hpp"
 
 namespace xstage {
 

@@ -143,8 +143,6 @@ struct UlyssesBenchReport {
 
 // CPU-only checks of the options (before looking for a GPU); resolves world.ranks where it can.
 void validate_ulysses_options(UlyssesBenchOptions& o);
-// The profile the prediction uses for a placement and backend ("" when none fits).
-std::string default_ulysses_profile(Backend b, Placement p);
 // Every attention-only run stores into the GPU's own memory, whatever the placement.
 inline constexpr const char* kDefaultLocalProfile = "h200-local";
 // load_profile, with an error that names --local-profile (where a default

@@ -1,4 +1,4 @@
-#include "xstage/probe_sweep.hpp"
+#include "harness/probe/probe_sweep.hpp"
 
 #include <cmath>
 

@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/core/paired_schedule.hpp"
+#include "harness/core/paired_schedule.hpp"
 #include "xstage/comm/world.hpp"
 #include "xstage/core/device.hpp"
 
