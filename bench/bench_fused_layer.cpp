@@ -20,7 +20,7 @@
 
 #include "device/fill/fill_random.hpp"
 #include "device/moe/fused_layer_launch.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace {
 namespace moe = xstage::moe;

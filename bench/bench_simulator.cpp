@@ -2,8 +2,8 @@
 // second on one core. Run: build/bench_simulator
 #include <benchmark/benchmark.h>
 
-#include "xstage/model.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/simulator.hpp"
 
 namespace {
 

@@ -80,7 +80,7 @@ class Ours:
 TILES = ["m128n256", "m64n256", "m128n128", "m64n80"]
 STORES = {"auto": -1, "staged": 0, "bulk": 1, "tma": 2}
 TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80)}
-NARROW = 3  # m64n80: L2 with the staged store only (include/xstage/moe.hpp)
+NARROW = 3  # m64n80: L2 with the staged store only (include/xstage/moe/moe.hpp)
 
 
 def interleave_w13(w13):

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/model/simulator.hpp"
 
 using namespace xstage;
 

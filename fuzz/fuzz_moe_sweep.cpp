@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "fuzz_target.hpp"
-#include "xstage/moe_prediction.hpp"
-#include "xstage/moe_sweep_record.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/moe/moe_prediction.hpp"
+#include "xstage/moe/moe_sweep_record.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_parsed_or_rejected(data, size, [](const std::string& t) {

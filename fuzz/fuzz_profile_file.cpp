@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "fuzz_target.hpp"
-#include "xstage/model.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/model/simulator.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/xstage-fuzz-profile-" + std::to_string(::getpid()) + ".json";

@@ -3,9 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_target.hpp"
-#include "xstage/model.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/model/simulator.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_parsed_or_rejected(data, size, [](const std::string& t) {

@@ -1,8 +1,8 @@
 // The samples CSV of `xstage fit` / `xstage validate` (a probe CSV), and the
 // model's prediction for every row it accepts.
 #include "fuzz_target.hpp"
-#include "xstage/fit.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/model/fit.hpp"
+#include "xstage/model/profile.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_parsed_or_rejected(data, size, [](const std::string& t) {

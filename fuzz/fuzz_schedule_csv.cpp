@@ -1,8 +1,8 @@
 // The schedule CSV of `xstage simulate --schedule`, and the simulator on every
 // small schedule it accepts (hostile amounts reach the event loop).
 #include "fuzz_target.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/model/simulator.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_parsed_or_rejected(data, size, [](const std::string& t) {

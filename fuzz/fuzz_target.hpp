@@ -8,7 +8,7 @@
 #include <exception>
 #include <string>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 template <class F>
 void expect_parsed_or_rejected(const uint8_t* data, size_t size, F&& parse) {

@@ -1,9 +1,9 @@
 // A recorded sweep (`xstage ulysses -o` JSON, single or merged) as
 // `xstage ulysses-predict` reads it, and the prediction for small shapes.
 #include "fuzz_target.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/ulysses_prediction.hpp"
-#include "xstage/ulysses_report.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/ulysses/ulysses_prediction.hpp"
+#include "xstage/ulysses/ulysses_report.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_parsed_or_rejected(data, size, [](const std::string& t) {

@@ -1,6 +1,6 @@
 // Sizes and times as typed on the command line and in schedule cells.
 #include "fuzz_target.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/units.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_parsed_or_rejected(data, size, [](const std::string& t) {

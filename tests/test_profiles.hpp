@@ -1,6 +1,6 @@
 #pragma once
 // A profile with the given parameters, for tests of the model, simulator and fitter.
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
 
 inline xstage::Profile make_profile(double fixed_ns, double per_producer_Bps, double aggregate_Bps, double R_Bps,
                                     double Q_bytes, double latency_ns = 0) {

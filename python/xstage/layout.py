@@ -1,4 +1,4 @@
-"""Ulysses layouts in torch (include/xstage/ulysses_layout.hpp in C++):
+"""Ulysses layouts in torch (include/xstage/ulysses/ulysses_layout.hpp in C++):
 
   sequence-sharded  rank r holds [B, S_r, H, D], rows [r c, min(S, (r+1) c))
                     with c = ceil(S / P) (torch.chunk's split: the last ranks

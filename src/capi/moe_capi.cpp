@@ -8,8 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "xstage/error.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace {
 void set_message(char* buf, int len, const char* what) {

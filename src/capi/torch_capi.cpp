@@ -12,12 +12,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "xstage/attention.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe.hpp"
-#include "xstage/remote_store.hpp"
-#include "xstage/ulysses.hpp"
-#include "xstage/ulysses_fused.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/comm/remote_store.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe.hpp"
+#include "xstage/ulysses/ulysses.hpp"
+#include "xstage/ulysses/ulysses_fused.hpp"
 
 namespace {
 
@@ -143,7 +143,7 @@ int xstage_ulysses_fused(const int64_t* shape, const void* q, const void* k, con
   });
 }
 
-// The MoE expert GEMMs (xstage/moe.hpp) with the heuristic's tile, split-K
+// The MoE expert GEMMs (xstage/moe/moe.hpp) with the heuristic's tile, split-K
 // and output store. kind: 0 L1 (SwiGLU, W13 interleaved; row_weight
 // optional), 1 L2 (row_weight null). a [rows_total, K], b [E, N, K], c
 // [rows_total, N / 2 (L1) or N], offs int32 [E], all contiguous device

@@ -10,11 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/comm/a2a_bench.hpp"
 #include "util/output_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/a2a.hpp"
-#include "xstage/error.hpp"
-#include "xstage/units.hpp"
+#include "xstage/comm/a2a.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 
 namespace xstage::cli {
 

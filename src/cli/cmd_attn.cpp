@@ -1,7 +1,7 @@
 // xstage attn: one attention forward on the GPU (sm90_bf16_attention_fwd):
 // inputs from .npy files or random from a seed, --check against an fp64 CPU
 // reference, --bench timing with device events, --o writes O as float32 .npy.
-// The measurement is the library's (xstage/attention_bench.hpp); here the
+// The measurement is the library's (harness/attention/attention_bench.hpp); here the
 // options, the shapes of the files, and the printing.
 #include <cmath>
 #include <iostream>
@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/attention/attention_bench.hpp"
 #include "util/npy.hpp"
 #include "util/output_file.hpp"
-#include "xstage/attention_bench.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::cli {
 

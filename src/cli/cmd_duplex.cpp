@@ -1,6 +1,6 @@
 // xstage duplex: one path's two directions timed alone and at once (reads of
 // one far buffer, stores into another), the rates the MoE model's duplex
-// capacity comes from (xstage/duplex.hpp). Here the options and the printing.
+// capacity comes from (xstage/probe/duplex.hpp). Here the options and the printing.
 #include <iostream>
 
 #include <fmt/format.h>
@@ -9,11 +9,11 @@
 #include "commands.hpp"
 #include "util/output_file.hpp"
 #include "util/replace_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/device.hpp"
-#include "xstage/duplex.hpp"
-#include "xstage/error.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/probe/duplex.hpp"
 
 namespace xstage::cli {
 

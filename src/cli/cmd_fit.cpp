@@ -10,10 +10,10 @@
 #include "progress.hpp"
 #include "report.hpp"
 #include "util/output_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
-#include "xstage/fit.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/model/fit.hpp"
 
 namespace xstage::cli {
 

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "xstage/error.hpp"
-#include "xstage/process_launch.hpp"
+#include "harness/comm/process_launch.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::cli {
 

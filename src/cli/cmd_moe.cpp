@@ -3,7 +3,7 @@
 // baseline and the compute-only floor: --check against the fp64 CPU
 // reference and bit for bit between variants, --bench in paired rounds, -o
 // the sweep record of docs/design/moe-layer.md. The measurement is the
-// library's (xstage/moe_layer_bench.hpp); here the options, the files and the
+// library's (harness/moe/moe_layer_bench.hpp); here the options, the files and the
 // printing.
 #include <algorithm>
 #include <cmath>
@@ -14,13 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/moe/moe_layer_bench.hpp"
 #include "util/npy.hpp"
-#include "util/replace_file.hpp"
 #include "util/output_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_layer_bench.hpp"
-#include "xstage/units.hpp"
+#include "util/replace_file.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 
 namespace xstage::cli {
 

@@ -2,7 +2,7 @@
 // (L1 with its SwiGLU epilogue, L2, or both in sequence): inputs from .npy
 // files or random from a seed, --check against an fp64 CPU reference on
 // sampled rows, --bench timing with device events. The measurement is the
-// library's (xstage/moe_bench.hpp); here the options, the model shapes, the
+// library's (harness/moe/moe_bench.hpp); here the options, the model shapes, the
 // files' shapes, and the printing.
 #include <cmath>
 #include <iostream>
@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/moe/moe_bench.hpp"
 #include "util/npy.hpp"
 #include "util/output_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_bench.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::cli {
 

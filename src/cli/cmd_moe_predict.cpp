@@ -13,10 +13,10 @@
 
 #include "commands.hpp"
 #include "option_checks.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_prediction.hpp"
-#include "xstage/moe_sweep_record.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/moe/moe_prediction.hpp"
+#include "xstage/moe/moe_sweep_record.hpp"
 
 namespace xstage::cli {
 

@@ -7,10 +7,10 @@
 
 #include "commands.hpp"
 #include "option_checks.hpp"
-#include "xstage/error.hpp"
-#include "xstage/limits.hpp"
-#include "xstage/model.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/limits.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/model/model.hpp"
 
 namespace xstage::cli {
 
@@ -34,7 +34,7 @@ const std::vector<std::string> kPredictColumns = {
 
 void run_predict(const PredictArgs& a) {
   const Profile p = load_profile(a.profile);
-  // The bounds the simulator has (xstage/limits.hpp): beyond them no GPU run
+  // The bounds the simulator has (xstage/core/limits.hpp): beyond them no GPU run
   // is described, and a typo (an extra zero, a missing unit) says so.
   if (a.K < 1 || a.K > kMaxProducers)
     throw Error(fmt::format("--K: expected a whole number in [1, {}], got {}", kMaxProducers, a.K));

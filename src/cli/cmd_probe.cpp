@@ -1,8 +1,8 @@
 // xstage probe: measure the X-Stage of device-initiated stores (T0_iss, R, Q)
 // over a sweep, fit the Burst-Gap model on the training points and validate it
 // on held-out points. xstage validate: the same validation from a CSV.
-// The recording is the library's (xstage/probe_sweep.hpp), and so are the fit
-// and its files (xstage/probe_fit.hpp); here the options and the printing.
+// The recording is the library's (harness/probe/probe_sweep.hpp), and so are the fit
+// and its files (xstage/probe/probe_fit.hpp); here the options and the printing.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -15,16 +15,16 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/probe/probe_sweep.hpp"
 #include "report.hpp"
 #include "util/input_file.hpp"
 #include "util/output_file.hpp"
 #include "util/replace_file.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/probe.hpp"
-#include "xstage/probe_fit.hpp"
-#include "xstage/probe_sweep.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/probe/probe.hpp"
+#include "xstage/probe/probe_fit.hpp"
 
 namespace xstage::cli {
 

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage::cli {
 

@@ -3,8 +3,8 @@
 //                 prints rank, flag, expected and seen values, and traps.
 //                 Exits non-zero by design.
 #include "commands.hpp"
-#include "xstage/selftest.hpp"
-#include "xstage/units.hpp"
+#include "harness/comm/selftest.hpp"
+#include "xstage/core/units.hpp"
 
 namespace xstage::cli {
 

@@ -12,11 +12,11 @@
 #include "option_checks.hpp"
 #include "progress.hpp"
 #include "util/output_file.hpp"
-#include "xstage/error.hpp"
-#include "xstage/limits.hpp"
-#include "xstage/model.hpp"
-#include "xstage/simulator.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/limits.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/simulator.hpp"
 
 namespace xstage::cli {
 

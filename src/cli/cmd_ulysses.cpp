@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/ulysses/ulysses_bench.hpp"
 #include "util/output_file.hpp"
 #include "util/replace_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
-#include "xstage/ulysses_bench.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 
 namespace xstage::cli {
 

@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
-#include "xstage/error.hpp"
-#include "xstage/ulysses_bench.hpp"
-#include "xstage/ulysses_prediction.hpp"
-#include "xstage/ulysses_report.hpp"
-#include "xstage/ulysses_store_paths.hpp"
+#include "harness/ulysses/ulysses_bench.hpp"
 #include "util/input_file.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/ulysses/ulysses_prediction.hpp"
+#include "xstage/ulysses/ulysses_report.hpp"
+#include "xstage/ulysses/ulysses_store_paths.hpp"
 
 namespace xstage::cli {
 

@@ -1,6 +1,6 @@
 // xstage visible: when device-initiated stores become visible at the far end
 // of the X-Stage, per burst, next to the Burst-Gap model's drain
-// (xstage/visible.hpp; docs/model.md, section 7). Here the options, the
+// (harness/visible/visible.hpp; docs/model.md, section 7). Here the options, the
 // tables and the files.
 #include <cmath>
 #include <filesystem>
@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "harness/visible/visible.hpp"
 #include "util/output_file.hpp"
 #include "util/replace_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/units.hpp"
-#include "xstage/visible.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 
 namespace xstage::cli {
 

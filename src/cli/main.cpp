@@ -6,9 +6,9 @@
 #include "commands.hpp"
 #include "option_checks.hpp"
 #include "option_names.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
 #include "util/utc_now.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::cli {
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::cli {
 

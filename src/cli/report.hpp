@@ -3,7 +3,7 @@
 #include <string>
 
 #include "table.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage::cli {
 

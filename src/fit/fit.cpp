@@ -13,9 +13,9 @@
 #include "nelder_mead.hpp"
 #include "stats.hpp"
 #include "util/parallel_for.hpp"
-#include "xstage/error.hpp"
-#include "xstage/fit.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/model/fit.hpp"
 
 namespace xstage {
 namespace {

@@ -1,4 +1,4 @@
-#include "xstage/probe_fit.hpp"
+#include "xstage/probe/probe_fit.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -9,9 +9,9 @@
 
 #include "util/output_file.hpp"
 #include "util/replace_file.hpp"
-#include "xstage/build_info.hpp"
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/core/build_info.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage {
 

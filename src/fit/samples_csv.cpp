@@ -12,9 +12,9 @@
 
 #include "util/csv.hpp"
 #include "util/input_file.hpp"
-#include "xstage/error.hpp"
-#include "xstage/fit.hpp"
-#include "xstage/limits.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/limits.hpp"
+#include "xstage/model/fit.hpp"
 
 namespace xstage {
 
@@ -233,7 +233,7 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
     if (!(T >= 1e-3))
       throw Error(fmt::format("{}: column 'issue_ns': {} ns; expected at least 0.001 ns", where(), T));
     // Beyond these no GPU run produced the row; inside them the model's
-    // arithmetic stays finite (xstage/limits.hpp).
+    // arithmetic stays finite (xstage/core/limits.hpp).
     if (K > kMaxProducers || V > kMaxBytes || G > kMaxTimeNs || T > kMaxTimeNs)
       throw Error(fmt::format("{}: K = {}, V_bytes = {}, gap_ns = {}, issue_ns = {}: expected K <= {}, V_bytes <= "
                               "{:g} and times <= {:g} ns",

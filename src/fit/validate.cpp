@@ -1,4 +1,4 @@
-#include "xstage/validate.hpp"
+#include "xstage/model/validate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "nelder_mead.hpp"
 #include "stats.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -1,4 +1,4 @@
-#include "xstage/ulysses_layout.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "xstage/error.hpp"
-#include "xstage/model.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/model.hpp"
 
 namespace xstage {
 

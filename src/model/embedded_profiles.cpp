@@ -3,8 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage {
 namespace detail {

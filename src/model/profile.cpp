@@ -1,4 +1,4 @@
-#include "xstage/profile.hpp"
+#include "xstage/model/profile.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,15 +11,15 @@
 
 #include "util/input_file.hpp"
 #include "util/replace_file.hpp"
-#include "xstage/error.hpp"
-#include "xstage/limits.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/limits.hpp"
 
 namespace xstage {
 
 using nlohmann::json;
 
 // Rates and capacities outside these bounds are no interconnect; inside them
-// every prediction for sizes and times within xstage/limits.hpp stays a
+// every prediction for sizes and times within xstage/core/limits.hpp stays a
 // finite number (1e-300 B/s would print "inf" and "nan%").
 constexpr double kMinRateBps = 1.0, kMaxRateBps = 1e18, kMinCapacityBytes = 1.0;
 

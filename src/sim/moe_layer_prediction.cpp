@@ -1,5 +1,5 @@
 // The fused MoE layer's time per scheduler, its regime and the model-guided
-// plan (include/xstage/moe_prediction.hpp).
+// plan (include/xstage/moe/moe_prediction.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "device/sched/claim_policy.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_prediction.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe_prediction.hpp"
 
 namespace xstage {
 

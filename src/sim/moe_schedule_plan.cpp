@@ -1,5 +1,5 @@
 // The model-guided plan of the fused MoE layer: candidate plans the kernel can
-// run, simulated, the fastest predicted kept (include/xstage/moe_prediction.hpp,
+// run, simulated, the fastest predicted kept (include/xstage/moe/moe_prediction.hpp,
 // docs/model.md section 9).
 #include <algorithm>
 #include <string>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "util/parallel_for.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_prediction.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe_prediction.hpp"
 
 namespace xstage {
 

@@ -1,5 +1,5 @@
-// Reads a recorded MoE layer sweep (include/xstage/moe_sweep_record.hpp).
-#include "xstage/moe_sweep_record.hpp"
+// Reads a recorded MoE layer sweep (include/xstage/moe/moe_sweep_record.hpp).
+#include "xstage/moe/moe_sweep_record.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/input_file.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

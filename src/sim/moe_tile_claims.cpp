@@ -1,5 +1,5 @@
 // The fused MoE kernel's tile claims as a list schedule, and the launch through
-// the X-Stage simulator (include/xstage/moe_prediction.hpp).
+// the X-Stage simulator (include/xstage/moe/moe_prediction.hpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "device/sched/claim_policy.hpp"
-#include "xstage/error.hpp"
-#include "xstage/model.hpp"
-#include "xstage/moe_prediction.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/moe/moe_prediction.hpp"
 
 namespace xstage {
 

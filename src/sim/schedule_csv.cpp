@@ -7,10 +7,10 @@
 
 #include "util/csv.hpp"
 #include "util/input_file.hpp"
-#include "xstage/limits.hpp"
-#include "xstage/error.hpp"
-#include "xstage/simulator.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/limits.hpp"
+#include "xstage/core/units.hpp"
+#include "xstage/model/simulator.hpp"
 
 namespace xstage {
 

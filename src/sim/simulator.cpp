@@ -1,4 +1,4 @@
-#include "xstage/simulator.hpp"
+#include "xstage/model/simulator.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
-#include "xstage/limits.hpp"
-#include "xstage/model.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/limits.hpp"
+#include "xstage/model/model.hpp"
 
 namespace xstage {
 
@@ -394,7 +394,7 @@ double total_bursts(const std::vector<Program>& producers) {
 namespace {
 
 // What one producer asks of the stage must stay where doubles keep their
-// meaning (xstage/limits.hpp): a compute step of 1e308 ns would otherwise push
+// meaning (xstage/core/limits.hpp): a compute step of 1e308 ns would otherwise push
 // the clock where a store's microseconds round to nothing.
 void check_program_size(const Program& p, size_t i) {
   double bytes = 0, ns = 0;

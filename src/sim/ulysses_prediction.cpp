@@ -1,14 +1,14 @@
-// Ulysses attention through the X-Stage simulator (include/xstage/ulysses_prediction.hpp).
-#include "xstage/ulysses_prediction.hpp"
+// Ulysses attention through the X-Stage simulator (include/xstage/ulysses/ulysses_prediction.hpp).
+#include "xstage/ulysses/ulysses_prediction.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
-#include "xstage/model.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/simulator.hpp"
 
 namespace xstage {
 

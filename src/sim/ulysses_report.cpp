@@ -1,4 +1,4 @@
-#include "xstage/ulysses_report.hpp"
+#include "xstage/ulysses/ulysses_report.hpp"
 
 #include <cmath>
 
@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "util/input_file.hpp"
-#include "xstage/error.hpp"
-#include "xstage/limits.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/limits.hpp"
 
 namespace xstage {
 
@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 // Shapes beyond these are no run a GPU made; they also keep the tile count
-// and the payload in range of the simulator (xstage/limits.hpp).
+// and the payload in range of the simulator (xstage/core/limits.hpp).
 constexpr int64_t kMaxRanks = 1024, kMaxBatch = 1 << 16, kMaxSeq = int64_t(1) << 24, kMaxHeads = 1 << 12,
                   kMaxHeadDim = 1024, kMaxBlock = 1 << 12, kMaxSlots = kMaxProducers;
 

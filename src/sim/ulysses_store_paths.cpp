@@ -1,6 +1,6 @@
 // The fused Ulysses kernel's store paths through the X-Stage simulator
-// (include/xstage/ulysses_store_paths.hpp).
-#include "xstage/ulysses_store_paths.hpp"
+// (include/xstage/ulysses/ulysses_store_paths.hpp).
+#include "xstage/ulysses/ulysses_store_paths.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "util/csv.hpp"
-#include "xstage/error.hpp"
-#include "xstage/model.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/simulator.hpp"
 
 namespace xstage {
 

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "input_file.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::detail {
 

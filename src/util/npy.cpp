@@ -8,7 +8,7 @@
 
 #include "input_file.hpp"
 #include "replace_file.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

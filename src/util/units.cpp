@@ -1,4 +1,4 @@
-#include "xstage/units.hpp"
+#include "xstage/core/units.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 namespace {

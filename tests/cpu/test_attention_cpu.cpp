@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "cli_runner.hpp"
-#include "xstage/attention.hpp"
-#include "xstage/error.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/core/error.hpp"
 
 using namespace xstage;
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
-#include "xstage/model.hpp"
+#include "xstage/model/model.hpp"
 
 using nlohmann::json;
 

@@ -5,9 +5,9 @@
 #include <chrono>
 
 #include "cli_runner.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 namespace {
 void expect_error(const std::string& args, const std::string& fragment) {

@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "fit/stats.hpp"
-#include "xstage/error.hpp"
-#include "xstage/fit.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/fit.hpp"
 
 #include "test_profiles.hpp"
 

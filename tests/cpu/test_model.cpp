@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "xstage/model.hpp"
+#include "xstage/model/model.hpp"
 
 #include "test_profiles.hpp"
 

@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "xstage/error.hpp"
-#include "xstage/fit.hpp"
-#include "xstage/model.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/fit.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/simulator.hpp"
 
 #include "test_profiles.hpp"
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "cli_runner.hpp"
-#include "runtime/moe/moe_check.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe.hpp"
-#include "xstage/moe_bench.hpp"
+#include "harness/moe/moe_bench.hpp"
+#include "harness/moe/moe_check.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe.hpp"
 
 using namespace xstage;
 

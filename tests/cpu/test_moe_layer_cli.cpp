@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "harness/moe/moe_layer_bench.hpp"
 #include "util/npy.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_layer_bench.hpp"
+#include "xstage/core/error.hpp"
 
 using namespace xstage;
 namespace fs = std::filesystem;

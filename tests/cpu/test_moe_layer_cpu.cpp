@@ -8,8 +8,8 @@
 #include <limits>
 #include <string>
 
-#include "xstage/error.hpp"
-#include "xstage/moe_layer.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 using namespace xstage;
 

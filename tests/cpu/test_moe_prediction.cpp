@@ -1,4 +1,4 @@
-// The fused MoE layer's model (include/xstage/moe_prediction.hpp): the claim
+// The fused MoE layer's model (include/xstage/moe/moe_prediction.hpp): the claim
 // rules, the regime, the model-guided plan, and `xstage moe-predict` on a
 // small synthetic sweep (tests/data/moe-sweep-small.json).
 #include <gtest/gtest.h>
@@ -15,10 +15,10 @@
 #include "cli_runner.hpp"
 #include "device/moe/fused_layer_params.hpp"  // kFusedCopyBlockRows
 #include "test_profiles.hpp"
-#include "xstage/error.hpp"
-#include "xstage/model.hpp"
-#include "xstage/moe_prediction.hpp"
-#include "xstage/moe_sweep_record.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/moe/moe_prediction.hpp"
+#include "xstage/moe/moe_sweep_record.hpp"
 
 using namespace xstage;
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "util/npy.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 using namespace xstage;
 

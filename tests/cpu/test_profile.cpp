@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
 
 using namespace xstage;
 

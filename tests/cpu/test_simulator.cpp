@@ -5,9 +5,9 @@
 #include <map>
 #include <random>
 
-#include "xstage/error.hpp"
-#include "xstage/model.hpp"
-#include "xstage/simulator.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/simulator.hpp"
 
 #include "test_profiles.hpp"
 

@@ -1,5 +1,5 @@
 // The pipelined variant's head chunks and its chunked all-to-all plans
-// (include/xstage/ulysses_chunks.hpp), on the CPU: every chunk count of
+// (include/xstage/ulysses/ulysses_chunks.hpp), on the CPU: every chunk count of
 // random shapes with uneven S, direct and through NCCL-style equal slots,
 // against the whole all-to-all's reference; and each chunk writes only its
 // own heads, so that a chunk's sends and the next chunk's attention touch
@@ -11,10 +11,10 @@
 #include <functional>
 #include <random>
 
-#include "xstage/error.hpp"
-#include "xstage/ulysses.hpp"
-#include "xstage/ulysses_chunks.hpp"
-#include "xstage/ulysses_layout.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/ulysses/ulysses.hpp"
+#include "xstage/ulysses/ulysses_chunks.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 using namespace xstage;
 

@@ -10,15 +10,15 @@
 
 #include "cli_runner.hpp"
 #include "device/ulysses/params.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/model.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/ulysses.hpp"
-#include "runtime/core/paired_schedule.hpp"
-#include "runtime/core/paired_stats.hpp"
-#include "xstage/ulysses_bench.hpp"
-#include "xstage/ulysses_prediction.hpp"
+#include "harness/core/paired_schedule.hpp"
+#include "harness/core/paired_stats.hpp"
+#include "harness/ulysses/ulysses_bench.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/model.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/ulysses/ulysses.hpp"
+#include "xstage/ulysses/ulysses_prediction.hpp"
 
 using namespace xstage;
 

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "device/comm/copy2d_list.hpp"
-#include "xstage/error.hpp"
-#include "xstage/ulysses_layout.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 using namespace xstage;
 

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/simulator.hpp"
-#include "xstage/ulysses_layout.hpp"
-#include "xstage/ulysses_store_paths.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
+#include "xstage/model/simulator.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
+#include "xstage/ulysses/ulysses_store_paths.hpp"
 
 #include "test_profiles.hpp"
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "xstage/error.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 
 using namespace xstage;
 

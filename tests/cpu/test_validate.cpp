@@ -3,8 +3,8 @@
 #include <cmath>
 #include <random>
 
-#include "xstage/error.hpp"
-#include "xstage/validate.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/validate.hpp"
 
 #include "test_profiles.hpp"
 

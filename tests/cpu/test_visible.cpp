@@ -6,9 +6,9 @@
 #include <random>
 
 #include "cli_runner.hpp"
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/visible.hpp"
+#include "harness/visible/visible.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
 
 using namespace xstage;
 

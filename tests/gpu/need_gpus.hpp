@@ -7,7 +7,7 @@
 
 #include <cstdlib>
 
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage::gpu_tests {
 inline int required_gpus() {

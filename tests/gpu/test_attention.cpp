@@ -10,11 +10,11 @@
 
 #include <cuda_runtime.h>
 
-#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
-#include "xstage/attention.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
+#include "gpu/need_gpus.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 using namespace xstage;
 

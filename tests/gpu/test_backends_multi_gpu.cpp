@@ -5,10 +5,10 @@
 
 #include <sstream>
 
-#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
-#include "xstage/a2a.hpp"
-#include "xstage/device.hpp"
+#include "gpu/need_gpus.hpp"
+#include "xstage/comm/a2a.hpp"
+#include "xstage/core/device.hpp"
 
 using namespace xstage;
 

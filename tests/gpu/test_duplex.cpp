@@ -1,11 +1,11 @@
-// The duplex probe (xstage/duplex.hpp) on the GPU: every store lands, and
+// The duplex probe (xstage/probe/duplex.hpp) on the GPU: every store lands, and
 // the rates are those of a link (each direction alone at least as fast as
 // with the other running; both together no more than the two alone).
 #include <gtest/gtest.h>
 
 #include "need_gpus.hpp"
-#include "xstage/duplex.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/probe/duplex.hpp"
 
 using namespace xstage;
 

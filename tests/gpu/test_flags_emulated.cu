@@ -6,11 +6,11 @@
 
 #include <cuda_runtime.h>
 
-#include "gpu/need_gpus.hpp"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/store.cuh"
-#include "xstage/device.hpp"
-#include "xstage/world.hpp"
+#include "gpu/need_gpus.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
 
 using namespace xstage;
 

@@ -21,7 +21,7 @@
 #include "device/fill/fill_random.hpp"
 #include "device/moe/fused_layer_launch.hpp"
 #include "gpu/need_gpus.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/moe/moe.hpp"
 
 using namespace xstage;
 

@@ -18,9 +18,9 @@
 #include "cli_runner.hpp"
 #include "device/fill/fill_random.hpp"
 #include "gpu/need_gpus.hpp"
-#include "xstage/attention.hpp"  // bf16_to_float
-#include "xstage/device.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/attention/attention.hpp"  // bf16_to_float
+#include "xstage/core/device.hpp"
+#include "xstage/moe/moe.hpp"
 
 using namespace xstage;
 

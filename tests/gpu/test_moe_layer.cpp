@@ -1,4 +1,4 @@
-// The expert-parallel MoE layer through its measurement (xstage/moe_layer_bench.hpp)
+// The expert-parallel MoE layer through its measurement (harness/moe/moe_layer_bench.hpp)
 // and the command: every variant and schedule on poisoned outputs, each fused
 // schedule bit for bit against the unfused baseline, sampled tokens of every
 // rank (the last, a token whose k experts sit on one rank among them)
@@ -21,11 +21,11 @@
 
 #include "cli_runner.hpp"
 #include "gpu/need_gpus.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_layer.hpp"
-#include "xstage/moe_layer_bench.hpp"
-#include "xstage/world.hpp"
+#include "harness/moe/moe_layer_bench.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 using namespace xstage;
 namespace fs = std::filesystem;

@@ -26,8 +26,8 @@
 
 #include "device/moe/layer_comm_launch.hpp"
 #include "gpu/need_gpus.hpp"
-#include "xstage/attention.hpp"  // float_to_bf16, bf16_to_float
-#include "xstage/world.hpp"
+#include "xstage/attention/attention.hpp"  // float_to_bf16, bf16_to_float
+#include "xstage/comm/world.hpp"
 
 using namespace xstage;
 

@@ -7,11 +7,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/probe.hpp"
+#include "gpu/need_gpus.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/probe/probe.hpp"
 
 using namespace xstage;
 

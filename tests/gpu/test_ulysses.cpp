@@ -18,13 +18,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpu/need_gpus.hpp"
 #include "cli_runner.hpp"
+#include "gpu/need_gpus.hpp"
 #include "util/npy.hpp"
-#include "xstage/attention.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/ulysses.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/ulysses/ulysses.hpp"
 
 using namespace xstage;
 

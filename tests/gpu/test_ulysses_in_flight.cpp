@@ -9,9 +9,9 @@
 #include <string>
 
 #include "gpu/need_gpus.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/ulysses.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/ulysses/ulysses.hpp"
 
 using namespace xstage;
 

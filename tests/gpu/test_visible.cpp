@@ -9,8 +9,8 @@
 
 #include "cli_runner.hpp"
 #include "gpu/need_gpus.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/visible.hpp"
+#include "harness/visible/visible.hpp"
+#include "xstage/model/profile.hpp"
 
 using namespace xstage;
 

@@ -20,10 +20,10 @@
 #include <random>
 #include <vector>
 
-#include "gpu/need_gpus.hpp"
 #include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/wgmma.cuh"
-#include "xstage/device.hpp"
+#include "gpu/need_gpus.hpp"
+#include "xstage/core/device.hpp"
 
 using namespace xstage;
 

@@ -6,7 +6,7 @@
 #include "device/ptx/load.cuh"
 #include "device/ptx/store.cuh"
 #include "device/ptx/store_narrow.cuh"
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage::comm {
 

@@ -2,7 +2,7 @@
 
 #include <nccl_device.h>
 
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage::comm {
 

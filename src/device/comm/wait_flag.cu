@@ -1,7 +1,7 @@
 #include "device/comm/wait_flag.hpp"
 
 #include "device/ptx/flags.cuh"
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage::comm {
 

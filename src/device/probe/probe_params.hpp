@@ -3,7 +3,7 @@
 // (src/runtime/prober.cpp) and by the kernels alike.
 #include <cstdint>
 
-#include "xstage/probe.hpp"
+#include "xstage/probe/probe.hpp"
 
 namespace xstage::probe {
 

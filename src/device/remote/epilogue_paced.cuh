@@ -20,7 +20,7 @@
 #include "device/remote/publish.cuh"
 #include "device/remote/receive.cuh"
 #include "device/remote/send.cuh"
-#include "xstage/remote_store.hpp"
+#include "xstage/comm/remote_store.hpp"
 
 namespace xstage::remote {
 

@@ -19,7 +19,7 @@
 #include "device/remote/receive.cuh"
 #include "device/remote/send.cuh"
 #include "device/remote/wait_trace.cuh"
-#include "xstage/remote_store.hpp"
+#include "xstage/comm/remote_store.hpp"
 
 namespace xstage::remote {
 

@@ -22,7 +22,7 @@
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
 #include "device/remote/rank_range.hpp"
-#include "xstage/remote_store.hpp"
+#include "xstage/comm/remote_store.hpp"
 
 namespace xstage::remote {
 

@@ -15,7 +15,7 @@
 #include "device/ptx/bulk_copy.cuh"
 #include "device/ptx/store.cuh"
 #include "device/remote/destination.cuh"
-#include "xstage/remote_store.hpp"
+#include "xstage/comm/remote_store.hpp"
 
 namespace xstage::remote {
 

@@ -8,7 +8,7 @@
 #include "device/attention/attention_params.hpp"
 #include "device/sched/ordered_params.hpp"
 #include "device/ulysses/params.hpp"
-#include "xstage/remote_store.hpp"
+#include "xstage/comm/remote_store.hpp"
 
 namespace xstage::ulysses {
 

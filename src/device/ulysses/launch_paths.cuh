@@ -12,7 +12,7 @@
 #include "device/sched/ordered.cuh"
 #include "device/ulysses/destination.cuh"
 #include "device/ulysses/params.hpp"
-#include "xstage/remote_store.hpp"
+#include "xstage/comm/remote_store.hpp"
 
 namespace xstage::ulysses::launch_detail {
 

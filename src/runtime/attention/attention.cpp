@@ -1,6 +1,6 @@
 // Host side of the attention forward: argument validation with messages that
 // say what, where and what was expected; the launch; the CPU reference.
-#include "xstage/attention.hpp"
+#include "xstage/attention/attention.hpp"
 
 #include <cstring>
 #include <limits>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "device/attention/attention_launch.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

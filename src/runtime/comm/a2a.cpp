@@ -1,7 +1,7 @@
 // The all-to-all versions on a World, and the bit-exact check against the CPU
 // reference. Every version starts from the same block list
 // (UlyssesLayout::blocks): only how the blocks are moved differs.
-#include "xstage/a2a.hpp"
+#include "xstage/comm/a2a.hpp"
 
 #include <cuda_runtime.h>
 
@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "device_copy_list.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage {
 

@@ -1,6 +1,6 @@
 // What every backend shares: names, the launch environment, streams with
 // fork/join, private device allocations and the device copies of pointer tables.
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
 
 #include <cuda_runtime.h>
 
@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "device/comm/wait_flag.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

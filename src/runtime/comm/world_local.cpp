@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

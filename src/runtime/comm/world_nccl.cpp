@@ -22,9 +22,9 @@
 #include <fmt/format.h>
 
 #include "device/comm/nccl_peer_pointers.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

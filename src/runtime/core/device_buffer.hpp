@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 namespace xstage {
 

@@ -1,4 +1,4 @@
-#include "xstage/device.hpp"
+#include "xstage/core/device.hpp"
 
 #include <cuda_runtime.h>
 
@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

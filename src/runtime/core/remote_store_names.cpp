@@ -1,9 +1,9 @@
-// Names of the remote-store layer's choices (include/xstage/remote_store.hpp).
-#include "xstage/remote_store.hpp"
+// Names of the remote-store layer's choices (include/xstage/comm/remote_store.hpp).
+#include "xstage/comm/remote_store.hpp"
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -5,8 +5,8 @@
 // step at compile time, so that every conversion below is a cast.
 #include "device/moe/fused_layer_params.hpp"
 #include "device/moe/moe_params.hpp"
-#include "xstage/moe.hpp"
-#include "xstage/moe_layer.hpp"
+#include "xstage/moe/moe.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
 

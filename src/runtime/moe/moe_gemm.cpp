@@ -8,9 +8,9 @@
 
 #include "device/moe/grouped_gemm_launch.hpp"
 #include "runtime/moe/moe_device_ids.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

@@ -1,4 +1,4 @@
-// The MoE layer on a World (include/xstage/moe_layer.hpp): the fit check, the
+// The MoE layer on a World (include/xstage/moe/moe_layer.hpp): the fit check, the
 // buffers, the caller's accessors. Runs: moe_layer_run.cpp; what a run
 // leaves to read: moe_layer_report.cpp; layouts: docs/design/moe-layer.md.
 #include <cuda_runtime.h>
@@ -14,9 +14,9 @@
 #include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/layer_comm_launch.hpp"
 #include "runtime/moe/moe_layer_impl.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/units.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 
 namespace xstage {
 

@@ -1,5 +1,5 @@
 #pragma once
-// MoeLayer's state (include/xstage/moe_layer.hpp), shared by its source files:
+// MoeLayer's state (include/xstage/moe/moe_layer.hpp), shared by its source files:
 // moe_layer.cpp (buffers, fit check, accessors), moe_layer_run.cpp (the
 // variants' kernels and copies), moe_layer_report.cpp (waits, trace, phases).
 #include <cuda_runtime.h>
@@ -11,8 +11,8 @@
 #include "device/moe/layer_comm_params.hpp"
 #include "device/remote/flag_timeout_record.hpp"
 #include "runtime/moe/moe_device_ids.hpp"
-#include "xstage/moe_layer.hpp"
-#include "xstage/world.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
 

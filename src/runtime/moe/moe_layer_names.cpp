@@ -1,10 +1,10 @@
-// The MoE layer's names: known shapes, schedules and variants (include/xstage/moe_layer.hpp).
+// The MoE layer's names: known shapes, schedules and variants (include/xstage/moe/moe_layer.hpp).
 #include <charconv>
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
-#include "xstage/moe_layer.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
 

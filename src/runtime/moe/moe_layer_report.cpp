@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "runtime/moe/moe_layer_impl.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -12,9 +12,9 @@
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/sched/claim_policy.hpp"
 #include "runtime/moe/moe_layer_impl.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

@@ -1,5 +1,5 @@
 // The MoE layer's option checks, tile choice and buffer sizes
-// (include/xstage/moe_layer.hpp; layouts: docs/design/moe-layer.md). CPU only.
+// (include/xstage/moe/moe_layer.hpp; layouts: docs/design/moe-layer.md). CPU only.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,8 +9,8 @@
 #include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/layer_comm_params.hpp"
 #include "device/remote/flag_timeout_record.hpp"
-#include "xstage/error.hpp"
-#include "xstage/moe_layer.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "xstage/moe.hpp"
+#include "xstage/moe/moe.hpp"
 
 namespace xstage {
 

@@ -11,9 +11,9 @@
 #include "device/probe/duplex_launch.hpp"
 #include "device/probe/probe_launch.hpp"
 #include "runtime/core/device_buffer.hpp"
-#include "xstage/device.hpp"
-#include "xstage/duplex.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/probe/duplex.hpp"
 
 namespace xstage {
 

@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
-#include "xstage/probe.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/probe/probe.hpp"
 
 namespace xstage {
 

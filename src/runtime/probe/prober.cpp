@@ -11,9 +11,9 @@
 #include <cuda_runtime.h>
 
 #include "device/probe/probe_launch.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/probe.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/probe/probe.hpp"
 
 namespace xstage {
 

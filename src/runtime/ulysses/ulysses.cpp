@@ -1,7 +1,7 @@
-// Ulysses attention on a World (include/xstage/ulysses.hpp): buffers, the
+// Ulysses attention on a World (include/xstage/ulysses/ulysses.hpp): buffers, the
 // five variants, checks. Kernels: src/device/ulysses/ (launch.hpp); the
 // pipelined variant's streams and plans: ulysses_pipeline.hpp.
-#include "xstage/ulysses.hpp"
+#include "xstage/ulysses/ulysses.hpp"
 
 #include <cuda_runtime.h>
 
@@ -22,11 +22,10 @@
 #include "device/ulysses/launch.hpp"
 #include "runtime/ulysses/ulysses_pipeline.hpp"
 #include "util/npy.hpp"
-#include "xstage/attention.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/profile.hpp"
-#include "xstage/ulysses_bench.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/model/profile.hpp"
 
 namespace xstage {
 
@@ -46,6 +45,11 @@ UlyssesVariant parse_ulysses_variant(std::string_view t) {
                  UlyssesVariant::fused, UlyssesVariant::coupled})
     if (t == to_string(v)) return v;
   throw Error(fmt::format("variant '{}': expected attention-only, sequential, pipelined, fused or coupled", t));
+}
+
+std::string default_ulysses_profile(Backend b, Placement p) {
+  if (b == Backend::emulated) return p == Placement::host ? "h200-host-pcie" : "h200-local";
+  return p == Placement::host ? "h200-host-pcie" : "h200-peer";
 }
 
 bool is_fused(UlyssesVariant v) { return v == UlyssesVariant::fused || v == UlyssesVariant::coupled; }

@@ -1,11 +1,11 @@
-// Head and row chunks of the pipelined variant (include/xstage/ulysses_chunks.hpp). CPU only.
-#include "xstage/ulysses_chunks.hpp"
+// Head and row chunks of the pipelined variant (include/xstage/ulysses/ulysses_chunks.hpp). CPU only.
+#include "xstage/ulysses/ulysses_chunks.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

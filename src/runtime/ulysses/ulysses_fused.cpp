@@ -1,6 +1,6 @@
 // The fused Ulysses attention on caller-owned buffers (include/xstage/
 // ulysses_fused.hpp): validation, the plan of sizes, and one launch.
-#include "xstage/ulysses_fused.hpp"
+#include "xstage/ulysses/ulysses_fused.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include "device/attention/attention_launch.hpp"
 #include "device/remote/flag_timeout_record.hpp"
 #include "device/ulysses/launch.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
-#include "xstage/ulysses_layout.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
+#include "xstage/ulysses/ulysses_layout.hpp"
 
 namespace xstage {
 

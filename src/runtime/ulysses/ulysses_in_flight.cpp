@@ -7,7 +7,7 @@
 // GPU is coherent with the CPU's caches, so the CPU sees the bytes as they
 // arrive over PCIe: when a flag shows the run's epoch, every row of its tile
 // must already hold the reference.
-#include "xstage/ulysses.hpp"
+#include "xstage/ulysses/ulysses.hpp"
 
 #include <cuda_runtime.h>
 
@@ -21,7 +21,7 @@
 
 #include "device/ulysses/params.hpp"
 #include "runtime/comm/flag_watch.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage {
 

@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "runtime/comm/device_copy_list.hpp"
-#include "xstage/device.hpp"
-#include "xstage/error.hpp"
+#include "xstage/core/device.hpp"
+#include "xstage/core/error.hpp"
 
 namespace xstage::ulysses_detail {
 

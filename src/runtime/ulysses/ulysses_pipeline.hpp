@@ -1,5 +1,5 @@
 #pragma once
-// The pipelined Ulysses variant (include/xstage/ulysses.hpp): attention one
+// The pipelined Ulysses variant (include/xstage/ulysses/ulysses.hpp): attention one
 // chunk (heads x query rows, ulysses_chunks.hpp) at a time on a compute
 // stream of its own, each chunk's part of the all-to-all sent on the world's
 // streams as soon as that chunk is done, while the next chunk computes.
@@ -24,10 +24,10 @@
 #include <utility>
 #include <vector>
 
-#include "xstage/a2a.hpp"
-#include "xstage/attention.hpp"
-#include "xstage/ulysses_chunks.hpp"
-#include "xstage/world.hpp"
+#include "xstage/attention/attention.hpp"
+#include "xstage/comm/a2a.hpp"
+#include "xstage/comm/world.hpp"
+#include "xstage/ulysses/ulysses_chunks.hpp"
 
 namespace xstage::ulysses_detail {
 
