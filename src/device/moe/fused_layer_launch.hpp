@@ -12,7 +12,9 @@
 
 namespace xstage::moe {
 
-int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream);
+// trace: the per-tile trace (a separately compiled kernel), or null.
+int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream,
+                       const FusedTrace* trace = nullptr);
 int fused_layer_block_m(int fused_tile);  // 0 for an unknown tile
 // Loads the tile's kernel on the current device, as
 // preload_moe_layer_comm_kernels does for the others.

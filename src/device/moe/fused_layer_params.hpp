@@ -97,14 +97,19 @@ struct FusedLayerParams {
   // run. A wait of the kernel's own that times out (timeout_record) also
   // keeps its done flags unpublished.
   const remote::FlagTimeoutRecord* pull_record = nullptr;
-
-  // Optional per-tile trace: uint64 [2][max tiles][4]: [gemm][claim index] =
-  // {mainloop start, epilogue start, epilogue end (globaltimer ns), smid}.
-  uint64_t* trace = nullptr;
-  int trace_tiles = 0;  // capacity per GEMM
 };
 
 // Tile shapes the fused kernel is compiled for (one for both GEMMs).
+// The per-tile trace of a fused run (xstage moe --trace): uint64 [2][tiles][4]:
+// [gemm][claim index] = {mainloop start, epilogue start, epilogue end
+// (globaltimer ns), smid}. A diagnostic, so not in the production parameter
+// block: a launch given one runs a separately compiled kernel that stamps
+// the times; every other launch runs a kernel without that code.
+struct FusedTrace {
+  uint64_t* buf = nullptr;
+  int tiles = 0;  // capacity per GEMM
+};
+
 enum FusedTile : int { kFusedM128N256 = 0, kFusedM64N256 = 1 };
 
 }  // namespace xstage::moe

@@ -145,16 +145,18 @@ __device__ __forceinline__ void wait_rows_copied(const FusedLayerParams& p, int 
   }
 }
 
-__device__ __forceinline__ void trace_tile(const FusedLayerParams& p, const sched::LayerTask& t, uint64_t start,
+__device__ __forceinline__ void trace_tile(const FusedTrace& tr, const sched::LayerTask& t, uint64_t start,
                                            uint64_t epi, uint64_t end) {
-  if (p.trace == nullptr || t.index >= p.trace_tiles) return;
-  uint64_t* r = p.trace + (int64_t(t.gemm - 1) * p.trace_tiles + t.index) * 4;
+  if (t.index >= tr.tiles) return;
+  uint64_t* r = tr.buf + (int64_t(t.gemm - 1) * tr.tiles + t.index) * 4;
   r[0] = start, r[1] = epi, r[2] = end, r[3] = ptx::smid();
 }
 
-template <class Cfg>
+// kTrace: the diagnostic build of the kernel that stamps every tile's times
+// into `trace` (FusedTrace); the production one has no such code.
+template <class Cfg, bool kTrace>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
-    sm90_fused_moe_layer(const FusedLayerParams p, const __grid_constant__ FusedTmaMaps tm) {
+    sm90_fused_moe_layer(const FusedLayerParams p, const __grid_constant__ FusedTmaMaps tm, const FusedTrace trace) {
   constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, WN = Cfg::WG_TILE_N;
   using Smem = FusedSmem<Cfg>;
 
@@ -240,9 +242,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (lane == 0) task_ring.release(slot);
     if (task.gemm == 0) break;
     const bool l2 = task.gemm == 2;
-    const uint64_t t_start = ct == 0 && p.trace != nullptr ? ptx::globaltimer_ns() : 0;
+    const uint64_t t_start = kTrace && ct == 0 ? ptx::globaltimer_ns() : 0;
     mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, 0, l2 ? kb2 : kb1, lane);
-    const uint64_t t_epi = ct == 0 && p.trace != nullptr ? ptx::globaltimer_ns() : 0;
+    const uint64_t t_epi = kTrace && ct == 0 ? ptx::globaltimer_ns() : 0;
 
     const int tile_row = task.row_begin + task.m_block * BM;
     const int row = tile_row + wg_m * 64 + warp * 16;
@@ -266,7 +268,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       else
         gemm::store_staged<OB>(stage, out_rows, row, task.row_end, col, lane, out);
     }
-    if (ct == 0 && p.trace != nullptr) trace_tile(p, task, t_start, t_epi, ptx::globaltimer_ns());
+    if constexpr (kTrace)
+      if (ct == 0) trace_tile(trace, task, t_start, t_epi, ptx::globaltimer_ns());
   }
 
   // ---------------- the launch's end

@@ -94,11 +94,12 @@ void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool r
   }
   p.counters = g.counters;
   p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitExperts;
+  moe::FusedTrace trace;
   if (tracing) {
     XSTAGE_CUDA(cudaMemsetAsync(g.trace, 0, 2 * size_t(g.trace_tiles) * 4 * sizeof(uint64_t), g.stream));
-    p.trace = g.trace, p.trace_tiles = int(std::min<int64_t>(g.trace_tiles, INT32_MAX));
+    trace.buf = g.trace, trace.tiles = int(std::min<int64_t>(g.trace_tiles, INT32_MAX));
   }
-  check_cuda(moe::launch_fused_layer(p, fused_tile_id(tile), g.stream),
+  check_cuda(moe::launch_fused_layer(p, fused_tile_id(tile), g.stream, tracing ? &trace : nullptr),
              fmt::format("MoE layer: fused expert kernel launch (ranks {} .. {}, tile {})", g.rank0, g.rank0 + g.n - 1,
                          to_string(tile))
                  .c_str(),
