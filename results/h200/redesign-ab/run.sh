@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 38's paired A/B: this commit's build against 005c537's (the code before the redesign), in one run on the
 # lent H200. Run from a working tree whose .git holds 005c537 and, in .carry/head.bundle, the new commits.
-#   usage: run.sh build|tests|gemm|layer|ulysses|sanitize ...   (phases in order; $OUT receives the files)
+#   usage: run.sh [build-old] build|tests|gemm|layer|ulysses|sanitize ...   (phases in order; $OUT receives
+#   the files). The first call (ab-1) ran `build` as build-old + build together.
 # 005c537's build needs one change to run at all on this machine's CLI11 2.4: moe-gemm's `--h` option, which
 # aborts every command at start-up (issue 37), is renamed in that clone before it is built. No kernel changes.
 set -uo pipefail
@@ -14,18 +15,17 @@ clock() { nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv
 for phase in "$@"; do
   echo "== $phase $(date -u +%T) clock: $(clock)"
   case $phase in
-    build)
+    build)  # the new commit, README's build (and, with build-old in the same call, 005c537 beside it)
       git fetch -q -f .carry/head.bundle HEAD:refs/heads/ab-new && git clone -q -b ab-new . $NEW
-      git clone -q . $OLD && git -C $OLD checkout -q 005c537
-      sed -i 's/add_option("--h", a->h_path/add_option("--h-in", a->h_path/' $OLD/src/cli/cmd_moe_gemm.cpp
       { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
-        echo "new $(git -C $NEW rev-parse HEAD)"; echo "old $(git -C $OLD rev-parse HEAD)"; } > "$OUT/env.txt"
-      (cd $OLD && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXSTAGE_FUZZ_SMOKE=0 >/dev/null &&
-        cmake --build build -j 8 --target xstage_cli xstage_moe) > "$OUT/build-old.log" 2>&1 &
+        echo "new $(git -C $NEW rev-parse HEAD)"; } > "$OUT/env.txt"
       (cd $NEW && time scripts/build.sh) > "$OUT/build.log" 2>&1
-      echo "new build rc=$?" >> "$OUT/build.log"
-      wait; echo "old build rc=$?" >> "$OUT/build-old.log"
-      tail -2 "$OUT/build.log" "$OUT/build-old.log" ;;
+      echo "new build rc=$?" >> "$OUT/build.log"; wait; tail -n 2 "$OUT/build.log" ;;
+    build-old)  # in the background: `build` waits for it
+      git clone -q . $OLD && git -C $OLD checkout -q 005c537 && echo "old $(git -C $OLD rev-parse HEAD)" >> "$OUT/env.txt"
+      sed -i 's/add_option("--h", a->h_path/add_option("--h-in", a->h_path/' $OLD/src/cli/cmd_moe_gemm.cpp
+      (cd $OLD && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXSTAGE_FUZZ_SMOKE=0 >/dev/null &&
+        cmake --build build -j 8 --target xstage_cli xstage_moe; echo "old build rc=$?") > "$OUT/build-old.log" 2>&1 & ;;
     tests)  # README's main job and tests, from the new build
       (cd $NEW && build/xstage report) > "$OUT/report.log" 2>&1; echo "report rc=$?" >> "$OUT/report.log"
       (cd $NEW && XSTAGE_REQUIRE_GPU=1 ctest --test-dir build --output-on-failure -j8) > "$OUT/ctest.log" 2>&1
@@ -57,10 +57,9 @@ for phase in "$@"; do
           --out "$OUT/ulysses-$pl.json") >> "$OUT/ulysses-ab.log" 2>&1
       done; grep old/new "$OUT/ulysses-ab.log" ;;
     sanitize)  # the kernels this change touched, under compute-sanitizer (memcheck on all, race/sync on three)
-      (cd $NEW && for job in "memcheck MoeGemmApi.*" "memcheck FusedLayer.*" "memcheck Wgmma.*" \
-          "memcheck UlyssesEmulatedKernels.*" "memcheck MoeLayerCommWaits.*" "racecheck FusedLayer.*" \
-          "racecheck MoeGemmApi.*" "racecheck Wgmma.*" "synccheck FusedLayer.*" "synccheck MoeGemmApi.*" \
-          "synccheck Wgmma.*"; do
+      (cd $NEW && for job in "memcheck FusedLayer.*" "memcheck MoeGemmApi.*" "racecheck FusedLayer.*" \
+          "synccheck FusedLayer.*" "memcheck Wgmma.*" "racecheck Wgmma.*" "memcheck UlyssesEmulatedKernels.*" \
+          "memcheck MoeLayerCommWaits.*" "racecheck MoeGemmApi.*" "synccheck MoeGemmApi.*" "synccheck Wgmma.*"; do
         set -- $job
         echo "-- $1 $2"
         timeout "${AB_SAN_S:-90}" compute-sanitizer --tool "$1" --error-exitcode 9 build/xstage_gpu_tests \
