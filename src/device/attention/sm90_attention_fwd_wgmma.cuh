@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
       }
     } else if (tid / 32 == 1) {
       if constexpr (kSends)
-        Epilogue::template sender<D, ST>(ep, sched, n_kv, BM, so, o_ring.full, o_ring.empty, progress, tid & 31);
+        Epilogue::template sender<D, ST>(ep, sched, n_kv, BM, so, o_ring, progress, tid & 31);
     }
     return;
   }
@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     rescale_rows<D / 8>(o, inv);
     const int wrow = cwg * 64 + wwarp * 16;  // first row of this warp in the tile
     if constexpr (kSends) {  // the producer's copies have read the previous tile's rows
-      if (tc > 0) ptx::mbar_wait(o_ring.empty, (tc - 1) & 1);
+      if (tc > 0) o_ring.acquire(tc);
     }
     uint16_t* srows = so + wrow * ST;
     epilogue::stage_o_rows<D, ST>(srows, o, lane);
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(Sm90WgmmaAttnConfig<D, BLOCK_N, CWGS>::THREADS
     ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT);
   }
   if constexpr (kSends) {  // every copy of the CTA complete (the producer's last arrival)
-    if (tc > 0) ptx::mbar_wait(o_ring.empty, (tc - 1) & 1);
+    if (tc > 0) o_ring.acquire(tc);
   }
   Epilogue::template finish<NCT>(ep, pending, sched, BM, p.S_q, ctid,
                                  [] { ptx::named_bar_sync(Cfg::BAR_EPILOGUE, NCT); });

@@ -16,8 +16,9 @@
 // `paced`: one thread issuing a slice's copies one after another held up the
 // next loads (perf-log f11).
 //
-// Hand-over (two mbarriers, o_full with an arrival of every consumer thread
-// and o_empty of every sender lane; phase k for the CTA's k-th tile):
+// Hand-over (a one-slot pipeline::StageRing, the kernel's o_ring: its full
+// barrier with an arrival of every consumer thread, its empty barrier of
+// every sender lane; use k for the CTA's k-th tile):
 //   consumers: [wait o_empty, phase k-1: the copies of tile k-1 have read the
 //              buffer] stage tile k's rows, fence.proxy.async (each writer:
 //              the TMA unit reads what ordinary stores wrote), an arrival
@@ -34,7 +35,7 @@
 // the flags' release).
 #include <cstdint>
 
-#include "device/ptx/mbarrier.cuh"
+#include "device/pipeline/stage_ring.cuh"
 #include "device/remote/publish.cuh"
 #include "device/remote/receive.cuh"
 #include "device/remote/send.cuh"
@@ -94,7 +95,7 @@ struct RemoteProducerPacedEpilogue {
   // before the consumers, at the end of that tile, wait for the buffer.
   template <int D, int SMEM_STRIDE, class Scheduler>
   __device__ __forceinline__ static void sender(const Params& p, const Scheduler& sched, int n_steps, int block_m,
-                                                const uint16_t* so, uint64_t* o_full, uint64_t* o_empty,
+                                                const uint16_t* so, const pipeline::StageRing<1>& o_ring,
                                                 uint32_t* progress, int lane) {
     uint32_t k = 0;
     // 32-bit walk: the host checks the tile count fits.
@@ -104,14 +105,14 @@ struct RemoteProducerPacedEpilogue {
       const int m0 = int(Dest::first_row(c, block_m));
       const int rows = Dest::tile_rows(p, m0, block_m);
       const RowRun dst = Dest::row_run(p, c, m0, rows, p.head_dim);
-      ptx::mbar_wait(o_full, k & 1);  // the consumers staged tile k's rows
+      o_ring.wait(k);  // the consumers staged tile k's rows
       if (walk.is_last(w)) {         // the CTA's last tile: at once, then every copy complete
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, 0, rows, lane);
         if constexpr (kBulk) {
           ptx::bulk_wait_group_all();       // this lane's copies performed their writes ...
           ptx::fence_proxy_async_global();  // ... ordered before the generic proxy's flags
         }
-        ptx::mbar_arrive(o_empty);  // every lane: the consumers publish the flags after all 32
+        o_ring.release(0);  // every lane: the consumers publish the flags after all 32
         return;
       }
       const auto [interval, slice] = paced_plan(rows, p.paced_min_rows, n_steps);
@@ -124,7 +125,7 @@ struct RemoteProducerPacedEpilogue {
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, lo, lo + slice < rows ? lo + slice : rows, lane);
       }
       if constexpr (kBulk) ptx::bulk_wait_group_read_all();  // this lane's copies have read the buffer
-      ptx::mbar_arrive(o_empty);  // every lane: the consumers may stage tile k+1 after all 32
+      o_ring.release(0);  // every lane: the consumers may stage tile k+1 after all 32
     }
   }
 
