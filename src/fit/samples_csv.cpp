@@ -247,10 +247,10 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
     // Beyond these no GPU run produced the row; inside them the model's
     // arithmetic stays finite (xstage/core/limits.hpp).
     if (K > kMaxProducers) throw Error(fmt::format("{}: {}; expected at most {}", at(iK), K, kMaxProducers));
-    if (V > kMaxBytes) throw Error(fmt::format("{}: {} bytes; expected at most {:g}", at(iV), V, kMaxBytes));
+    if (V > kMaxBytes) throw Error(fmt::format("{}: {:g} bytes; expected at most {:g}", at(iV), V, kMaxBytes));
     for (const auto& [column, value] : {std::pair{iG, G}, std::pair{iT, T}})
       if (value > kMaxTimeNs)
-        throw Error(fmt::format("{}: {} ns; expected at most {:g} ns", at(column), value, kMaxTimeNs));
+        throw Error(fmt::format("{}: {:g} ns; expected at most {:g} ns", at(column), value, kMaxTimeNs));
     SamplePoint& p = builder.point(K, V, G, bursts, steady_from, iSet ? fields[*iSet] : std::string_view(), lineno);
     p.issue_ns.add(T);
     if (complete) p.complete_ns.add(*complete);

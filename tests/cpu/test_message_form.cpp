@@ -97,7 +97,8 @@ TEST(MessageForm, OlderCliMessagesSayWhatWasExpected) {
       {"simulate --K 4000 --V 1MiB --G 1us --bursts 100000",
        "--K x --bursts: 4000 x 100000 bursts; expected at most 1e+08 simulated bursts"},
       {"moe-predict", "moe-predict: nothing to predict; expected one of SWEEP.json, --shape/--tokens/--P"},
-      {"launch -n 2", "launch: no command given; expected xstage launch -n N -- COMMAND ..."},
+      {"moe-predict --shape deepseek-v3",
+       "moe-predict: one configuration needs --shape, --tokens and --P; expected all three"},
   };
   for (const auto& [args, fragment] : cases) {
     const CliRun r = run_cli(args);
