@@ -53,11 +53,11 @@ void shapes_from_files(AttnArgs& a, const NpyArray& q, const NpyArray& k, const 
   const int qi[] = {0, 2, 3};
   for (int i = 0; i < 3; ++i)
     if (q.shape[qi[i]] != k.shape[qi[i]])
-      throw Error(fmt::format("--q and --k: {} mismatch: q has {}, k and v have {}", what[i], q.shape[qi[i]],
+      throw Error(fmt::format("--q and --k: {} mismatch: q has {}, k and v have {}; expected the same size in q, k and v", what[i], q.shape[qi[i]],
                               k.shape[qi[i]]));
   auto take = [&](const char* opt, int& field, size_t value) {
     if (a.sub->count(opt) > 0 && size_t(field) != value)
-      throw Error(fmt::format("{} {}: the .npy files say {}", opt, field, value));
+      throw Error(fmt::format("{} {}: the .npy files say {}; expected the option to match the arrays or to be left out", opt, field, value));
     field = int(value);
   };
   take("--B", a.B, q.shape[0]);
@@ -102,7 +102,7 @@ void run_attn(AttnArgs& a) {
     validate_attention_args(args, false);
   } catch (const Error& e) {  // name the options, not the API fields
     std::string m = e.what();
-    throw Error(fmt::format("{} (options --B --S --S-kv --H --D --scale)", m));
+    throw Error(fmt::format("{} (options --B --S --S-kv --H --D --scale); expected a shape the kernel runs (xstage attn --help)", m));
   }
   o.seed = a.seed, o.check = a.check, o.check_rows = a.check_rows;
   o.bench = a.bench, o.warmup = a.warmup, o.iters = a.iters, o.o_path = a.o_path;
@@ -167,7 +167,7 @@ void run_attn(AttnArgs& a) {
     std::cout << t.text();
   }
   if (!r.check_pass)
-    throw Error(fmt::format("attn --check failed: rel_err {:.3e} (limit 1e-2), {} elements not written", r.rel_err,
+    throw Error(fmt::format("attn --check failed: rel_err {:.3e}, {} elements not written; expected rel_err <= 1e-2 and every element written", r.rel_err,
                             r.unwritten));
 }
 }  // namespace

@@ -48,7 +48,7 @@ void run_duplex(const DuplexArgs& a) {
   validate(c);
   std::unique_ptr<detail::OutputFile> file;
   if (!a.output.empty()) file = std::make_unique<detail::OutputFile>(a.output, "-o");
-  if (cuda_device_count() == 0) throw Error("duplex: no CUDA GPU is visible to this process");
+  if (cuda_device_count() == 0) throw Error("duplex: no CUDA GPU is visible to this process; expected a machine with a GPU (CUDA_VISIBLE_DEVICES not empty)");
   const DeviceInfo dev = device_info(a.device);
   const DuplexRates r = measure_duplex(c);
   const nlohmann::json doc{{"command", command_line()},
@@ -73,7 +73,7 @@ void run_duplex(const DuplexArgs& a) {
                            {"store_mismatches", r.store_mismatches},
                            {"checked_vectors", r.checked_vectors}};
   if (r.store_mismatches > 0)  // a record of a probe whose stores did not land is not written
-    throw Error(fmt::format("duplex {} path: {} of {} stored 16-byte vectors do not hold what the kernel stored",
+    throw Error(fmt::format("duplex {} path: {} of {} stored 16-byte vectors do not hold what the kernel stored; expected every vector to arrive intact",
                             to_string(c.path), r.store_mismatches, r.checked_vectors));
   if (file) {
     file->stream() << doc.dump(1) << "\n";

@@ -1,4 +1,5 @@
 // xstage fit: measured bursts (CSV) in, an interconnect profile (JSON) out.
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <iostream>
@@ -31,6 +32,53 @@ std::string meta(const SampleSet& s, const char* key, const std::string& fallbac
   return it == s.metadata.end() ? fallback : it->second;
 }
 
+// The error for samples whose fit is no interconnect's profile, naming the
+// row to look at: one issuing faster than any profile allows (1e18 B/s) or
+// slower (1 B/s), else the fastest and slowest rows. A point's rows share K,
+// V_bytes and gap_ns; `line` is the first of them.
+Error unfittable(const SampleSet& set, const std::string& file, const std::string& why) {
+  const SamplePoint *fastest = nullptr, *slowest = nullptr;
+  auto rate = [](const SamplePoint& p, double ns) { return p.V_bytes / ns * 1e9; };
+  for (const SamplePoint& p : set.points) {
+    if (!used_for_issue_fit(p.set) || p.issue_ns.empty()) continue;
+    if (!fastest || rate(p, p.issue_ns.entries().front().value) >
+                        rate(*fastest, fastest->issue_ns.entries().front().value))
+      fastest = &p;
+    if (!slowest || rate(p, p.issue_ns.entries().back().value) <
+                        rate(*slowest, slowest->issue_ns.entries().back().value))
+      slowest = &p;
+  }
+  const auto column = std::find(set.header.begin(), set.header.end(), "issue_ns") - set.header.begin() + 1;
+  auto row = [&](const SamplePoint& p, double ns) {
+    return fmt::format("{}:{}: column {} 'issue_ns': {:g} ns to store V_bytes = {:g} with K = {:g}, gap_ns = {:g}{} "
+                       "is {:.3g} B/s",
+                       file, p.line, column, ns, p.V_bytes, p.K, p.gap_ns,
+                       p.issue_ns.count() > 1 ? " (this row or a later one of the same K, V_bytes and gap_ns)" : "",
+                       rate(p, ns));
+  };
+  const std::string cause = fmt::format("these samples fit no interconnect ({})", why);
+  if (fastest) {
+    const double ns = fastest->issue_ns.entries().front().value;
+    if (rate(*fastest, ns) > 1e18)
+      return Error(fmt::format("{}; {}; expected at least {:.3g} ns there (1e18 B/s, the fastest rate a profile holds)",
+                               row(*fastest, ns), cause, fastest->V_bytes / 1e18 * 1e9));
+  }
+  if (slowest) {
+    const double ns = slowest->issue_ns.entries().back().value;
+    if (rate(*slowest, ns) < 1)
+      return Error(fmt::format("{}; {}; expected at most {:.3g} ns there (1 B/s, the slowest rate a profile holds)",
+                               row(*slowest, ns), cause, slowest->V_bytes * 1e9));
+  }
+  std::string range;
+  if (fastest && slowest)
+    range = fmt::format("; the rows issue from {:.3g} B/s ({}:{}) to {:.3g} B/s ({}:{})",
+                        rate(*slowest, slowest->issue_ns.entries().back().value), file, slowest->line,
+                        rate(*fastest, fastest->issue_ns.entries().front().value), file, fastest->line);
+  return Error(fmt::format("{}: {}{}; expected issue times of stores through one interconnect (rates from 1 B/s to "
+                           "1e18 B/s)",
+                           file, cause, range));
+}
+
 void run_fit(const FitArgs& a) {
   if (a.bootstrap < 0 || a.bootstrap > 10000) throw Error(fmt::format("--bootstrap: expected 0 .. 10000, got {}", a.bootstrap));
   // Before the fit: a destination that cannot be written fails now, not after it.
@@ -59,9 +107,7 @@ void run_fit(const FitArgs& a) {
     p.validate();
   } catch (const Error& e) {
     // The profile's own check names the profile, not what it came from.
-    throw Error(fmt::format("{}: these samples fit no interconnect ({}); expected issue times of stores through one "
-                            "(rates from 1 B/s to 1e18 B/s)",
-                            a.samples, e.what()));
+    throw unfittable(set, a.samples, e.what());
   }
   detail::OutputFile out(a.output, "-o", {a.samples});
   out.stream() << to_json(p).dump(2) << "\n";

@@ -101,7 +101,7 @@ MoeLayerBenchOptions to_options(const MoeCliArgs& a) {
     o.tokens = {T_files};
   }
   if ((!a.ids_path.empty() || !a.weights_path.empty()) && a.routing != "uniform")
-    throw Error("--routing: the routing comes from --ids and --weights; leave --routing out");
+    throw Error("--routing: the routing comes from --ids and --weights; expected --routing left out");
   validate_moe_layer_bench_options(o);  // resolves P where it can
   const size_t P = size_t(std::max(o.world.ranks, 0)), T = size_t(o.tokens.front()), H = size_t(o.shape.hidden),
                I = size_t(o.shape.inter), E = size_t(o.shape.experts), k = size_t(o.shape.topk);
@@ -358,9 +358,9 @@ void run_moe(const MoeCliArgs& a) {
     // Sizes from the shape alone: no GPU needed (P from --ranks, or the GPUs a peer world would take).
     int P = o.world.ranks;
     if (P < 1) P = cuda_device_count();
-    if (P < 1) throw Error("--dry-run: the ranks P are not known (no GPU to count); give --ranks");
+    if (P < 1) throw Error("--dry-run: the ranks P are not known (no GPU to count); expected --ranks");
     if (o.shape.experts % P != 0)
-      throw Error(fmt::format("shape {}: {} experts do not split over {} ranks (experts % P must be 0)", o.shape.name,
+      throw Error(fmt::format("shape {}: {} experts do not split over {} ranks; expected a rank count that divides the experts (experts % P = 0)", o.shape.name,
                               o.shape.experts, P));
     MoeLayerOptions lo;
     lo.shape = o.shape, lo.tokens_max = T_max, lo.tile = o.tile, lo.timeout_s = o.timeout_s;
@@ -400,7 +400,7 @@ void run_moe(const MoeCliArgs& a) {
   }
   for (const auto& c : rep.configs)
     if (c.check && !c.check->ok)
-      throw Error(fmt::format("moe --check failed at T = {}: {}", c.tokens, c.check->failure));
+      throw Error(fmt::format("moe --check failed at T = {}: {}; expected the layer to match the CPU reference", c.tokens, c.check->failure));
 }
 
 }  // namespace

@@ -103,7 +103,7 @@ void run_moe_gemm(MoeArgs& a) {
   if (a.ep < 1) throw Error(fmt::format("--ep: expected >= 1, got {}", a.ep));
   if (!a.counts.empty()) {
     if (a.sub->count("--experts") > 0 && size_t(a.experts) != a.counts.size())
-      throw Error(fmt::format("--counts: {} values, --experts says {}", a.counts.size(), a.experts));
+      throw Error(fmt::format("--counts: {} values, --experts says {}; expected one count per expert", a.counts.size(), a.experts));
     o.counts = a.counts;
   } else {
     if (a.experts < 1) throw Error(fmt::format("--experts: expected >= 1, got {}", a.experts));
@@ -192,7 +192,7 @@ void run_moe_gemm(MoeArgs& a) {
   }
   if (!r.check_pass)
     throw Error(fmt::format("moe-gemm --check failed: L1 rel_err {:.3e}, {} unwritten; L2 rel_err {:.3e}, {} "
-                            "unwritten (limit 1e-2, 0)",
+                            "unwritten; expected rel_err <= 1e-2 and 0 unwritten",
                             r.l1.rel_err, r.l1.unwritten, r.l2.rel_err, r.l2.unwritten));
 }
 }  // namespace

@@ -363,7 +363,7 @@ Profile profile_for(const MoePredictArgs& a, const std::string& sweep_profile, c
 void run_moe_predict(const MoePredictArgs& a, const CLI::App& sub) {
   const bool single = !a.shape.empty() || a.tokens > 0 || a.P > 0;
   if (!a.sweep.empty() + single + a.grid != 1)
-    throw Error("moe-predict: give one of SWEEP.json, --shape/--tokens/--P (one configuration) or --grid");
+    throw Error("moe-predict: nothing to predict; expected one of SWEEP.json, --shape/--tokens/--P (one configuration) or --grid");
   // Options this mode would ignore are refused, not silently dropped.
   if (a.grid) refuse_unused(sub, {"--tile", "--compute-only-ms"}, "with --grid (its configurations are fixed)");
   if (!a.sweep.empty())
@@ -428,7 +428,7 @@ void run_moe_predict(const MoePredictArgs& a, const CLI::App& sub) {
     configs = grid_configs(a);
   } else {
     if (a.shape.empty() || a.tokens < 1 || a.P < 1)
-      throw Error("moe-predict: one configuration needs --shape, --tokens (>= 1) and --P (>= 1)");
+      throw Error("moe-predict: one configuration needs --shape, --tokens and --P; expected all three (--tokens and --P >= 1)");
     MoeConfig c;
     c.shape = moe_prediction_shape(a.shape);
     c.tokens = a.tokens;

@@ -40,8 +40,8 @@ void run_predict(const PredictArgs& a) {
     throw Error(fmt::format("--K: expected a whole number in [1, {}], got {}", kMaxProducers, a.K));
   const double V = parse_size_bytes(a.V, "--V");
   const double G = parse_time_ns(a.G, "--G");
-  if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
-  if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
+  if (V > kMaxBytes) throw Error(fmt::format("--V: '{}'; expected at most {:g} bytes", a.V, kMaxBytes));
+  if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}'; expected at most {:g} ns", a.G, kMaxTimeNs));
   // A run's mean is closed-form (no simulation): bounded only where the count stops being a count.
   const long bursts = a.bursts == 0 ? 0 : whole_count(a.bursts, "--bursts", 1, kMaxRunBursts);
   for (const auto& w : range_warnings(p, a.K, V)) warn(w);

@@ -19,7 +19,6 @@
 #include "report.hpp"
 #include "util/input_file.hpp"
 #include "util/output_file.hpp"
-#include "util/replace_file.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/core/units.hpp"
@@ -77,17 +76,6 @@ void print_probe_fit(const ProbeFit& f) {
                              100 * val.onset_gap_err, val.onsets.size(), 100 * val.onset_gap_err_steady);
 }
 
-// Fits and saves one probe CSV, then prints the fit.
-ProbeFit fit_and_save(const std::string& csv, const std::string& csv_path, const std::string& out_dir, bool validate,
-                      int bootstrap, std::optional<uint64_t> destination_check_failures = std::nullopt,
-                      bool print = true) {
-  ProbeFit f = fit_probe_csv(csv, csv_path, validate, bootstrap, command_line());
-  f.destination_check_failures = destination_check_failures;
-  save_probe_fit(f, out_dir, command_line());
-  if (print) print_probe_fit(f);
-  return f;
-}
-
 // The folder of a command's output files: made if missing, and checked
 // writable before any measuring or fitting starts.
 void prepare_out_dir(const std::string& dir, const char* what, const std::vector<std::string>& inputs = {}) {
@@ -122,13 +110,8 @@ void print_fits(const std::vector<ProbeFit>& fits, Format format) {
   if (format == Format::csv) print_validation_csv(fits);
 }
 
-struct TransportOutcome {
-  std::optional<ProbeFit> fit;  // none when too few points were measured to fit
-  uint64_t bad_points = 0;
-};
-
 std::vector<PlannedPoint> custom_plan(const ProbeArgs& a) {
-  if (a.K.empty() || a.V.empty() || a.G.empty()) throw Error("a custom sweep needs --K, --V and --G together");
+  if (a.K.empty() || a.V.empty() || a.G.empty()) throw Error("a custom sweep needs --K, --V and --G together; expected all three or none (--sweep)");
   std::vector<PlannedPoint> plan;
   const std::vector<std::string> staggers = a.stagger.empty() ? std::vector<std::string>{"0"} : a.stagger;
   for (int K : a.K)
@@ -152,7 +135,9 @@ std::vector<PlannedPoint> custom_plan(const ProbeArgs& a) {
   return plan;
 }
 
-TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceInfo& dev) {
+// Measures and fits one transport; writes nothing (run_probe writes every
+// transport's files at the end, all or none).
+ProbeRun probe_transport(const ProbeArgs& a, Transport t, const DeviceInfo& dev, uint64_t& bad_points) {
   Prober prober(t, a.device, static_cast<size_t>(parse_size_bytes(a.dst_size, "--dst-size")));
   const bool custom = !a.K.empty() || !a.V.empty() || !a.G.empty();
   const std::vector<PlannedPoint> plan = custom ? custom_plan(a) : plan_sweep(a.sweep, t, dev.sm_count);
@@ -170,12 +155,9 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
     }
   };
   const ProbeRecording rec = record_probe_sweep(prober, dev, plan, a.dst_size, {utc_now_iso(), command_line()}, on_point);
-  TransportOutcome outcome;
-  outcome.bad_points = rec.bad_points;
-  std::filesystem::create_directories(a.out_dir);
-  if (!a.bursts_out.empty()) detail::write_file_replacing(a.bursts_out, rec.per_burst_csv);
+  bad_points += rec.bad_points;
+  ProbeRun run{to_string(t), rec.csv, rec.per_burst_csv, std::nullopt};
   const std::string csv_path = fmt::format("{}/probe-{}.csv", a.out_dir, to_string(t));
-  detail::write_file_replacing(csv_path, rec.csv);
 
   // Staggered points are recorded but not fitted: only the lock-step ones count towards a fit.
   const auto fitted = static_cast<size_t>(
@@ -183,13 +165,12 @@ TransportOutcome probe_transport(const ProbeArgs& a, Transport t, const DeviceIn
   if (custom && fitted < 5) {
     warn(fmt::format("{}: {} points measured, {} of them in lock step (fewer than 5: no fit), {}", to_string(t),
                      plan.size(), fitted, csv_path));
-    return outcome;
+    return run;
   }
   const bool validate = !custom;
-  outcome.fit = fit_and_save(rec.csv, csv_path, a.out_dir, validate, a.bootstrap,
-                             validate ? std::optional<uint64_t>(rec.bad_points) : std::nullopt,
-                             a.out.format() == Format::table);
-  return outcome;
+  run.fit = fit_probe_csv(rec.csv, csv_path, validate, a.bootstrap, command_line());
+  if (validate) run.fit->destination_check_failures = rec.bad_points;
+  return run;
 }
 
 std::vector<Transport> parse_transports(const std::string& list) {
@@ -204,7 +185,7 @@ std::vector<Transport> parse_transports(const std::string& list) {
   return out;
 }
 
-std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
+std::vector<ProbeRun> run_probe(const ProbeArgs& a) {
   const auto transports = parse_transports(a.transports);  // validate arguments before touching the GPU
   if (a.bursts < 2) throw Error(fmt::format("--bursts: expected >= 2, got {}", a.bursts));
   parse_size_bytes(a.dst_size, "--dst-size");
@@ -217,6 +198,10 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
     if (const double ns = parse_time_ns(s, "--stagger"); ns > kMaxStaggerNs)
       throw Error(fmt::format("--stagger: '{}' is {} ns; expected at most {} ns (1 s: a probe run lasts milliseconds)",
                               s, ns, kMaxStaggerNs));
+  if (!a.bursts_out.empty() && transports.size() > 1)
+    throw Error(fmt::format("--bursts-out {} with --transport {}: the file has no transport column; expected one "
+                            "transport",
+                            a.bursts_out, a.transports));
   prepare_out_dir(a.out_dir, "-o");
   // --bursts-out: checked before the GPU work, and not one of the folder's files.
   if (!a.bursts_out.empty()) {
@@ -228,20 +213,25 @@ std::vector<TransportOutcome> run_probe(const ProbeArgs& a) {
     detail::check_outputs(outs);
   }
   if (cuda_device_count() == 0)
-    throw Error("probe: no CUDA GPU is visible; `xstage report` shows the model on the default profile instead");
+    throw Error("probe: no CUDA GPU is visible; expected a machine with a GPU (`xstage report` shows the model on the default profile instead)");
   const DeviceInfo dev = device_info(a.device);
-  std::vector<TransportOutcome> outcomes;
-  std::vector<ProbeFit> fits;
+  std::vector<ProbeRun> runs;
   uint64_t bad = 0;
-  for (Transport t : transports) {
-    outcomes.push_back(probe_transport(a, t, dev));
-    bad += outcomes.back().bad_points;
-    if (outcomes.back().fit) fits.push_back(*outcomes.back().fit);
-  }
-  save_probe_summary(fits, a.out_dir, command_line());
+  for (Transport t : transports) runs.push_back(probe_transport(a, t, dev, bad));
+  // Every transport measured and fitted, then every file written or none.
+  save_probe_run(runs, a.out_dir, a.bursts_out, command_line());
+  std::vector<ProbeFit> fits;
+  for (const ProbeRun& r : runs)
+    if (r.fit) {
+      fits.push_back(*r.fit);
+      if (a.out.format() == Format::table) print_probe_fit(*r.fit);
+    }
   if (a.print_fits) print_fits(fits, a.out.format());
-  if (bad) throw Error(fmt::format("probe: the destination check failed on {} points (see the warnings)", bad));
-  return outcomes;
+  if (bad)
+    throw Error(fmt::format("probe: the destination check failed on {} points (see the warnings; the files are "
+                            "written); expected every stored word to arrive",
+                            bad));
+  return runs;
 }
 }  // namespace
 
@@ -252,9 +242,9 @@ void run_gpu_report(int K, Format format) {
   // --json / --csv: stdout holds the model report alone (the fit's tables are in xstage-report/).
   a.print_fits = format == Format::table;
   std::fprintf(stderr, "GPU found: probing the host-mapped PCIe path (quick sweep), results in xstage-report/\n");
-  const auto outcomes = run_probe(a);
+  const auto runs = run_probe(a);
   if (format == Format::table) std::cout << "\n";
-  print_model_report(outcomes.front().fit.value().fit.profile, K, format);
+  print_model_report(runs.front().fit.value().fit.profile, K, format);
 }
 
 void add_probe_command(CLI::App& app) {

@@ -49,7 +49,7 @@ std::string burst_csv_row(const BurstSpan& b) {
   for (const char* internal : {"simulate: ", "staggered_programs: ", "periodic_programs: "})
     if (m.rfind(internal, 0) == 0) m.erase(0, std::string(internal).size());
   if (m.find("expected") == std::string::npos) m += "; expected a run within the simulator's bounds (docs/robustness.md)";
-  throw Error(fmt::format("{}: {}", input, m));
+  throw Error(fmt::format("{}: {}", input, m));  // m ends in "; expected ..." (above)
 }
 
 void run_simulate(const SimulateArgs& a, const CLI::App& sub) {
@@ -77,15 +77,15 @@ void run_simulate(const SimulateArgs& a, const CLI::App& sub) {
     if (a.K < 1 || a.K > kMaxProducers)
       throw Error(fmt::format("--K: expected a whole number in [1, {}] (or give --schedule FILE), got {}",
                               kMaxProducers, a.K));
-    if (a.V.empty() || a.G.empty()) throw Error("--V and --G are required without --schedule");
+    if (a.V.empty() || a.G.empty()) throw Error("--V and --G are required without --schedule; expected both, or --schedule FILE");
     bursts = whole_count(a.bursts, "--bursts", 1, 1e15);  // the product with --K is the bound
     if (double(a.K) * double(bursts) > kMaxSimulatedBursts)
-      throw Error(fmt::format("--K x --bursts: {} x {} bursts; at most {:g} are simulated", a.K, bursts,
+      throw Error(fmt::format("--K x --bursts: {} x {} bursts; expected at most {:g} simulated bursts", a.K, bursts,
                               kMaxSimulatedBursts));
     V = parse_size_bytes(a.V, "--V");
     G = parse_time_ns(a.G, "--G");
-    if (V > kMaxBytes) throw Error(fmt::format("--V: '{}' is more than {:g} bytes", a.V, kMaxBytes));
-    if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}' is longer than {:g} ns", a.G, kMaxTimeNs));
+    if (V > kMaxBytes) throw Error(fmt::format("--V: '{}'; expected at most {:g} bytes", a.V, kMaxBytes));
+    if (G > kMaxTimeNs) throw Error(fmt::format("--G: '{}'; expected at most {:g} ns", a.G, kMaxTimeNs));
     for (const auto& w : range_warnings(p, a.K, V)) warn(w);
     input = fmt::format("--K {} --V {} --G {} --bursts {}", a.K, a.V, a.G, bursts);
     if (!a.stagger.empty()) {

@@ -48,7 +48,7 @@ UlyssesBenchOptions to_options(const UlyssesArgs& a) {
   if (a.ranks != -1 && a.ranks < 1) throw Error(fmt::format("--ranks: expected a whole number >= 1, got {}", a.ranks));
   o.world.ranks = a.ranks;
   o.batch = a.batch, o.heads = a.heads, o.head_dim = a.head_dim;
-  if (a.sweep && !a.seqs.empty()) throw Error("--sweep and --seq: give one of them");
+  if (a.sweep && !a.seqs.empty()) throw Error("--sweep and --seq: both given; expected one of them");
   o.seqs = a.sweep ? default_sweep() : a.seqs.empty() ? std::vector<int64_t>{4096} : a.seqs;
   for (const auto& v : a.variants) o.variants.push_back(parse_ulysses_variant(v));
   for (const auto& s : a.stores) o.stores.push_back(parse_store_path(s));

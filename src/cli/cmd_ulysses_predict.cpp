@@ -94,7 +94,7 @@ void run_store_paths(const UlyssesPredictArgs& a, const std::vector<RecordedUlys
       own = own_cost_from(read_ulysses_report(a.own_cost_report), a, locals);
       own_source = a.own_cost_report;
       if (own.empty())
-        throw Error(fmt::format("--own-cost {}: no emulated series with device buffers to calibrate from",
+        throw Error(fmt::format("--own-cost {}: no emulated series with device buffers to calibrate from; expected a report of `xstage ulysses` with the emulated backend",
                                 a.own_cost_report));
     } else {
       own = own_cost_from(recorded, a, locals);

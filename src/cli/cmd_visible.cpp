@@ -215,7 +215,7 @@ std::string point_stem(const VisiblePoint& p, double V) {
 void run_visible(const VisibleArgs& a) {
   const std::vector<Planned> points = plan(a);
   if (!a.out_dir.empty()) detail::prepare_output_dir(a.out_dir, "-o", "visible.json");
-  if (cuda_device_count() == 0) throw Error("visible: no CUDA GPU is visible to this process");
+  if (cuda_device_count() == 0) throw Error("visible: no CUDA GPU is visible to this process; expected a machine with a GPU");
   const DeviceInfo dev = device_info(a.device);
   nlohmann::json all = nlohmann::json::array();
   Table csv(kCsvHeader);
@@ -268,7 +268,7 @@ void run_visible(const VisibleArgs& a) {
   if (!failures.empty()) {
     std::string msg = "visible: the checks failed:";
     for (const auto& f : failures) msg += "\n  " + f;
-    throw Error(msg);
+    throw Error(msg + "\n; expected every check to pass (each line above says what it measured)");
   }
 }
 

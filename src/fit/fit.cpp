@@ -301,7 +301,7 @@ FitResult fit_profile(const std::vector<SamplePoint>& all_points, const FitOptio
       n_samples += m.issue_ns.count();
     }
   if (n_samples < 5)
-    throw Error(fmt::format("fit: {} training samples; need at least 5", static_cast<long>(n_samples)));
+    throw Error(fmt::format("fit: {} training samples; expected at least 5 (rows whose set is empty or 'train')", static_cast<long>(n_samples)));
   using detail::weighted_quantile;
   // Starting points from what each regime says on its own (one list at a time: they are as long as the values).
   const double R0 =

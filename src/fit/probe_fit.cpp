@@ -1,5 +1,6 @@
 #include "xstage/probe/probe_fit.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -8,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "util/output_file.hpp"
-#include "util/replace_file.hpp"
 #include "xstage/core/build_info.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/model/profile.hpp"
@@ -98,7 +98,7 @@ ProbeFit fit_probe_samples(SampleSet set, const std::string& csv_path, bool vali
   ProbeFit f;
   auto meta = [&](const char* key) {
     auto it = set.metadata.find(key);
-    if (it == set.metadata.end()) throw Error(fmt::format("{}: no '# {}:' line", csv_path, key));
+    if (it == set.metadata.end()) throw Error(fmt::format("{}: no '# {}:' line; expected the provenance lines `xstage probe` writes", csv_path, key));
     return it->second;
   };
   f.transport = meta("transport");
@@ -145,55 +145,97 @@ ProbeFit fit_probe_samples(SampleSet set, const std::string& csv_path, bool vali
   return f;
 }
 
-void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::string& command) {
-  save_profile(f.fit.profile, fmt::format("{}/profile-{}.json", out_dir, f.transport));
-  if (f.validation)
-    detail::write_file_replacing(fmt::format("{}/validation-{}.json", out_dir, f.transport),
-                                 transport_json(f, command, /*points=*/true).dump(2) + "\n");
-}
-
 std::string probe_summary_json(const std::vector<ProbeFit>& fits, const std::string& command) {
   json all = {{"fitted_by_commit", build_commit()}, {"command", command}, {"transports", json::array()}};
   for (const auto& f : fits) all["transports"].push_back(transport_json(f, command, /*points=*/false));
   return all.dump(2) + "\n";
 }
 
-void save_probe_outputs(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command,
-                        const std::vector<std::string>& inputs) {
-  struct File {
-    std::string path, text;
-  };
-  std::vector<File> files;
-  bool any = false;
-  for (size_t i = 0; i < fits.size(); ++i) {
-    const ProbeFit& f = fits[i];
-    for (size_t j = 0; j < i; ++j)
-      if (fits[j].transport == f.transport)
-        throw Error(fmt::format("{} and {}: both measure the transport '{}', whose files in {} would replace each "
-                                "other's; expected one CSV a transport",
-                                fits[j].samples_csv, f.samples_csv, f.transport, out_dir));
-    f.fit.profile.validate();
-    files.push_back({fmt::format("{}/profile-{}.json", out_dir, f.transport), to_json(f.fit.profile).dump(2) + "\n"});
-    if (f.validation)
-      files.push_back({fmt::format("{}/validation-{}.json", out_dir, f.transport),
-                       transport_json(f, command, /*points=*/true).dump(2) + "\n"});
-    any |= f.validation.has_value();
-  }
-  if (any) files.push_back({out_dir + "/probe-validation.json", probe_summary_json(fits, command)});
+namespace {
+
+// One file of a command's output folder: its path and what goes in it.
+struct FileText {
+  std::string path, text;
+};
+
+// `files` all written or none: each aside (OutputFile), then every one renamed
+// into place (commit_all). A failure before the renames leaves every target
+// as it was; two names for one file are refused first.
+void write_all_or_none(const std::vector<FileText>& files, const std::vector<std::string>& inputs,
+                       const std::vector<std::string>& options) {
+  std::vector<detail::NamedOutput> named;
+  for (size_t i = 0; i < files.size(); ++i) named.push_back({files[i].path, options[i]});
+  detail::check_outputs(named, inputs);
   std::vector<std::unique_ptr<detail::OutputFile>> out;
   std::vector<detail::OutputFile*> all;
-  for (const File& f : files) {
-    out.push_back(std::make_unique<detail::OutputFile>(f.path, "-o", inputs));
-    out.back()->stream() << f.text;
+  for (size_t i = 0; i < files.size(); ++i) {
+    out.push_back(std::make_unique<detail::OutputFile>(files[i].path, options[i], inputs));
+    out.back()->stream() << files[i].text;
     all.push_back(out.back().get());
   }
   detail::commit_all(all);
 }
 
-void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command) {
-  bool any = false;
-  for (const auto& f : fits) any |= f.validation.has_value();
-  if (any) detail::write_file_replacing(out_dir + "/probe-validation.json", probe_summary_json(fits, command));
+// The files of `fits` in out_dir: profile-<t>.json, validation-<t>.json where
+// validated, probe-validation.json where any was. Refuses two fits of one
+// transport, whose files would replace each other's.
+std::vector<FileText> fit_files(const std::vector<const ProbeFit*>& fits, const std::string& out_dir,
+                                const std::string& command) {
+  std::vector<FileText> files;
+  std::vector<ProbeFit> summary;
+  for (size_t i = 0; i < fits.size(); ++i) {
+    const ProbeFit& f = *fits[i];
+    for (size_t j = 0; j < i; ++j)
+      if (fits[j]->transport == f.transport)
+        throw Error(fmt::format("{} and {}: both measure the transport '{}', whose files in {} would replace each "
+                                "other's; expected one CSV a transport",
+                                fits[j]->samples_csv, f.samples_csv, f.transport, out_dir));
+    f.fit.profile.validate();
+    files.push_back({fmt::format("{}/profile-{}.json", out_dir, f.transport), to_json(f.fit.profile).dump(2) + "\n"});
+    if (f.validation)
+      files.push_back({fmt::format("{}/validation-{}.json", out_dir, f.transport),
+                       transport_json(f, command, /*points=*/true).dump(2) + "\n"});
+    summary.push_back(f);
+  }
+  const bool any = std::any_of(summary.begin(), summary.end(), [](const ProbeFit& f) { return f.validation; });
+  if (any) files.push_back({out_dir + "/probe-validation.json", probe_summary_json(summary, command)});
+  return files;
+}
+
+}  // namespace
+
+void save_probe_outputs(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command,
+                        const std::vector<std::string>& inputs) {
+  std::vector<const ProbeFit*> all;
+  for (const ProbeFit& f : fits) all.push_back(&f);
+  const std::vector<FileText> files = fit_files(all, out_dir, command);
+  write_all_or_none(files, inputs, std::vector<std::string>(files.size(), "-o"));
+}
+
+void save_probe_run(const std::vector<ProbeRun>& runs, const std::string& out_dir, const std::string& bursts_out,
+                    const std::string& command) {
+  std::vector<FileText> files;
+  std::vector<const ProbeFit*> fits;
+  for (const ProbeRun& r : runs) {
+    files.push_back({fmt::format("{}/probe-{}.csv", out_dir, r.transport), r.csv});
+    if (r.fit) fits.push_back(&*r.fit);
+  }
+  std::vector<std::string> options(files.size(), "-o");
+  for (FileText& f : fit_files(fits, out_dir, command)) {
+    files.push_back(std::move(f));
+    options.push_back("-o");
+  }
+  if (!bursts_out.empty()) {
+    // The per-burst CSV has no transport column: two transports' bursts in
+    // one file could not be told apart (run_probe refuses this before the GPU).
+    if (runs.size() != 1)
+      throw Error(fmt::format("--bursts-out {}: {} transports measured; expected one (the file has no transport "
+                              "column)",
+                              bursts_out, runs.size()));
+    files.push_back({bursts_out, runs.front().per_burst_csv});
+    options.push_back("--bursts-out");
+  }
+  write_all_or_none(files, {}, options);
 }
 
 }  // namespace xstage

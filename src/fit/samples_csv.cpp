@@ -166,16 +166,21 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
   std::optional<size_t> iStat, iSet, iBursts, iSteady, iComplete;
   std::vector<std::string_view> fields;
   std::vector<std::string> storage;
-  // Where an error is: built only for the error message.
+  // Where an error is, built only for the error message: the file and line,
+  // and the column by number and header name, as an editor shows them.
   auto where = [&] { return fmt::format("{}:{}", name, lineno); };
+  auto at = [&](size_t column) {
+    auto it = std::find_if(col.begin(), col.end(), [&](const auto& c) { return c.second == column; });
+    return fmt::format("{}:{}: column {} '{}'", name, lineno, column + 1, it == col.end() ? "?" : it->first);
+  };
   auto find = [&](const char* c) -> std::optional<size_t> {
     auto it = col.find(c);
     return it == col.end() ? std::nullopt : std::optional<size_t>(it->second);
   };
-  auto number = [&](std::string_view cell, const char* column) {
+  auto number = [&](size_t column, const char* expected) {
     double v = 0;
-    if (!detail::parse_finite(cell, v))
-      throw Error(fmt::format("{}: column '{}': '{}' is not a finite number; expected a number", where(), column, cell));
+    if (!detail::parse_finite(fields[column], v))
+      throw Error(fmt::format("{}: '{}' is not a finite number; expected {}", at(column), fields[column], expected));
     return v;
   };
   while (lines.next(line)) {
@@ -194,11 +199,16 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
     if (col.empty()) {
       for (size_t i = 0; i < fields.size(); ++i)
         if (!col.emplace(std::string(fields[i]), i).second)
-          throw Error(fmt::format("{}: column '{}' appears twice in the header", where(), fields[i]));
+          throw Error(fmt::format("{}: column {} '{}' appears twice in the header (first as column {}); expected each "
+                                  "column once",
+                                  where(), i + 1, fields[i], col.find(fields[i])->second + 1));
       ncols = fields.size();
+      set.header.assign(fields.begin(), fields.end());
       for (const char* r : required)
         if (!col.count(r))
-          throw Error(fmt::format("{}: header lacks column '{}' (need K, V_bytes, gap_ns, issue_ns)", where(), r));
+          throw Error(fmt::format("{}: header lacks column '{}'; expected a header naming K, V_bytes, gap_ns and "
+                                  "issue_ns",
+                                  where(), r));
       iK = col.find("K")->second, iV = col.find("V_bytes")->second, iG = col.find("gap_ns")->second;
       iT = col.find("issue_ns")->second;
       iStat = find("stat"), iSet = find("set"), iComplete = find("complete_ns");
@@ -206,45 +216,51 @@ SampleSet parse_samples(detail::LineReader& lines, const std::string& name,
       continue;
     }
     if (fields.size() != ncols)
-      throw Error(fmt::format("{}: {} fields, but the header has {}", where(), fields.size(), ncols));
+      throw Error(fmt::format("{}: {} fields, but the header has {}; expected {} comma-separated fields", where(),
+                              fields.size(), ncols, ncols));
     if (iStat && fields[*iStat] != "run") continue;
-    const double K = number(fields[iK], "K"), V = number(fields[iV], "V_bytes"), G = number(fields[iG], "gap_ns");
-    const double T = number(fields[iT], "issue_ns");
+    const double K = number(iK, "a whole number of producers");
+    const double V = number(iV, "a number of bytes");
+    const double G = number(iG, "a number of nanoseconds");
+    const double T = number(iT, "a number of nanoseconds");
     long bursts = 0, steady_from = 0;
     if (iBursts) {
-      const double b = number(fields[*iBursts], "bursts");
-      const double f = number(fields[*iSteady], "steady_from");
-      if (!(b >= 1 && b <= 1e9 && f >= 0 && f < b) || b != std::floor(b) || f != std::floor(f))
-        throw Error(fmt::format("{}: columns 'bursts'/'steady_from': need whole numbers 0 <= steady_from < bursts "
-                                "<= 1e9, got {}/{}",
-                                where(), fields[*iSteady], fields[*iBursts]));
+      const double b = number(*iBursts, "a whole number of bursts");
+      const double f = number(*iSteady, "a whole number of bursts");
+      if (!(b >= 1 && b <= 1e9) || b != std::floor(b))
+        throw Error(fmt::format("{}: {}; expected a whole number of bursts from 1 to 1e9", at(*iBursts),
+                                fields[*iBursts]));
+      if (!(f >= 0 && f < b) || f != std::floor(f))
+        throw Error(fmt::format("{}: {}; expected a whole number from 0 to bursts - 1 = {:g}", at(*iSteady),
+                                fields[*iSteady], b - 1));
       bursts = static_cast<long>(b);
       steady_from = static_cast<long>(f);
     }
     std::optional<double> complete;
-    if (iComplete && !fields[*iComplete].empty()) complete = number(fields[*iComplete], "complete_ns");
-    if (K < 1 || K != std::floor(K))
-      throw Error(fmt::format("{}: column 'K': expected a whole number >= 1, got {}", where(), K));
+    if (iComplete && !fields[*iComplete].empty()) complete = number(*iComplete, "a number of nanoseconds or nothing");
+    if (K < 1 || K != std::floor(K)) throw Error(fmt::format("{}: expected a whole number >= 1, got {}", at(iK), K));
     // A row of a real run stores at least a byte and takes at least a
     // picosecond: 1e-300 would pass "> 0" and print a 300-digit error.
-    if (!(V >= 1))
-      throw Error(fmt::format("{}: column 'V_bytes': {} bytes; expected at least 1 byte", where(), V));
-    if (G < 0) throw Error(fmt::format("{}: column 'gap_ns': expected >= 0, got {}", where(), G));
-    if (!(T >= 1e-3))
-      throw Error(fmt::format("{}: column 'issue_ns': {} ns; expected at least 0.001 ns", where(), T));
+    if (!(V >= 1)) throw Error(fmt::format("{}: {} bytes; expected at least 1 byte", at(iV), V));
+    if (G < 0) throw Error(fmt::format("{}: expected >= 0, got {}", at(iG), G));
+    if (!(T >= 1e-3)) throw Error(fmt::format("{}: {} ns; expected at least 0.001 ns", at(iT), T));
     // Beyond these no GPU run produced the row; inside them the model's
     // arithmetic stays finite (xstage/core/limits.hpp).
-    if (K > kMaxProducers || V > kMaxBytes || G > kMaxTimeNs || T > kMaxTimeNs)
-      throw Error(fmt::format("{}: K = {}, V_bytes = {}, gap_ns = {}, issue_ns = {}: expected K <= {}, V_bytes <= "
-                              "{:g} and times <= {:g} ns",
-                              where(), K, V, G, T, kMaxProducers, kMaxBytes, kMaxTimeNs));
+    if (K > kMaxProducers) throw Error(fmt::format("{}: {}; expected at most {}", at(iK), K, kMaxProducers));
+    if (V > kMaxBytes) throw Error(fmt::format("{}: {:g} bytes; expected at most {:g}", at(iV), V, kMaxBytes));
+    for (const auto& [column, value] : {std::pair{iG, G}, std::pair{iT, T}})
+      if (value > kMaxTimeNs)
+        throw Error(fmt::format("{}: {:g} ns; expected at most {:g} ns", at(column), value, kMaxTimeNs));
     SamplePoint& p = builder.point(K, V, G, bursts, steady_from, iSet ? fields[*iSet] : std::string_view(), lineno);
     p.issue_ns.add(T);
     if (complete) p.complete_ns.add(*complete);
     ++set.rows;
   }
-  if (col.empty()) throw Error(fmt::format("{}: no header line (need K, V_bytes, gap_ns, issue_ns)", name));
-  if (set.rows == 0) throw Error(fmt::format("{}: header but no data rows", name));
+  if (col.empty())
+    throw Error(fmt::format("{}: no header line; expected a header naming K, V_bytes, gap_ns and issue_ns", name));
+  if (set.rows == 0)
+    throw Error(fmt::format("{}: header but no data rows{}; expected at least one row", name,
+                            iStat ? " whose stat is 'run'" : ""));
   builder.finish();
   return set;
 }
@@ -286,14 +302,15 @@ double predicted_issue_ns(const Profile& p, const SamplePoint& s) {
 bool used_for_issue_fit(const std::string& set) { return set.empty() || set == "train"; }
 
 SampleSet read_samples_csv(const std::string& path, const std::function<void(double fraction)>& progress) {
-  std::ifstream in = detail::open_for_reading(path, /*binary=*/true);
+  const std::unique_ptr<std::istream> stream = detail::open_for_reading(path, /*binary=*/true);
+  std::istream& in = *stream;
   std::error_code ec;
   const double size = std::filesystem::is_regular_file(path, ec) ? double(std::filesystem::file_size(path, ec)) : 0;
   detail::LineReader lines(in, path);
   std::function<void(uint64_t)> report;
   if (progress && size > 0) report = [&](uint64_t bytes) { progress(std::min(1.0, double(bytes) / size)); };
   SampleSet set = parse_samples(lines, path, report);
-  if (in.bad()) throw Error(fmt::format("{}: read failed", path));
+  if (in.bad()) throw Error(fmt::format("{}: read failed; expected a file or stream that can be read to its end", path));
   return set;
 }
 

@@ -47,7 +47,7 @@ Validation validate_holdout(const std::vector<SamplePoint>& points, const FitOpt
   std::map<std::tuple<double, double, double>, std::vector<const SamplePoint*>> groups;
   for (const SamplePoint& s : points)
     if (s.set == "holdout" && !s.issue_ns.empty()) groups[{s.K, s.V_bytes, s.gap_ns}].push_back(&s);
-  if (groups.empty()) throw Error("validate: no row has set = holdout");
+  if (groups.empty()) throw Error("validate: no row has set = holdout; expected held-out rows (a set column with 'holdout', as `xstage probe` writes)");
   Validation v;
   v.fit = fit_profile(points, opt);
   const Profile& p = v.fit.profile;

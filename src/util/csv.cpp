@@ -55,7 +55,7 @@ void split_csv_line_into(const std::string& line, const std::string& where, std:
       *cur += c;
     }
   }
-  if (quoted) throw Error(fmt::format("{}: unterminated quoted field", where));
+  if (quoted) throw Error(fmt::format("{}: unterminated quoted field; expected a closing \" before the line ends", where));
   if (!was_quoted) trim_in_place(*cur);
   out.resize(n);
 }

@@ -7,8 +7,12 @@
 // A folder, a device (/dev/zero, /dev/urandom, a terminal) or a socket is
 // refused before anything is read: none of them is a file of data, and
 // /dev/zero would otherwise be read until memory ran out.
+// /dev/stdin, /dev/fd/N and /proc/self/fd/N are read through the descriptor
+// the process inherited (util/descriptor.hpp), from where it stands; a
+// socket is accepted there too, as the stream it is.
 #include <cstdint>
-#include <fstream>
+#include <istream>
+#include <memory>
 #include <string>
 
 namespace xstage::detail {
@@ -25,16 +29,20 @@ inline constexpr uint64_t kMaxArrayBytes = uint64_t(16) << 30;
 inline constexpr uint64_t kMaxLineBytes = uint64_t(1) << 20;
 
 // Throws xstage::Error "<path>: ...; expected ..." unless `path` names a
-// regular file or a pipe/FIFO that exists (following symlinks).
+// regular file or a pipe/FIFO that exists (following symlinks), or one of
+// this process's descriptors open for reading on a file, a pipe or a socket.
 void check_input_path(const std::string& path);
 
 // Whether `path` names something on disk (a file, a folder, a device) at
-// all: load_profile falls back to the embedded profiles only where it does not.
+// all: load_profile falls back to the embedded profiles only where it does
+// not. A descriptor's name counts as something, open or not: a closed
+// /dev/fd/3 is an error, not a profile's name.
 bool input_exists(const std::string& path);
 
-// Opens an input for streaming after check_input_path. Throws xstage::Error
-// "<path>: cannot open for reading: <reason>".
-std::ifstream open_for_reading(const std::string& path, bool binary = false);
+// Opens an input for streaming after check_input_path: the file, or a
+// duplicate of the descriptor its name names. Throws xstage::Error
+// "<path>: cannot open for reading: <reason>; expected ...".
+std::unique_ptr<std::istream> open_for_reading(const std::string& path, bool binary = false);
 
 // The whole input, at most `max_bytes` (a larger regular file is refused
 // before it is read, a stream as soon as it passes the cap). `kind` names

@@ -83,7 +83,7 @@ std::vector<size_t> parse_shape(const std::string& v, const std::string& where) 
     if (a == std::string::npos) continue;  // "(5,)": empty tail
     item = item.substr(a, b - a + 1);
     if (item.find_first_not_of("0123456789") != std::string::npos || item.size() > 15)
-      throw Error(fmt::format("{}: malformed .npy header: shape entry '{}' is not a whole number", where, item));
+      throw Error(fmt::format("{}: malformed .npy header: shape entry '{}' is not a whole number; expected a shape tuple of whole numbers", where, item));
     shape.push_back(std::stoull(item));
   }
   return shape;
@@ -101,7 +101,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& where) {
     header_len = static_cast<unsigned char>(bytes[8]) | (size_t(static_cast<unsigned char>(bytes[9])) << 8);
     offset = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) throw Error(fmt::format("{}: truncated .npy header", where));
+    if (bytes.size() < 12) throw Error(fmt::format("{}: truncated .npy header; expected the header length the file's preamble states", where));
     for (int i = 0; i < 4; ++i) header_len |= size_t(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
     offset = 12;
   } else {
@@ -143,7 +143,7 @@ NpyArray parse_npy(const std::string& bytes, const std::string& where) {
   size_t n = 1;
   for (size_t d : a.shape) {
     if (d != 0 && n > (size_t(1) << 40) / d)
-      throw Error(fmt::format("{}: .npy shape has more than 2^40 elements", where));
+      throw Error(fmt::format("{}: .npy shape has more than 2^40 elements; expected at most 2^40", where));
     n *= d;
   }
   const size_t data_bytes = bytes.size() - offset - header_len;

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "descriptor.hpp"
 #include "xstage/core/error.hpp"
 
 namespace xstage::detail {
@@ -42,18 +43,6 @@ bool names_a_descriptor(const fs::path& p) {
   return std::regex_match(p.string(), descriptor);
 }
 
-// The descriptor of this process that `p` names: 1 for `-`, /dev/stdout,
-// /dev/fd/1 and /proc/self/fd/1; none for another name.
-std::optional<int> own_descriptor(const std::string& p) {
-  if (p == "-" || p == "/dev/stdout") return 1;
-  if (p == "/dev/stderr") return 2;
-  static const std::regex fd_name(R"((?:/dev/fd|/proc/(self|thread-self|([0-9]+))/fd)/([0-9]{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(p, m, fd_name)) return std::nullopt;
-  if (m[2].matched && std::stol(m[2].str()) != long(::getpid())) return std::nullopt;
-  return std::stoi(m[3].str());
-}
-
 // Follows symlinks by hand (a dangling link names the file to create), so
 // that the file replaced is the link's target and the link survives; a
 // descriptor's name is where it stops (its link is no path).
@@ -64,7 +53,7 @@ Destination resolve(const std::string& path, const std::string& what) {
     if (hops == 40)
       throw Error(fmt::format("{} {}: too many levels of symbolic links; expected a file or a link to one", what, path));
     const fs::path to = fs::read_symlink(p, ec);
-    if (ec) throw Error(fmt::format("{} {}: cannot read the symbolic link: {}", what, path, ec.message()));
+    if (ec) throw Error(fmt::format("{} {}: cannot read the symbolic link: {}; expected a readable link or a file", what, path, ec.message()));
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
   Destination d{p, Kind::missing};
@@ -77,22 +66,41 @@ Destination resolve(const std::string& path, const std::string& what) {
 
 bool written_directly(const Destination& d) { return d.kind == Kind::stream_like || names_a_descriptor(d.target); }
 
+// The descriptor of this process that `path` names, directly or through
+// symlinks (a link to /dev/stdout): written through, never reopened by name.
+std::optional<int> named_descriptor(const std::string& path) {
+  if (auto fd = own_descriptor(path)) return fd;
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(path, ec))) return std::nullopt;
+  return own_descriptor(resolve(path, "output").target.string());
+}
+
 // stdout or stderr of this process, written through its stream (std::cout,
 // std::cerr) so that the bytes keep their order with what the command prints.
 std::optional<int> standard_stream(const std::string& path) {
-  if (path == "-") return 1;
-  if (auto fd = own_descriptor(path); fd && (*fd == 1 || *fd == 2)) return fd;
-  std::error_code ec;
-  if (!fs::is_symlink(fs::symlink_status(path, ec))) return std::nullopt;
-  const Destination d = resolve(path, "output");
-  if (auto fd = own_descriptor(d.target.string()); fd && (*fd == 1 || *fd == 2)) return fd;
+  if (auto fd = named_descriptor(path); fd && (*fd == 1 || *fd == 2)) return fd;
+  return std::nullopt;
+}
+
+// Another descriptor the process inherited (/dev/fd/3 from the shell's
+// 3>FILE, /dev/fd/63 from >(...)): written through a duplicate of it.
+std::optional<int> inherited_descriptor(const std::string& path) {
+  if (auto fd = named_descriptor(path); fd && *fd != 1 && *fd != 2) return fd;
   return std::nullopt;
 }
 
 void check_descriptor_writable(int fd, const std::string& path, const std::string& what) {
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY)
-    throw Error(fmt::format("{} {}: descriptor {} is not open for writing; expected an open output", what, path, fd));
+  switch (descriptor_access(fd)) {
+    case DescriptorAccess::closed:
+      throw Error(fmt::format("{} {}: descriptor {} is not open in this process; expected a descriptor opened for "
+                              "writing (as by the shell's {}>FILE) or a file name",
+                              what, path, fd, fd));
+    case DescriptorAccess::read_only:
+      throw Error(fmt::format("{} {}: descriptor {} is open only for reading; expected one open for writing (as by "
+                              "the shell's {}>FILE)",
+                              what, path, fd, fd));
+    default: break;
+  }
 }
 
 // Opens `path` to write without changing it (no O_CREAT, no O_TRUNC) and
@@ -123,9 +131,15 @@ bool in_system_folder(const fs::path& target) {
 // What names one file: the descriptor, the file on disk, or (a file yet to
 // be made) its path with links and `..` resolved.
 std::string identity(const std::string& path) {
-  if (auto fd = own_descriptor(path)) return fmt::format("fd {}", *fd);
-  if (auto fd = standard_stream(path)) return fmt::format("fd {}", *fd);
   struct stat st {};
+  if (auto fd = named_descriptor(path)) {
+    // An inherited descriptor on a file is that file (`-o /dev/fd/3 3>>in.csv`
+    // would write into an input); stdout and stderr stay themselves, as
+    // before, whatever the shell pointed them at.
+    if (*fd > 2 && ::fstat(*fd, &st) == 0 && S_ISREG(st.st_mode))
+      return fmt::format("inode {}:{}", st.st_dev, st.st_ino);
+    return fmt::format("fd {}", *fd);
+  }
   if (::stat(path.c_str(), &st) == 0) return fmt::format("inode {}:{}", st.st_dev, st.st_ino);
   std::error_code ec;
   const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
@@ -145,13 +159,16 @@ void check_output_path(const std::string& path, const std::string& what, const s
     check_descriptor_writable(*fd, path, what);
     return;
   }
+  const std::optional<int> inherited = inherited_descriptor(path);
+  if (inherited) check_descriptor_writable(*inherited, path, what);
   const Destination d = resolve(path, what);
-  if (d.kind == Kind::folder) throw Error(fmt::format("{} {}: is a folder; expected a file name", what, path));
+  if (d.kind == Kind::folder && !inherited) throw Error(fmt::format("{} {}: is a folder; expected a file name", what, path));
   struct stat in_st {};
   for (const std::string& in : inputs)  // an input that is no file (an embedded profile's name) cannot be overwritten
     if (!in.empty() && ::stat(in.c_str(), &in_st) == 0 && same_file(path, in))
       throw Error(fmt::format("{} {}: is also the input {}; refusing to overwrite an input; expected another file",
                               what, path, in));
+  if (inherited) return;
   if (written_directly(d)) {
     if (d.kind == Kind::missing)
       throw Error(fmt::format("{} {}: no such file or device; expected an open descriptor or an existing device", what,
@@ -171,7 +188,8 @@ void check_output_path(const std::string& path, const std::string& what, const s
   if (!fs::is_directory(folder, ec))
     throw Error(fmt::format("{} {}: {} is not a folder; expected a folder", what, path, folder.string()));
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
-    throw Error(fmt::format("{} {}: cannot create files in {}: {}", what, path, folder.string(), std::strerror(errno)));
+    throw Error(fmt::format("{} {}: cannot create files in {}: {}; expected a folder this user may write", what, path,
+                            folder.string(), std::strerror(errno)));
   if (d.kind == Kind::regular && ::access(d.target.c_str(), W_OK) != 0)
     throw Error(fmt::format("{} {}: not writable: {}; expected a file this user may write", what, path,
                             std::strerror(errno)));
@@ -182,7 +200,8 @@ void check_output_path(const std::string& path, const std::string& what, const s
   std::string aside = (folder / ("." + d.target.filename().string() + ".xstage-XXXXXX")).string();
   const int fd = ::mkstemp(aside.data());
   if (fd < 0)
-    throw Error(fmt::format("{} {}: cannot create files in {}: {}", what, path, folder.string(), std::strerror(errno)));
+    throw Error(fmt::format("{} {}: cannot create files in {}: {}; expected a folder this user may write", what, path,
+                            folder.string(), std::strerror(errno)));
   ::close(fd);
   ::unlink(aside.c_str());
 }
@@ -216,17 +235,25 @@ OutputFile::OutputFile(const std::string& path, const std::string& what, const s
     out_ = *fd == 1 ? &std::cout : &std::cerr;
     return;
   }
+  if (auto fd = inherited_descriptor(path)) {
+    descriptor_ = std::make_unique<DescriptorBuf>(*fd);
+    own_stream_ = std::make_unique<std::ostream>(descriptor_.get());
+    out_ = own_stream_.get();
+    return;
+  }
   const Destination d = resolve(path, what);
   target_ = d.target.string();
   if (written_directly(d)) {
     file_ = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::app | std::ios::binary);
-    if (!*file_) throw Error(fmt::format("{} {}: cannot open for writing: {}", what, path, std::strerror(errno)));
+    if (!*file_)
+      throw Error(fmt::format("{} {}: cannot open for writing: {}; expected a device or pipe this user may write", what,
+                              path, std::strerror(errno)));
     out_ = file_.get();
     return;
   }
   std::string name = (folder_of(d.target) / ("." + d.target.filename().string() + ".xstage-XXXXXX")).string();
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) throw Error(fmt::format("{} {}: cannot create a file beside it: {}", what, path, std::strerror(errno)));
+  if (fd < 0) throw Error(fmt::format("{} {}: cannot create a file beside it: {}; expected a folder this user may write", what, path, std::strerror(errno)));
   // mkstemp makes the file private (0600): give it the mode the file it
   // replaces had, or a new file's usual mode.
   struct stat st {};
@@ -244,7 +271,7 @@ OutputFile::OutputFile(const std::string& path, const std::string& what, const s
   file_ = std::make_unique<std::ofstream>(aside_, std::ios::out | std::ios::trunc | std::ios::binary);
   if (!*file_) {
     std::remove(aside_.c_str());
-    throw Error(fmt::format("{} {}: cannot open {} for writing", what, path, aside_));
+    throw Error(fmt::format("{} {}: cannot open {} for writing; expected a folder this user may write", what, path, aside_));
   }
   out_ = file_.get();
 }
@@ -263,7 +290,7 @@ void OutputFile::finish() {
 void OutputFile::commit() {
   finish();
   if (!aside_.empty() && std::rename(aside_.c_str(), target_.c_str()) != 0)
-    throw Error(fmt::format("{} {}: cannot rename {} into place: {}", what_, path_, aside_, std::strerror(errno)));
+    throw Error(fmt::format("{} {}: cannot rename {} into place: {}; expected a folder where files can be renamed", what_, path_, aside_, std::strerror(errno)));
   committed_ = true;
 }
 

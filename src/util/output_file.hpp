@@ -9,8 +9,13 @@
 //   order with what the command prints (a second descriptor opened on a
 //   file the shell redirected into would write at its own offset and be
 //   overwritten by the buffered table); /dev/stderr likewise;
-// - other devices and pipes (/dev/null, a FIFO) and other open descriptors'
-//   names (/dev/fd/N) are written to directly, never replaced by a file;
+// - the names of the process's other open descriptors (/dev/fd/3 from the
+//   shell's 3>FILE or >(...), /proc/self/fd/N) are written through a
+//   duplicate of the descriptor, at its offset and in its mode, never
+//   reopened by name (util/descriptor.hpp says why); one open only for
+//   reading, or not open, is refused;
+// - other devices and pipes (/dev/null, a FIFO) are written to directly,
+//   never replaced by a file;
 // - a folder, an empty name, a missing name under /dev, /proc or /sys, a
 //   missing, read-only or not-a-folder folder, a file no one may write, a
 //   file that is also one of the command's inputs, or one file named by two
@@ -18,6 +23,7 @@
 //   anything is written, so the check can run before long work.
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,7 +80,9 @@ class OutputFile {
   std::string target_;  // where the bytes end up (the symlink's target)
   std::string aside_;   // the temporary name; empty when writing a device directly
   std::unique_ptr<std::ofstream> file_;  // the aside file, or a device opened by name
-  std::ostream* out_ = nullptr;          // file_, or std::cout / std::cerr
+  std::unique_ptr<std::streambuf> descriptor_;  // an inherited descriptor's duplicate (/dev/fd/3)
+  std::unique_ptr<std::ostream> own_stream_;    // the stream over descriptor_
+  std::ostream* out_ = nullptr;          // file_, own_stream_, or std::cout / std::cerr
   bool finished_ = false, committed_ = false;
 };
 

@@ -46,7 +46,7 @@ double leading_number(std::string_view text, std::string_view what, std::string_
   if (end == s.c_str())
     throw Error(fmt::format("{}: '{}' is not a number; expected {}", what, printable(text), expected));
   *rest = s.substr(static_cast<size_t>(end - s.c_str()));
-  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is not finite", what, printable(text)));
+  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is not finite; expected a finite number", what, printable(text)));
   return v;
 }
 
@@ -71,7 +71,7 @@ double parse_size_bytes(std::string_view text, std::string_view what, bool allow
   std::string rest;
   double v = leading_number(text, what, expected, &rest);
   v = apply_suffix(v, rest, table, std::size(table), text, what, expected);
-  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is too large", what, text));
+  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is too large; expected a number a double holds (below 1.8e308)", what, text));
   if (v < 0) throw Error(fmt::format("{}: '{}' is negative; expected a positive size", what, text));
   if (v == 0 && !allow_zero)
     throw Error(fmt::format("{}: '{}' is zero; expected a positive size", what, text));
@@ -89,7 +89,7 @@ double parse_time_ns(std::string_view text, std::string_view what, bool allow_ze
   std::string rest;
   double v = leading_number(text, what, expected, &rest);
   v = apply_suffix(v, rest, table, std::size(table), text, what, expected);
-  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is too large", what, text));
+  if (!std::isfinite(v)) throw Error(fmt::format("{}: '{}' is too large; expected a number a double holds (below 1.8e308)", what, text));
   if (v < 0) throw Error(fmt::format("{}: '{}' is negative; expected a time >= 0", what, text));
   if (v == 0 && !allow_zero)
     throw Error(fmt::format("{}: '{}' is zero; expected a positive time", what, text));

@@ -127,7 +127,7 @@ TEST(Cli, FitEndToEnd) {
   std::remove(none.c_str());
   const CliRun b = run_cli("fit " + bad + " -o " + none);
   EXPECT_NE(b.rc, 0);
-  EXPECT_NE(b.out.find(bad + ":3: column 'gap_ns'"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find(bad + ":3: column 3 'gap_ns'"), std::string::npos) << b.out;
   EXPECT_FALSE(std::ifstream(none).good());
 }
 

@@ -113,20 +113,33 @@ TEST(SamplesCsv, MalformedInputNamesLineAndReason) {
     }
     return std::string("no error");
   };
+  // Every message: the file, the line, the column by number and name, and
+  // what was expected there.
   EXPECT_EQ(msg("K,V_bytes,gap_ns\n1,2,3\n"),
-            "bad.csv:1: header lacks column 'issue_ns' (need K, V_bytes, gap_ns, issue_ns)");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,2,3\n"), "bad.csv:2: 3 fields, but the header has 4");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,abc,3,4\n"), "bad.csv:2: column 'V_bytes': 'abc' is not a finite number; expected a number");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,-5,3,4\n"), "bad.csv:2: column 'V_bytes': -5 bytes; expected at least 1 byte");
+            "bad.csv:1: header lacks column 'issue_ns'; expected a header naming K, V_bytes, gap_ns and issue_ns");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,2,3\n"),
+            "bad.csv:2: 3 fields, but the header has 4; expected 4 comma-separated fields");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,abc,3,4\n"),
+            "bad.csv:2: column 2 'V_bytes': 'abc' is not a finite number; expected a number of bytes");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,-5,3,4\n"),
+            "bad.csv:2: column 2 'V_bytes': -5 bytes; expected at least 1 byte");
   EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n0,5,3,4\n"),
-            "bad.csv:2: column 'K': expected a whole number >= 1, got 0");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,5,-3,4\n"), "bad.csv:2: column 'gap_ns': expected >= 0, got -3");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n"), "bad.csv: header but no data rows");
-  EXPECT_EQ(msg(""), "bad.csv: no header line (need K, V_bytes, gap_ns, issue_ns)");
-  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,\"5,3,4\n"), "bad.csv:2: unterminated quoted field");
-  EXPECT_EQ(msg("K,V_bytes,K,gap_ns,issue_ns\n1,2,3,4,5\n"), "bad.csv:1: column 'K' appears twice in the header");
-  EXPECT_NE(msg("K,V_bytes,gap_ns,issue_ns,bursts,steady_from\n1,2,3,4,1e30,0\n").find("columns 'bursts'/'steady_from'"),
-            std::string::npos);
+            "bad.csv:2: column 1 'K': expected a whole number >= 1, got 0");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,5,-3,4\n"), "bad.csv:2: column 3 'gap_ns': expected >= 0, got -3");
+  EXPECT_EQ(msg("issue_ns,gap_ns,V_bytes,K\n4,3,5,1\n4,x,5,1\n"),
+            "bad.csv:3: column 2 'gap_ns': 'x' is not a finite number; expected a number of nanoseconds");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n8,4096,0,2e15\n"),
+            "bad.csv:2: column 4 'issue_ns': 2e+15 ns; expected at most 1e+15 ns");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n"), "bad.csv: header but no data rows; expected at least one row");
+  EXPECT_EQ(msg(""), "bad.csv: no header line; expected a header naming K, V_bytes, gap_ns and issue_ns");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns\n1,\"5,3,4\n"),
+            "bad.csv:2: unterminated quoted field; expected a closing \" before the line ends");
+  EXPECT_EQ(msg("K,V_bytes,K,gap_ns,issue_ns\n1,2,3,4,5\n"),
+            "bad.csv:1: column 3 'K' appears twice in the header (first as column 1); expected each column once");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns,bursts,steady_from\n1,2,3,4,1e30,0\n"),
+            "bad.csv:2: column 5 'bursts': 1e30; expected a whole number of bursts from 1 to 1e9");
+  EXPECT_EQ(msg("K,V_bytes,gap_ns,issue_ns,bursts,steady_from\n1,2,3,4,10,10\n"),
+            "bad.csv:2: column 6 'steady_from': 10; expected a whole number from 0 to bursts - 1 = 9");
   EXPECT_THROW(read_samples_csv("/nonexistent/samples.csv"), Error);
 }
 
@@ -205,7 +218,7 @@ TEST(SamplesCsv, NumbersAreWholeCellsAndFinite) {
   for (const std::string bad : {std::string("65536x"), std::string("1MiB"), std::string("inf"), std::string("nan"),
                                 std::string("1e999"), std::string("0x10"), std::string("+-5"), std::string(""),
                                 std::string("1\0garbage", 9)})
-    EXPECT_NE(msg(bad).find("column 'V_bytes'"), std::string::npos) << bad << ": " << msg(bad);
+    EXPECT_NE(msg(bad).find("column 2 'V_bytes'"), std::string::npos) << bad << ": " << msg(bad);
 }
 
 TEST(Fit, RepeatedRowsCostNothingAndWeighAsTheirCount) {

@@ -177,7 +177,7 @@ TEST(MoeCommand, BadOptions) {
   expect_clear_error(base + "--schedules interleaved,interleaved", "given twice");
   expect_clear_error(base + "--variants fused,nope", "nope");
   expect_clear_error(base + "--variants unfused --schedules interleaved", "which --variants leaves out");
-  expect_clear_error(base + "--tile m128n128", "m128n256 or m64n256");
+  expect_clear_error(base + "--tile m128n128", "expected m128n256, m64n256 or auto");
   expect_clear_error(base + "--tile huge", "huge");
   expect_clear_error(base + "--rounds 0 --bench", "--rounds: expected >= 1");
   expect_clear_error(base + "--warmup -1", "--warmup");
@@ -208,7 +208,7 @@ TEST(MoeCommand, BadInputFiles) {
                      "expected shape [P, T, top-k] = [2, 2, 2], got [2, 2, 3]");
   expect_clear_error(base + "--ids " + p + "frac.npy --weights " + p + "w.npy", "is not a whole number");
   expect_clear_error(base + "--ids " + p + "dup.npy --weights " + p + "w.npy", "expected k distinct experts");
-  expect_clear_error(base + "--ids " + p + "range.npy --weights " + p + "w.npy", "expert 8 outside 0 .. 7");
+  expect_clear_error(base + "--ids " + p + "range.npy --weights " + p + "w.npy", "expert 8; expected an expert id from 0 to 7");
   expect_clear_error(base + "--ids " + p + "ids.npy", "both");
   expect_clear_error(base + "--ids " + p + "ids.npy --weights " + p + "w.npy --routing zipf", "--routing");
   expect_clear_error(base + "--ids " + p + "ids.npy --weights " + p + "w.npy --tokens 4", "[P, T, top-k] = [2, 4, 2]");

@@ -245,7 +245,7 @@ void expect_error(const std::string& args, const std::string& fragment) {
 TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --heads 25", "--heads 25 does not split over 8 ranks");
   expect_error("ulysses --seq 0", "--seq: expected lengths >= 1, got 0");
-  expect_error("ulysses --sweep --seq 4096", "--sweep and --seq: give one of them");
+  expect_error("ulysses --sweep --seq 4096", "--sweep and --seq: both given; expected one of them");
   expect_error("ulysses --head-dim 96", "--head-dim: expected 64 or 128, got 96");
   expect_error("ulysses --variants fast",
                "variant 'fast': expected attention-only, sequential, pipelined, fused or coupled");
@@ -267,7 +267,7 @@ TEST(UlyssesCli, RejectsBadArgumentsBeforeLookingForAGpu) {
   expect_error("ulysses --profile /nonexistent/profile.json", "/nonexistent/profile.json");
   expect_error("ulysses --local-profile /nonexistent/local.json", "--local-profile: profile '/nonexistent/local.json'");
   expect_error("ulysses --ranks 0", "--ranks: expected a whole number >= 1, got 0");
-  expect_error("ulysses --kernel wgmma-n192", "--kernel wgmma-n192: the fused attention runs on mma or wgmma");
+  expect_error("ulysses --kernel wgmma-n192", "--kernel wgmma-n192: not a kernel of the fused attention; expected mma or wgmma");
   expect_error("ulysses --kernel tensor", "attention kernel: expected auto, mma, wgmma");
   expect_error("ulysses --paced-rows 0", "--paced-rows: expected rows >= 1, got 0");
   expect_error("ulysses --stores vector16-wt", "store path vector16-wt runs on the mma attention kernel only");

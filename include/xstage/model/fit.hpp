@@ -77,6 +77,7 @@ struct SampleSet {
   long rows = 0;  // data rows used (a probe CSV's rows whose stat is "run")
   // "# key: value" comment lines (device, driver, transport, command, ...).
   std::map<std::string, std::string> metadata;
+  std::vector<std::string> header;  // the column names, in order: messages name a column by number
 };
 
 // Reads the rows one at a time into points (memory grows with the distinct

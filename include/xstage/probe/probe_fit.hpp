@@ -32,20 +32,32 @@ ProbeFit fit_probe_csv(const std::string& csv, const std::string& csv_path, bool
 ProbeFit fit_probe_samples(SampleSet set, const std::string& csv_path, bool validate, int bootstrap,
                            const std::string& command);
 
-// profile-<transport>.json, and validation-<transport>.json when validated, into out_dir.
-void save_probe_fit(const ProbeFit& f, const std::string& out_dir, const std::string& command);
-
-// Every file save_probe_fit and save_probe_summary would write for `fits`
-// into out_dir, written all or none: each is written aside before any is
-// renamed into place. Refused before anything is written: two fits of one
-// transport (their files would replace each other's) and a file that is one
-// of `inputs` (validate's CSVs).
+// Every file of `fits` into out_dir (profile-<t>.json; validation-<t>.json
+// and probe-validation.json where validated), written all or none: each is
+// written aside before any is renamed into place. Refused before anything is
+// written: two fits of one transport (their files would replace each
+// other's) and a file that is one of `inputs` (validate's CSVs).
 void save_probe_outputs(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command,
                         const std::vector<std::string>& inputs);
 
-// probe-validation.json: per transport R, Q, T0, copy engine and the models'
-// errors (no per-point rows); nothing when none was validated.
-void save_probe_summary(const std::vector<ProbeFit>& fits, const std::string& out_dir, const std::string& command);
+// What `xstage probe` measured on one transport: the recording's CSV texts
+// (harness/probe/probe_sweep.hpp) and, where enough points were measured in
+// lock step, the fit. Plain data, so that the writing is tested without a GPU.
+struct ProbeRun {
+  std::string transport;
+  std::string csv;            // probe-<transport>.csv
+  std::string per_burst_csv;  // every burst's spans (--bursts-out)
+  std::optional<ProbeFit> fit;
+};
+
+// Everything a probe run writes, all or none, after every transport was
+// measured and fitted: probe-<t>.csv for each run, the files of the fits
+// (as save_probe_outputs), and `bursts_out` (when not empty: the bursts of
+// the one run; refused for several, which that CSV could not tell apart). A GPU run that measured for minutes and then fails
+// to write one file leaves the folder as it was, not half-updated.
+void save_probe_run(const std::vector<ProbeRun>& runs, const std::string& out_dir, const std::string& bursts_out,
+                    const std::string& command);
+
 // The text of probe-validation.json (also what `xstage validate --json` and
 // `xstage probe --json` print): the same keys for every transport, the
 // validation's null (`validated` false) where a fit had no held-out rows.

@@ -111,7 +111,7 @@ void validate_attention_bench_options(const AttentionBenchOptions& o) {
 
 AttentionBenchReport run_attention_bench(AttentionBenchOptions o) {
   validate_attention_bench_options(o);
-  if (cuda_device_count() == 0) throw Error("attn: no CUDA device: this command runs the kernel on a GPU");
+  if (cuda_device_count() == 0) throw Error("attn: no CUDA device: this command runs the kernel on a GPU; expected a machine with a GPU");
   AttentionForwardArgs args = o.shape;
   validate_attention_args(args, false);
   const int B = args.B, S = args.S_q, S_kv = args.S_kv, H = args.H, D = args.D;

@@ -24,12 +24,12 @@ void validate_a2a_options(A2aBenchOptions& o) {
   if (!(o.step_factor > 1) || !std::isfinite(o.step_factor))
     throw Error(fmt::format("-f/--stepfactor: expected a factor > 1, got {}", o.step_factor));
   if (o.min_bytes > o.max_bytes)
-    throw Error(fmt::format("-b/--minbytes ({:.0f}) is above -e/--maxbytes ({:.0f})", o.min_bytes, o.max_bytes));
+    throw Error(fmt::format("-b/--minbytes ({:.0f}) is above -e/--maxbytes ({:.0f}); expected -b <= -e", o.min_bytes, o.max_bytes));
   if (o.iters < 1) throw Error(fmt::format("-n/--iters: expected a whole number >= 1, got {}", o.iters));
   if (o.warmup < 0) throw Error(fmt::format("-w/--warmup: expected a whole number >= 0, got {}", o.warmup));
   for (A2aVersion v : o.versions)
     if (v == A2aVersion::nccl && o.world.backend != Backend::nccl)
-      throw Error("--versions nccl: NCCL's all-to-all needs --backend nccl");
+      throw Error("--versions nccl: NCCL's all-to-all needs --backend nccl; expected --backend nccl or another --versions");
   // The shape checks (H % P among them), with the smallest legal S. The peer
   // backend's P is known once the GPUs are counted (run_a2a_bench repeats this).
   if (o.world.ranks >= 1) UlyssesLayout({o.batch, 1, o.heads, o.head_dim, o.world.ranks, o.elem_bytes});
@@ -90,13 +90,13 @@ A2aBenchReport run_a2a_bench(A2aBenchOptions o) {
   validate_a2a_options(o);
   const int gpus = cuda_device_count();
   if (gpus == 0)
-    throw Error("a2a: no CUDA GPU visible (the emulated backend needs one GPU, peer and nccl one per rank)");
+    throw Error("a2a: no CUDA GPU visible; expected one GPU (emulated backend) or one per rank (peer, nccl)");
   if (o.world.ranks < 1) o.world.ranks = gpus;  // peer: every visible GPU
   validate_a2a_options(o);
 
   const auto sweep = a2a_sweep(o);
   if (sweep.empty())
-    throw Error(fmt::format("a2a: -e/--maxbytes {:.0f} is below one sequence row (B*H*D*e = {} bytes)", o.max_bytes,
+    throw Error(fmt::format("a2a: -e/--maxbytes {:.0f} is below one sequence row; expected at least B*H*D*e = {} bytes", o.max_bytes,
                             o.batch * o.heads * o.head_dim * o.elem_bytes));
   const auto versions = o.versions.empty() ? available_versions(o.world.backend) : o.versions;
   const auto directions =
@@ -131,7 +131,7 @@ A2aBenchReport run_a2a_bench(A2aBenchOptions o) {
         if (o.check) {
           const std::string bad = check_a2a(w, bufs, op, l, d, o.seed);
           if (!bad.empty())
-            throw Error(fmt::format("a2a --check: {} {} at S = {} differs from the CPU reference: {}", to_string(v),
+            throw Error(fmt::format("a2a --check: {} {} at S = {} differs from the CPU reference: {}; expected every element to match", to_string(v),
                                     to_string(d), l.shape().S, bad));
           checked = "ok";
         }

@@ -58,11 +58,11 @@ bool reap_within(pid_t pid, double seconds) {
 
 int launch_local(int nprocs, const std::vector<std::string>& command) {
   if (nprocs < 1) throw Error(fmt::format("launch -n: expected a whole number >= 1, got {}", nprocs));
-  if (command.empty()) throw Error("launch: no command given (xstage launch -n N -- COMMAND ...)");
+  if (command.empty()) throw Error("launch: no command given; expected xstage launch -n N -- COMMAND ...");
 
   char dir_template[] = "/tmp/xstage-launch-XXXXXX";
   if (!mkdtemp(dir_template))
-    throw Error(fmt::format("launch: cannot create a folder in /tmp: {}", std::strerror(errno)));
+    throw Error(fmt::format("launch: cannot create a folder in /tmp: {}; expected a writable /tmp", std::strerror(errno)));
   const std::string dir = dir_template, id_file = dir + "/nccl-unique-id";
 
   std::fflush(nullptr);  // children must not repeat our buffered output
@@ -71,7 +71,7 @@ int launch_local(int nprocs, const std::vector<std::string>& command) {
     const pid_t pid = fork();
     if (pid < 0) {
       for (const auto& [p, r] : running) kill(p, SIGTERM);
-      throw Error(fmt::format("launch: fork failed: {}", std::strerror(errno)));
+      throw Error(fmt::format("launch: fork failed: {}; expected room for -n more processes", std::strerror(errno)));
     }
     if (pid == 0) exec_child(rank, nprocs, id_file, command);
     running.emplace_back(pid, rank);

@@ -11,8 +11,8 @@
 namespace xstage {
 
 void selftest_flag_timeout(uint64_t timeout_ns, int rank, int flag_id) {
-  if (cuda_device_count() == 0) throw Error("selftest flag-timeout: no CUDA GPU visible");
-  if (rank < 0 || flag_id < 0) throw Error("selftest flag-timeout: --rank and --flag must be >= 0");
+  if (cuda_device_count() == 0) throw Error("selftest flag-timeout: no CUDA GPU visible; expected a machine with a GPU");
+  if (rank < 0 || flag_id < 0) throw Error("selftest flag-timeout: --rank or --flag negative; expected both >= 0");
   // The flags live in mapped host memory: the host can still read what the
   // kernel saw after the trap has destroyed the context.
   void* host = nullptr;

@@ -125,7 +125,7 @@ void validate_moe_bench_options(const MoeBenchOptions& o) {
 
 MoeBenchReport run_moe_bench(MoeBenchOptions o) {
   validate_moe_bench_options(o);
-  if (cuda_device_count() == 0) throw Error("moe-gemm: no CUDA device: this command runs the kernels on a GPU");
+  if (cuda_device_count() == 0) throw Error("moe-gemm: no CUDA device: this command runs the kernels on a GPU; expected a machine with a GPU");
   MoeBenchReport r;
   r.device = device_info(0);
   const int E = int(o.counts.size()), Hd = o.hidden, I = o.inter;

@@ -72,7 +72,7 @@ std::vector<MoeRoutes> make_routes(const MoeLayerBenchOptions& o, int P, int T) 
     for (size_t i = 0; i < n; ++i) {
       const float v = o.ids[first + i];
       if (v != std::floor(v))
-        throw Error(fmt::format("--ids: rank {} token {} slot {}: {} is not a whole number (an expert id)", s,
+        throw Error(fmt::format("--ids: rank {} token {} slot {}: {} is not a whole number; expected an expert id", s,
                                 i / k, i % k, v));
       r.ids.push_back(int32_t(v));
     }
@@ -291,7 +291,7 @@ void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
                             s.topk));
   const int P = o.world.ranks;
   if (P >= 1 && s.experts % P != 0)
-    throw Error(fmt::format("shape {}: {} experts do not split over {} ranks (experts % P must be 0)", s.name,
+    throw Error(fmt::format("shape {}: {} experts do not split over {} ranks; expected a rank count that divides the experts (experts % P = 0)", s.name,
                             s.experts, P));
   if (o.tokens.empty()) throw Error("--tokens: expected at least one token count");
   for (int T : o.tokens)
@@ -307,18 +307,18 @@ void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
   for (size_t i = 0; i < o.variants.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (o.variants[i] == o.variants[j])
-        throw Error(fmt::format("--variants: {} given twice", to_string(o.variants[i])));
+        throw Error(fmt::format("--variants: {} given twice; expected each variant once", to_string(o.variants[i])));
   const bool fused = std::find(o.variants.begin(), o.variants.end(), MoeLayerVariant::fused) != o.variants.end();
   if (!o.schedules.empty() && !fused)
-    throw Error("--schedules: the fused variant's schedules, which --variants leaves out");
+    throw Error("--schedules: the fused variant's schedules, which --variants leaves out; expected --variants with fused, or no --schedules");
   if (o.schedules.empty() && fused)
     o.schedules = {MoeSchedule::expert_wave, MoeSchedule::interleaved, MoeSchedule::model_guided};
   for (size_t i = 0; i < o.schedules.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (o.schedules[i] == o.schedules[j])
-        throw Error(fmt::format("--schedules: {} given twice", to_string(o.schedules[i])));
+        throw Error(fmt::format("--schedules: {} given twice; expected each schedule once", to_string(o.schedules[i])));
   if (o.tile != MoeTile::automatic && o.tile != MoeTile::m128n256 && o.tile != MoeTile::m64n256)
-    throw Error(fmt::format("--tile {}: the fused layer runs m128n256 or m64n256 (or auto)", to_string(o.tile)));
+    throw Error(fmt::format("--tile {}: not a tile of the fused layer; expected m128n256, m64n256 or auto", to_string(o.tile)));
   if (!(o.timeout_s > 0) || o.timeout_s > 3600)
     throw Error(fmt::format("--timeout: expected 0 < seconds <= 3600, got {}", o.timeout_s));
   if (o.check_tokens < 0) throw Error(fmt::format("--check-tokens: expected >= 1 (or 0: {}), got {}",
@@ -329,7 +329,7 @@ void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
   const bool guided =
       std::find(o.schedules.begin(), o.schedules.end(), MoeSchedule::model_guided) != o.schedules.end();
   if (o.profile == "none") {
-    if (guided) throw Error("--profile none: the model-guided schedule needs a profile (or leave it out: --schedules)");
+    if (guided) throw Error("--profile none: the model-guided schedule needs a profile; expected a profile, or --schedules without it");
   } else {
     try {
       (void)load_profile(o.profile);  // fails early, naming the file
@@ -342,7 +342,7 @@ void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
 MoeLayerBenchReport run_moe_layer_bench(MoeLayerBenchOptions o) {
   validate_moe_layer_bench_options(o);
   const int gpus = cuda_device_count();
-  if (gpus == 0) throw Error("moe: no CUDA device: this command runs the layer on a GPU");
+  if (gpus == 0) throw Error("moe: no CUDA device: this command runs the layer on a GPU; expected a machine with a GPU");
   if (o.world.ranks < 1) {  // peer without --ranks: one rank a GPU, every GPU (as --ranks' help says)
     o.world.ranks = gpus;
     validate_moe_layer_bench_options(o);
@@ -351,7 +351,7 @@ MoeLayerBenchReport run_moe_layer_bench(MoeLayerBenchOptions o) {
   World& w = *world;
   const int P = w.size();
   if (o.shape.experts % P != 0)
-    throw Error(fmt::format("shape {}: {} experts do not split over {} ranks (experts % P must be 0)", o.shape.name,
+    throw Error(fmt::format("shape {}: {} experts do not split over {} ranks; expected a rank count that divides the experts (experts % P = 0)", o.shape.name,
                             o.shape.experts, P));
   check_given_sizes(o, P);
 

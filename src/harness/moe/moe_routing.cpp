@@ -94,13 +94,13 @@ void validate_moe_routes(const MoeRoutes& r, int E, const std::string& where) {
     for (int j = 0; j < r.k; ++j) {
       const int32_t e = r.ids[size_t(t) * r.k + j];
       if (e < 0 || e >= E)
-        throw Error(fmt::format("{}: token {} slot {}: expert {} outside 0 .. {}", where, t, j, e, E - 1));
+        throw Error(fmt::format("{}: token {} slot {}: expert {}; expected an expert id from 0 to {}", where, t, j, e, E - 1));
       for (int i = 0; i < j; ++i)
         if (r.ids[size_t(t) * r.k + i] == e)
           throw Error(fmt::format("{}: token {}: expert {} in slots {} and {}: expected k distinct experts", where, t,
                                   e, i, j));
       const float w = r.weights[size_t(t) * r.k + j];
-      if (!std::isfinite(w)) throw Error(fmt::format("{}: token {} slot {}: weight {} is not finite", where, t, j, w));
+      if (!std::isfinite(w)) throw Error(fmt::format("{}: token {} slot {}: weight {} is not finite; expected a finite weight", where, t, j, w));
     }
 }
 

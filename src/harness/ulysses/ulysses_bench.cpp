@@ -64,7 +64,7 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
   if (o.batch < 1 || o.heads < 1)
     throw Error(fmt::format("--batch and --heads: expected >= 1, got {} and {}", o.batch, o.heads));
   if (o.world.ranks >= 1 && o.heads % o.world.ranks != 0)
-    throw Error(fmt::format("--heads {} does not split over {} ranks (H % P must be 0)", o.heads, o.world.ranks));
+    throw Error(fmt::format("--heads {} does not split over {} ranks; expected a head count the ranks divide (H % P = 0)", o.heads, o.world.ranks));
   if (o.iters < 1) throw Error(fmt::format("--iters: expected >= 1, got {}", o.iters));
   if (o.warmup < 0) throw Error(fmt::format("--warmup: expected >= 0, got {}", o.warmup));
   if (!(o.timeout_s > 0)) throw Error(fmt::format("--timeout: expected a positive time, got {} s", o.timeout_s));
@@ -72,7 +72,7 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
     throw Error(fmt::format("--max-seconds: expected a positive time, got {}", o.max_seconds_per_point));
   for (A2aVersion v : o.a2a)
     if (v == A2aVersion::nccl && o.world.backend != Backend::nccl)
-      throw Error("--a2a nccl: NCCL's all-to-all needs --backend nccl");
+      throw Error("--a2a nccl: NCCL's all-to-all needs --backend nccl; expected --backend nccl or another --a2a");
   for (int n : o.chunks) {
     if (n < 1) throw Error(fmt::format("--chunks: expected head chunks >= 1, got {}", n));
     // Once P is known (peer learns it from the GPUs): a chunk holds at least one of a rank's heads.
@@ -90,7 +90,7 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
                                 kMaxPipelineChunks));
   if ((!o.chunks.empty() || !o.row_chunks.empty()) && !o.variants.empty() &&
       std::find(o.variants.begin(), o.variants.end(), UlyssesVariant::pipelined) == o.variants.end())
-    throw Error("--chunks, --row-chunks: the chunks of the pipelined variant, which --variants leaves out");
+    throw Error("--chunks, --row-chunks: the chunks of the pipelined variant, which --variants leaves out; expected --variants with pipelined, or no chunks");
   // Named outright, nccl with row chunks is refused; among every version (no --a2a) nccl runs head chunks only.
   if (!o.row_chunks.empty() && o.row_chunks != std::vector<int>{1} &&
       std::find(o.a2a.begin(), o.a2a.end(), A2aVersion::nccl) != o.a2a.end())
@@ -100,7 +100,7 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
   for (int r : o.paced_rows)
     if (r < 1) throw Error(fmt::format("--paced-rows: expected rows >= 1, got {}", r));
   if (o.kernel != AttentionKernel::mma_sync && o.kernel != AttentionKernel::wgmma_pingpong)
-    throw Error(fmt::format("--kernel {}: the fused attention runs on mma or wgmma", to_string(o.kernel)));
+    throw Error(fmt::format("--kernel {}: not a kernel of the fused attention; expected mma or wgmma", to_string(o.kernel)));
   // Every store path asked for runs in one of the fused variants asked for,
   // with one of the flag timings asked for (coupled has its own timing):
   // else the sweep would leave it out without a word.
@@ -118,7 +118,7 @@ void validate_ulysses_options(UlyssesBenchOptions& o) {
       }
     if (why.empty() && !runs) why.push_back("no fused or coupled variant asked for (--variants)");
     if (!runs)
-      throw Error(fmt::format("--stores {} runs with none of the variants and flag timings asked for (kernel {}): {}",
+      throw Error(fmt::format("--stores {} runs with none of the variants and flag timings asked for (kernel {}): {}; expected a variant that uses these stores",
                               to_string(st), to_string(o.kernel), fmt::join(why, "; ")));
   }
   if (o.profile.empty()) o.profile = default_ulysses_profile(o.world.backend, o.world.placement);
@@ -140,7 +140,7 @@ UlyssesFloorRate floor_rate_on_world(World& w, const std::string& command) {
     }
   }
   if (w.max_over_ranks(error.empty() ? 0.0 : 1.0) != 0)
-    throw Error(error.empty() ? command + " --floor-probe: the probe failed on rank 0 (its message says why)"
+    throw Error(error.empty() ? command + " --floor-probe: the probe failed on rank 0 (its message says why); expected a probe that completes on every rank"
                               : command + " --floor-probe: " + error);
   f.R_Bps = w.max_over_ranks(f.R_Bps);
   f.probe_seconds = w.max_over_ranks(f.probe_seconds);
@@ -151,7 +151,7 @@ UlyssesFloorRate floor_rate_on_world(World& w, const std::string& command) {
 UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
   validate_ulysses_options(o);
   const int gpus = cuda_device_count();
-  if (gpus == 0) throw Error("ulysses: no CUDA GPU visible (emulated needs one GPU, peer and nccl one per rank)");
+  if (gpus == 0) throw Error("ulysses: no CUDA GPU visible; expected one GPU (emulated) or one per rank (peer, nccl)");
   if (o.world.ranks < 1) o.world.ranks = gpus;
   validate_ulysses_options(o);
   std::optional<Profile> profile, local;
@@ -234,7 +234,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
     auto measure = [&](const UlyssesRun& run, UlyssesBenchRow row) {
       if (o.check && run.variant != UlyssesVariant::attention_only) {
         const std::string bad = ua.check_against_local(run);
-        if (!bad.empty()) throw Error(fmt::format("ulysses --check at S = {}: {}", S, bad));
+        if (!bad.empty()) throw Error(fmt::format("ulysses --check at S = {}: {}; expected the output to match the CPU reference", S, bad));
         row.check = "ok";
       }
       // One untimed run first (the check above is one): a configuration's first run at this S pays
@@ -281,7 +281,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
           sum.rel_err = w.max_over_ranks(ua.sampled_rel_error(o.seed, o.check_rows, uint64_t(S)));
           if (!(sum.rel_err <= 1e-2))
             throw Error(fmt::format("ulysses --check at S = {}: relative error {:.3g} against the fp64 reference "
-                                    "exceeds 1e-2",
+                                    "exceeds 1e-2; expected at most 1e-2",
                                     S, sum.rel_err));
           rep.rows[i].check = "fp64";
         }
@@ -419,7 +419,7 @@ UlyssesBenchReport run_ulysses_bench(UlyssesBenchOptions o) {
       ks = ulysses_kernel_shape(ua.layout().shape(), w.backend() == Backend::emulated, w.local_ranks().front(),
                                 ua.block_m(), ua.concurrent_tiles_per_gpu(), sum.attention_only_us);
       if (ks->tiles != ua.tiles_per_gpu())
-        throw Error(fmt::format("ulysses: the prediction counts {} tiles, the kernel runs {}", ks->tiles,
+        throw Error(fmt::format("ulysses: the prediction counts {} tiles, the kernel runs {}; expected the same count (a bug: please report it)", ks->tiles,
                                 ua.tiles_per_gpu()));
       sum.payload_bytes = ks->payload_bytes;
       // No schedule beats the attention alone, nor sends the payload faster than the path drains.

@@ -36,12 +36,12 @@ UlyssesFloorRate ulysses_floor_probe(Transport t, int device) {
   }
   if (rec.bad_points != 0)
     throw Error(fmt::format("ulysses --floor-probe: the probe's destination check failed at {} of {} points on the "
-                            "{} path",
+                            "{} path; expected every stored word to arrive",
                             rec.bad_points, plan.size(), to_string(t)));
   const ProbeFit f = fit_probe_csv(rec.csv, "ulysses --floor-probe", false, 0, command);
   if (!f.fit.R_identified)
     throw Error(fmt::format("ulysses --floor-probe: the fit of the {} path did not identify R (no drain-limited "
-                            "sample)",
+                            "sample); expected a sweep whose largest bursts fill the stage",
                             to_string(t)));
   UlyssesFloorRate r;
   r.R_Bps = f.fit.profile.R_Bps;

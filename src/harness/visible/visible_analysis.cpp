@@ -57,10 +57,10 @@ void validate(const VisiblePoint& p) {
   if (!(p.V_bytes > 0) || !std::isfinite(p.V_bytes)) throw Error(fmt::format("--V: {} B; expected > 0", p.V_bytes));
   const uint64_t chunk = visible_chunk_bytes(p);
   if (chunk == 0)
-    throw Error(fmt::format("--V: {} B is too small for K = {} producers (each needs >= 16 B)", p.V_bytes, p.K));
-  if (chunk > (uint64_t(1) << 31)) throw Error(fmt::format("--V: a producer's share of {} B exceeds 2 GiB", chunk));
+    throw Error(fmt::format("--V: {} B is too small for K = {} producers; expected at least 16 B a producer", p.V_bytes, p.K));
+  if (chunk > (uint64_t(1) << 31)) throw Error(fmt::format("--V: a producer's share of {} B exceeds 2 GiB; expected at most 2 GiB a producer", chunk));
   if (!(p.dst_bytes >= double(chunk) * p.K))
-    throw Error(fmt::format("--dst-size: {} B is smaller than one burst ({} B)", p.dst_bytes, chunk * p.K));
+    throw Error(fmt::format("--dst-size: {} B; expected at least one burst ({} B)", p.dst_bytes, chunk * p.K));
   if (!(p.timeout_ns >= 1e6) || !(p.timeout_ns <= 600e9))
     throw Error(fmt::format("--timeout: {} ns; expected 1 ms .. 600 s", p.timeout_ns));
   if (p.calib_rounds < 1 || p.calib_rounds > 1000000)
@@ -70,12 +70,12 @@ void validate(const VisiblePoint& p) {
 // ---- clocks
 
 ClockOffset estimate_offset(const std::vector<PingRound>& rounds, double timer_resolution_ns) {
-  if (rounds.empty()) throw Error("clock calibration: no ping-pong round completed");
-  if (!(timer_resolution_ns >= 0)) throw Error("clock calibration: the timer resolution must be >= 0");
+  if (rounds.empty()) throw Error("clock calibration: no ping-pong round completed; expected at least one round");
+  if (!(timer_resolution_ns >= 0)) throw Error("clock calibration: a negative timer resolution; expected >= 0");
   const PingRound* best = nullptr;
   for (const PingRound& r : rounds) {
     if (!(r.t_recv_ns >= r.t_send_ns))
-      throw Error(fmt::format("clock calibration: a round received at {} ns before it was sent at {} ns", r.t_recv_ns,
+      throw Error(fmt::format("clock calibration: a round received at {} ns before it was sent at {} ns; expected clocks that do not run backwards", r.t_recv_ns,
                               r.t_send_ns));
     if (!best || r.t_recv_ns - r.t_send_ns < best->t_recv_ns - best->t_send_ns) best = &r;
   }
@@ -106,7 +106,7 @@ double ClockMap::drift_ppm() const {
 // ---- the fluid stage
 
 FluidStage::FluidStage(const std::vector<Arrival>& arrivals, double R_Bps) {
-  if (!(R_Bps > 0)) throw Error("fluid stage: the drain rate must be > 0");
+  if (!(R_Bps > 0)) throw Error("fluid stage: a drain rate <= 0; expected > 0");
   const double R = R_Bps * 1e-9;  // bytes per ns
   struct Event {
     double t, rate, impulse;
@@ -220,7 +220,7 @@ VisibleReport analyse_visible(const VisibleTrace& tr, const Profile& profile) {
   const size_t n = size_t(K) * B;
   if (tr.start_ns.size() != n || tr.issued_ns.size() != n || tr.fenced_ns.size() != n || tr.seen_ns.size() != n)
     throw Error(fmt::format("visible trace: expected {} records of each kind (K = {} x {} bursts)", n, K, B));
-  if (!(profile.R_Bps > 0)) throw Error(fmt::format("profile {}: R must be > 0", profile.name));
+  if (!(profile.R_Bps > 0)) throw Error(fmt::format("profile {}: R <= 0; expected R > 0", profile.name));
   VisibleReport r;
   r.trace = tr;
   r.profile_name = profile.name;

@@ -131,7 +131,7 @@ struct VisibleRunner::Impl {
     XSTAGE_CUDA(visible::launch_timer_resolution(scratch.as<uint64_t>(), 5'000'000, s));
     XSTAGE_CUDA(cudaStreamSynchronize(s));
     const auto out = fetch<uint64_t>(scratch, 3);
-    if (out[1] == 0) throw Error(fmt::format("visible: GPU {}'s %globaltimer did not change in 5 ms", dev));
+    if (out[1] == 0) throw Error(fmt::format("visible: GPU {}'s %globaltimer did not change in 5 ms; expected a running global timer", dev));
     return double(out[0]);
   }
 
@@ -181,7 +181,7 @@ struct VisibleRunner::Impl {
     if (!failure.empty()) throw Error(failure);
     const auto st = fetch<uint64_t>(obs_status, visible::kStatusWords);
     if (st[0] != visible::kOk)
-      throw Error(fmt::format("clock calibration: GPU {}'s responder stopped ({}): {}", dev,
+      throw Error(fmt::format("clock calibration: GPU {}'s responder stopped ({}): {}; expected it to answer every round", dev,
                               st[0] == visible::kTimeout ? "timeout" : "quit", status_text(st)));
     return estimate_offset(rounds, timer_res[slot]);
   }
@@ -254,17 +254,17 @@ VisibleRunner::VisibleRunner(const VisiblePoint& setup) : impl_(std::make_unique
   Impl& m = *impl_;
   m.setup = setup;
   const int n = cuda_device_count();
-  if (n == 0) throw Error("visible: no CUDA GPU is visible to this process");
-  if (setup.device >= n) throw Error(fmt::format("visible: device {} does not exist ({} visible)", setup.device, n));
+  if (n == 0) throw Error("visible: no CUDA GPU is visible to this process; expected a machine with a GPU");
+  if (setup.device >= n) throw Error(fmt::format("visible: device {} does not exist ({} visible); expected a visible device", setup.device, n));
   m.obs_device = setup.device;
   if (setup.path == VisiblePath::peer) {
     if (n < setup.device + 2)
-      throw Error(fmt::format("visible: the peer path needs a second GPU (device {}); this machine has {} GPU{}",
+      throw Error(fmt::format("visible: the peer path needs a second GPU (device {}); this machine has {} GPU{}; expected two GPUs from --device on",
                               setup.device + 1, n, n == 1 ? "" : "s"));
     int can = 0;
     XSTAGE_CUDA(cudaDeviceCanAccessPeer(&can, setup.device, setup.device + 1));
     if (!can)
-      throw Error(fmt::format("visible: device {} cannot access device {} (no peer path)", setup.device,
+      throw Error(fmt::format("visible: device {} cannot access device {} (no peer path); expected GPUs with peer access", setup.device,
                               setup.device + 1));
     m.obs_device = setup.device + 1;
     XSTAGE_CUDA(cudaSetDevice(setup.device));
@@ -313,7 +313,7 @@ VisibleRunner::VisibleRunner(const VisiblePoint& setup) : impl_(std::make_unique
   XSTAGE_CUDA(probe::launch_calibrate(5'000'000, m.scratch.as<uint64_t>(), m.stream));
   XSTAGE_CUDA(cudaStreamSynchronize(m.stream));
   const auto c = fetch<uint64_t>(m.scratch, 2);
-  if (c[0] == 0) throw Error("visible: the SM clock calibration measured no time");
+  if (c[0] == 0) throw Error("visible: the SM clock calibration measured no time; expected a running SM clock");
   m.cycles_per_ns = double(c[1]) / double(c[0]);
   cudaDeviceProp prop{};
   XSTAGE_CUDA(cudaGetDeviceProperties(&prop, setup.device));
@@ -326,14 +326,14 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
   validate(p);
   Impl& m = *impl_;
   if (p.path != m.setup.path || p.device != m.setup.device)
-    throw Error("visible: a runner measures the path and device it was made for");
+    throw Error("visible: a runner asked for another path or device; expected the path and device it was made for");
   const int K = p.K;
   const uint32_t B = static_cast<uint32_t>(p.bursts);
   const uint64_t chunk = visible_chunk_bytes(p);
   const uint64_t slot = chunk * K;
   const size_t dst_bytes = m.setup.path == VisiblePath::host ? m.host_dst.bytes : m.dev_dst.bytes;
   if (slot > dst_bytes)
-    throw Error(fmt::format("visible: a burst of {} B exceeds the destination buffer ({} B)", slot, dst_bytes));
+    throw Error(fmt::format("visible: a burst of {} B exceeds the destination buffer; expected at most {} B", slot, dst_bytes));
   const uint32_t slots = static_cast<uint32_t>(std::min<uint64_t>(dst_bytes / slot, B));
   const int threads = 32 * p.warps;
   {
@@ -342,7 +342,7 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
     XSTAGE_CUDA(visible::producer_blocks_per_sm(threads, B, &per_sm));
     const int need = K + (p.path == VisiblePath::local ? 1 : 0);  // the local poller shares the GPU
     if (need > per_sm * m.resident)
-      throw Error(fmt::format("visible: K = {} producers of {} warps cannot all be resident{} (at most {} here)", K,
+      throw Error(fmt::format("visible: K = {} producers of {} warps cannot all be resident{}; expected at most {} here", K,
                               p.warps, p.path == VisiblePath::local ? " beside the poller" : "",
                               per_sm * m.resident - (need - K)));
   }
@@ -421,7 +421,7 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
       throw;
     }
     poller.join();
-    if (!hp.failure.empty()) throw Error("visible: " + hp.failure);
+    if (!hp.failure.empty()) throw Error("visible: " + hp.failure + "; expected the host poller to see every burst");
     tr.observer_resolution_ns = m.cpu_res;
     tr.poll_interval_ns = double(hp.longest_pass_ns);
     tr.markers_seen = hp.seen_count;
