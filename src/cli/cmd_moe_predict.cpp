@@ -460,7 +460,7 @@ void add_moe_predict_command(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "moe-predict", "Model of the fused MoE layer per scheduler: re-predict a recorded sweep, one configuration, or "
                      "the issue's grid with each configuration's regime (CPU)");
-  sub->add_option("sweep", a->sweep, "A recorded sweep (results/<machine>/moe-sweep.json)");
+  sub->add_option("sweep", a->sweep, "A recorded sweep (results/<machine>/moe-sweep/moe-sweep.json)");
   sub->add_option("--profile", a->profile,
                   "Profile JSON or embedded name (default: the sweep's, else h200-host-pcie / h200-local / h200-peer "
                   "by path)");
