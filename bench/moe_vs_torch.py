@@ -33,15 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-MODELS = [  # name, hidden, inter, experts, top-k
-    ("deepseek-v3", 7168, 2048, 256, 8),
-    ("qwen3-235b-a22b", 4096, 1536, 128, 8),
-    ("qwen3-30b-a3b", 2048, 768, 128, 8),
-    ("mixtral-8x7b", 4096, 14336, 8, 2),
-    ("hidream-i1", 2560, 6912, 4, 2),
-]
-RANKS = [2, 8]
-ROWS = [64, 128, 256, 512, 1024, 4096]
+from moe_models import MODELS, RANKS, ROWS  # noqa: E402  (name, hidden, inter, experts, top-k)
 
 
 class Ours:

@@ -14,7 +14,7 @@
 #   probe[:TRANSPORTS]    the probe's quick sweep (default host,local; `peer` on 2+ GPUs)
 #   a2a[:BACKENDS]        the all-to-all size sweep (default emulated; peer,nccl on 2+ GPUs)
 #   bench[:TOPICS]        the benchmarks that docs/RESULTS.md's tables come from (default simulator):
-#                         simulator attention moe moe-layer moe-sweep duplex visible ulysses
+#                         simulator attention moe moe-grid moe-layer moe-sweep duplex visible ulysses
 #                         ulysses-long ulysses-nvlink sdpa pipeline
 #   torch                 the Python package: install, tests on one GPU and on all, README's
 #                         example, the DiT bench
@@ -238,6 +238,17 @@ bench_moe() {  # the grouped GEMMs beside torch._grouped_mm and cuBLAS (one expe
     --commit "$commit" --compare-stores staged,bulk,tma --ceilings --out "$R/moe/moe-gemm.json" ${MOE_BENCH_ARGS:-}
   clocks_stop
   digest moe tail -12 "$R/moe-bench.log"
+}
+# Issue 39's development grid (bench/moe_grid.py: the seeded sample and the section-7 cells, one protocol),
+# split over calls: MOE_GRID_FIRST / MOE_GRID_COUNT pick the cells, MOE_GRID_S the time it may start new ones.
+bench_moe_grid() {
+  mkdir -p "$R/moe-grid"
+  clocks_start "$R/moe-grid/clocks-moe-grid.csv"
+  timed moe-grid "$(( ${MOE_GRID_S:-480} + 100 ))" python3 bench/moe_grid.py --lib "$B/libxstage_moe.so" \
+    --commit "$commit" --first "${MOE_GRID_FIRST:-0}" --count "${MOE_GRID_COUNT:-0}" --budget-s "${MOE_GRID_S:-480}" \
+    --out "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.json"
+  clocks_stop
+  digest moe-grid tail -4 "$R/moe-grid.log"
 }
 bench_moe_layer() {  # the fused MoE layer's quick checked bench with per-tile traces: section 11's pictures
   local d=$R/moe-layer
