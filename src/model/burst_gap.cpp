@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "xstage/core/error.hpp"
 #include "xstage/model/model.hpp"
 
@@ -36,9 +38,9 @@ double gap_cap_ns(const Profile& p) { return std::max(0.0, p.Q_bytes / p.R_Bps *
 }  // namespace
 
 Prediction predict(const Profile& p, double K, double V, double G) {
-  if (!(K >= 1)) throw Error("predict: K must be >= 1");
-  if (!(V > 0)) throw Error("predict: V must be > 0 bytes");
-  if (!(G >= 0)) throw Error("predict: G must be >= 0 ns");
+  if (!(K >= 1)) throw Error(fmt::format("predict: K = {}; expected at least 1 producer", K));
+  if (!(V > 0)) throw Error(fmt::format("predict: V = {} bytes; expected more than 0 bytes", V));
+  if (!(G >= 0)) throw Error(fmt::format("predict: G = {} ns; expected 0 ns or more", G));
   Prediction r;
   const double v_over_r = V / p.R_Bps * 1e9;
   r.t0_ns = t0_iss_ns(p, K, V);
@@ -84,7 +86,7 @@ double sum_of_ramp(double floor, double a, double b, long first, long last) {
 }  // namespace
 
 double windowed_issue_ns(const Profile& p, double K, double V, double G, long first, long last) {
-  if (last <= first) throw Error("windowed_issue_ns: empty burst window");
+  if (last <= first) throw Error(fmt::format("windowed_issue_ns: burst window [{}, {}) is empty; expected last > first", first, last));
   const Prediction r = predict(p, K, V, G);
   const double n = double(last - first);
   if (!p.has_cold_start()) {  // as before the cold start: the first transient_bursts free, the rest steady

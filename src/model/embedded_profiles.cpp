@@ -31,7 +31,7 @@ const Profile* find_embedded_profile(const std::string& name) {
 // machine has, and the one the single-GPU probe measures.
 const Profile& default_profile() {
   const Profile* p = find_embedded_profile("h200-host-pcie");
-  if (!p) throw Error("embedded profile 'h200-host-pcie' is missing from this build");
+  if (!p) throw Error("embedded profile 'h200-host-pcie' is missing from this build; expected it compiled in (profiles/)");
   return *p;
 }
 

@@ -26,16 +26,16 @@ constexpr double kMinRateBps = 1.0, kMaxRateBps = 1e18, kMinCapacityBytes = 1.0;
 void Profile::validate() const {
   auto positive = [&](double v, const char* field) {
     if (!(v > 0) || !std::isfinite(v))
-      throw Error(fmt::format("profile '{}': {} must be a positive finite number, got {}", name, field, v));
+      throw Error(fmt::format("profile '{}': {} is {}; expected a positive finite number", name, field, v));
   };
   auto rate = [&](double v, const char* field) {
     positive(v, field);
     if (v < kMinRateBps || v > kMaxRateBps)
-      throw Error(fmt::format("profile '{}': {} must be between {:g} and {:g} bytes/s, got {}", name, field,
-                              kMinRateBps, kMaxRateBps, v));
+      throw Error(fmt::format("profile '{}': {} is {}; expected a rate from {:g} to {:g} bytes/s", name, field, v,
+                              kMinRateBps, kMaxRateBps));
   };
   auto bounded = [&](double v, double most, const char* field) {
-    if (v > most) throw Error(fmt::format("profile '{}': {} must be at most {:g}, got {}", name, field, most, v));
+    if (v > most) throw Error(fmt::format("profile '{}': {} is {}; expected at most {:g}", name, field, v, most));
   };
   bounded(t0.fixed_ns, kMaxTimeNs, "t0.fixed_ns");
   bounded(latency_ns, kMaxTimeNs, "latency_ns");
@@ -43,25 +43,25 @@ void Profile::validate() const {
   bounded(t0.near_bytes, kMaxBytes, "t0.near_bytes");
   bounded(Q_warm_per_byte, 1e6, "Q_warm_per_byte");
   if (!(t0.fixed_ns >= 0) || !std::isfinite(t0.fixed_ns))
-    throw Error(fmt::format("profile '{}': t0.fixed_ns must be >= 0, got {}", name, t0.fixed_ns));
+    throw Error(fmt::format("profile '{}': t0.fixed_ns is {}; expected a finite number >= 0", name, t0.fixed_ns));
   rate(t0.per_producer_Bps, "t0.per_producer_Bps");
   rate(t0.aggregate_Bps, "t0.aggregate_Bps");
   rate(R_Bps, "R_Bps");
   positive(Q_bytes, "Q_bytes");
   if (Q_bytes < kMinCapacityBytes)
-    throw Error(fmt::format("profile '{}': Q_bytes must be at least {:g} byte, got {}", name, kMinCapacityBytes, Q_bytes));
+    throw Error(fmt::format("profile '{}': Q_bytes is {}; expected at least {:g} byte", name, Q_bytes, kMinCapacityBytes));
   if (!(Q_fill_bytes >= 0) || !std::isfinite(Q_fill_bytes) || Q_fill_bytes > Q_bytes * (1 + 1e-12))
-    throw Error(fmt::format("profile '{}': Q_fill_bytes must be in [0, Q_bytes = {}], got {}", name, Q_bytes,
-                            Q_fill_bytes));
-  if (!(latency_ns >= 0) || !std::isfinite(latency_ns)) throw Error(fmt::format("profile '{}': latency_ns must be >= 0", name));
+    throw Error(fmt::format("profile '{}': Q_fill_bytes is {}; expected a value in [0, Q_bytes = {}]", name, Q_fill_bytes,
+                            Q_bytes));
+  if (!(latency_ns >= 0) || !std::isfinite(latency_ns)) throw Error(fmt::format("profile '{}': latency_ns is {}; expected a finite number >= 0", name, latency_ns));
   if (!(t0.near_bytes >= 0) || !std::isfinite(t0.near_bytes))
-    throw Error(fmt::format("profile '{}': t0.near_bytes must be >= 0, got {}", name, t0.near_bytes));
+    throw Error(fmt::format("profile '{}': t0.near_bytes is {}; expected a finite number >= 0", name, t0.near_bytes));
   if (t0.has_near()) rate(t0.near_per_producer_Bps, "t0.near_per_producer_Bps (with t0.near_bytes > 0)");
   if (!(Q_cold_bytes >= 0) || !std::isfinite(Q_cold_bytes) || Q_cold_bytes > Q_bytes * (1 + 1e-12))
-    throw Error(fmt::format("profile '{}': Q_cold_bytes must be in [0, Q_bytes = {}], got {}", name, Q_bytes,
-                            Q_cold_bytes));
+    throw Error(fmt::format("profile '{}': Q_cold_bytes is {}; expected a value in [0, Q_bytes = {}]", name, Q_cold_bytes,
+                            Q_bytes));
   if (!(Q_warm_per_byte >= 0) || !std::isfinite(Q_warm_per_byte))
-    throw Error(fmt::format("profile '{}': Q_warm_per_byte must be >= 0, got {}", name, Q_warm_per_byte));
+    throw Error(fmt::format("profile '{}': Q_warm_per_byte is {}; expected a finite number >= 0", name, Q_warm_per_byte));
   if (duplex_read_Bps != 0 || duplex_store_Bps != 0) {
     rate(duplex_read_Bps, "duplex.read_Bps (with duplex.store_Bps)");
     rate(duplex_store_Bps, "duplex.store_Bps (with duplex.read_Bps)");
@@ -86,7 +86,7 @@ std::optional<Range> range_from(const json& j, const char* key, const std::strin
   const json& r = j[key];
   if (!r.is_object() || !r.contains("min") || !r.contains("max") || !r["min"].is_number() ||
       !r["max"].is_number())
-    throw Error(fmt::format("{}: '{}' must be an object {{\"min\": number, \"max\": number}}", where, key));
+    throw Error(fmt::format("{}: '{}' is not a range; expected an object {{\"min\": number, \"max\": number}}", where, key));
   const Range range{r["min"].get<double>(), r["max"].get<double>()};
   if (!(range.lo <= range.hi))
     throw Error(fmt::format("{}: '{}' is [{}, {}]; expected min <= max", where, key, range.lo, range.hi));
@@ -94,8 +94,8 @@ std::optional<Range> range_from(const json& j, const char* key, const std::strin
 }
 
 double number_at(const json& j, const char* key, const std::string& where) {
-  if (!j.contains(key)) throw Error(fmt::format("{}: missing key '{}'", where, key));
-  if (!j[key].is_number()) throw Error(fmt::format("{}: '{}' must be a number", where, key));
+  if (!j.contains(key)) throw Error(fmt::format("{}: missing key '{}'; expected a number there", where, key));
+  if (!j[key].is_number()) throw Error(fmt::format("{}: '{}' is not a number; expected a number", where, key));
   return j[key].get<double>();
 }
 
@@ -169,13 +169,13 @@ json to_json(const Profile& p) {
 }
 
 Profile profile_from_json(const json& j, const std::string& where) {
-  if (!j.is_object()) throw Error(fmt::format("{}: a profile must be a JSON object", where));
+  if (!j.is_object()) throw Error(fmt::format("{}: not a profile; expected a JSON object", where));
   Profile p;
   p.name = string_at(j, "name", where, "unnamed");
   p.transport = string_at(j, "transport", where, "unknown");
   p.status = string_at(j, "status", where, "measured");
   if (!j.contains("t0") || !j["t0"].is_object())
-    throw Error(fmt::format("{}: missing object 't0' (fixed_ns, per_producer_Bps, aggregate_Bps)", where));
+    throw Error(fmt::format("{}: missing object 't0'; expected an object with fixed_ns, per_producer_Bps, aggregate_Bps", where));
   const json& t0 = j["t0"];
   p.t0.fixed_ns = number_at(t0, "fixed_ns", where + ": t0");
   p.t0.per_producer_Bps = number_at(t0, "per_producer_Bps", where + ": t0");
@@ -193,7 +193,7 @@ Profile profile_from_json(const json& j, const std::string& where) {
   // Optional (absent or null: not measured, the directions independent).
   if (j.contains("duplex") && !j["duplex"].is_null()) {
     if (!j["duplex"].is_object())
-      throw Error(fmt::format("{}: 'duplex' must be an object (read_Bps, store_Bps) or null", where));
+      throw Error(fmt::format("{}: 'duplex' is not an object; expected an object (read_Bps, store_Bps) or null", where));
     p.duplex_read_Bps = number_at(j["duplex"], "read_Bps", where + ": duplex");
     p.duplex_store_Bps = number_at(j["duplex"], "store_Bps", where + ": duplex");
     p.duplex_read_alone_Bps = optional_number_at(j["duplex"], "read_alone_Bps", where + ": duplex");
@@ -201,7 +201,7 @@ Profile profile_from_json(const json& j, const std::string& where) {
   p.K_range = range_from(j, "K_range", where);
   p.V_range = range_from(j, "V_range", where);
   if (j.contains("sigma") && !j["sigma"].is_null() && !j["sigma"].is_object())
-    throw Error(fmt::format("{}: 'sigma' must be an object of uncertainties or null", where));
+    throw Error(fmt::format("{}: 'sigma' is not an object; expected an object of uncertainties or null", where));
   if (j.contains("sigma") && j["sigma"].is_object()) {
     const json& s = j["sigma"];
     const std::string w = where + ": sigma";

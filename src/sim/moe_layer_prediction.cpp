@@ -35,7 +35,7 @@ int block_m_of(MoeTile t) {
   switch (t) {
     case MoeTile::m128n256: return 128;
     case MoeTile::m64n256: return 64;
-    default: throw Error(fmt::format("moe prediction: the fused kernel runs m128n256 or m64n256 tiles, not {}",
+    default: throw Error(fmt::format("moe prediction: tile {}; expected m128n256 or m64n256, the tiles the fused kernel runs",
                                      int(t)));
   }
 }
@@ -66,7 +66,7 @@ void check_shape(const MoeShape& s, int tokens, int P, const char* who) {
     throw Error(fmt::format("{}: shape {}/{}/{}/{} (hidden/inter/experts/topk): expected 256 <= hidden <= {}, 128 <= "
                             "inter <= {}, 1 <= experts <= {}, 1 <= topk <= experts",
                             who, s.hidden, s.inter, s.experts, s.topk, kMaxMoeWidth, kMaxMoeWidth, kMaxMoeExperts));
-  if (tokens < 1 || tokens > (1 << 24)) throw Error(fmt::format("{}: tokens {} outside 1 .. 2^24", who, tokens));
+  if (tokens < 1 || tokens > (1 << 24)) throw Error(fmt::format("{}: tokens {}; expected 1 .. 2^24", who, tokens));
   if (P < 1 || P > 1024 || s.experts % P != 0)
     throw Error(fmt::format("{}: P = {}: expected 1 .. 1024 dividing the {} experts", who, P, s.experts));
 }
@@ -288,7 +288,8 @@ std::vector<MoeLaunch> moe_config_launches(const MoeConfig& c) {
   check_shape(c.shape, c.tokens, c.P, "moe prediction");
   if (c.sms < 1) throw Error(fmt::format("moe prediction: SM count {}; expected >= 1", c.sms));
   if (!c.rows_per_rank.empty() && int(c.rows_per_rank.size()) != c.P)
-    throw Error(fmt::format("moe prediction: {} rows_per_rank entries for P = {}", c.rows_per_rank.size(), c.P));
+    throw Error(fmt::format("moe prediction: {} rows_per_rank entries; expected one per rank, P = {}", c.rows_per_rank.size(),
+                            c.P));
   for (int r : c.rows_per_rank)
     if (r < 0 || long(r) > long(c.tokens) * c.P * c.shape.topk)
       throw Error(fmt::format("moe prediction: a rank received {} rows; expected 0 .. T P k = {}", r,

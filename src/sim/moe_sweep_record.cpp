@@ -26,7 +26,8 @@ class Obj {
   const std::string& where() const { return where_; }
   const json& need(const char* key) const {
     auto it = j_.find(key);
-    if (it == j_.end()) throw Error(fmt::format("{}: no \"{}\" ({})", where_, key, kExpected));
+    if (it == j_.end()) throw Error(fmt::format("{}: no \"{}\"; expected it, as an `xstage moe` sweep has it (docs/design/moe-model.md)", where_,
+                                                 key));
     return *it;
   }
   const json* maybe(const char* key) const {
@@ -119,7 +120,8 @@ RecordedMoeConfig read_config(const Obj& c) {
   m.tokens = c.integer("tokens", 1, 1 << 24);
   m.P = c.integer("P", 1, 1024);
   if (m.shape.experts % m.P != 0)
-    throw Error(fmt::format("{}: \"P\" = {} must divide the {} experts", c.where(), m.P, m.shape.experts));
+    throw Error(fmt::format("{}: \"P\" = {} does not divide the {} experts; expected a divisor of them", c.where(), m.P,
+                            m.shape.experts));
   m.backend = c.text("backend");
   if (m.backend != "emulated" && m.backend != "peer" && m.backend != "nccl")
     c.bad("backend", "emulated, peer or nccl", c.need("backend"));

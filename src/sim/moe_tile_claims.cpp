@@ -70,15 +70,15 @@ void check_launch(const MoeLaunch& l) {
   if (l.hidden < 1 || l.inter < 1 || l.block_m < 1 || l.block_n < 1 || l.sms < 1)
     throw Error(fmt::format("moe launch: expected positive hidden, inter, tile and SM count, got {}, {}, {}x{}, {}",
                             l.hidden, l.inter, l.block_m, l.block_n, l.sms));
-  if (l.sms > 65536) throw Error(fmt::format("moe launch: {} SMs; at most 65536 are simulated", l.sms));
+  if (l.sms > 65536) throw Error(fmt::format("moe launch: {} SMs; expected at most 65536", l.sms));
   if (l.copy_block_rows < 1)
     throw Error(fmt::format("moe launch: copied-rows blocks of {} rows; expected >= 1", l.copy_block_rows));
   for (int r : l.expert_rows)
     if (r < 0) throw Error(fmt::format("moe launch: an expert has {} rows; expected >= 0", r));
   if (!(l.remote_fraction >= 0 && l.remote_fraction <= 1))
-    throw Error(fmt::format("moe launch: remote fraction {} outside [0, 1]", l.remote_fraction));
+    throw Error(fmt::format("moe launch: remote fraction {}; expected a fraction in [0, 1]", l.remote_fraction));
   if (!(l.compute_scale > 0) || !std::isfinite(l.compute_scale))
-    throw Error(fmt::format("moe launch: compute scale must be positive, got {}", l.compute_scale));
+    throw Error(fmt::format("moe launch: compute scale {}; expected a positive finite number", l.compute_scale));
   if (!(l.copy_path_fraction >= 0 && l.copy_local_fraction >= 0 &&
         l.copy_path_fraction + l.copy_local_fraction <= 1 + 1e-12))
     throw Error(fmt::format("moe launch: copied shares {} (path) and {} (local): expected >= 0, at most 1 together",
@@ -94,7 +94,7 @@ std::vector<double> rows_ready(const MoeLaunch& l, const std::vector<int64_t>& m
   const bool path = l.copy_path_fraction > 0, local = l.copy_local_fraction > 0;
   if (!path && !local) return out;
   if ((path && !(path_Bps > 0)) || (local && !(local_Bps > 0)))
-    throw Error("moe launch: copies need a positive read rate (the profile's R, h200-local's R)");
+    throw Error("moe launch: copies with a read rate of 0; expected a positive read rate (the profile's R, h200-local's R)");
   for (size_t i = 0; i < out.size(); ++i) {
     const double bytes = double(milestones[i]) * l.hidden * 2.0;
     const double p = path ? bytes * l.copy_path_fraction / path_Bps : 0.0;
@@ -203,7 +203,8 @@ class Claims {
   // A GEMM's tile count; the kernel counts tiles in 32 bits.
   static int count(const std::vector<TileRef>& tiles) {
     if (tiles.size() > size_t(std::numeric_limits<int>::max()))
-      throw Error(fmt::format("moe launch: {} tiles in one GEMM; the kernel counts them in 32 bits", tiles.size()));
+      throw Error(fmt::format("moe launch: {} tiles in one GEMM; expected at most {}, as the kernel counts them in 32 bits",
+                              tiles.size(), std::numeric_limits<int>::max()));
     return int(tiles.size());
   }
   // L1 tiles through the first expert with rows (0: no tiles).
@@ -294,7 +295,7 @@ class TileClaimer {
     const size_t e = size_t(r.expert);
     // The claim rules leave no L2 tile whose expert has an unclaimed L1 tile.
     if (l1_left_[e] != 0)
-      throw Error(fmt::format("moe claims: L2 tile {} claimed before its expert's L1 tiles", i2));
+      throw Error(fmt::format("moe claims: L2 tile {} claimed before its expert's L1 tiles; expected every L1 tile of the expert claimed first", i2));
     c.index = int(i2);
     c.expert = r.expert;
     c.rows = r.rows;
@@ -472,11 +473,11 @@ double moe_compute_only_ns(const MoeLaunch& launch) {
 
 double moe_scale_to_compute_only(const MoeLaunch& launch, double measured_ns) {
   if (!(measured_ns > 0) || !std::isfinite(measured_ns))
-    throw Error(fmt::format("moe compute-only time must be positive, got {} ns", measured_ns));
+    throw Error(fmt::format("moe compute-only time: {} ns; expected a positive finite time", measured_ns));
   MoeLaunch unit = launch;
   unit.compute_scale = 1;
   const double table = moe_compute_only_ns(unit);
-  if (!(table > 0)) throw Error("moe compute-only time: the launch has no tiles to scale");
+  if (!(table > 0)) throw Error("moe compute-only time: the launch has no tiles to scale; expected a launch with at least one tile");
   return measured_ns / table;
 }
 

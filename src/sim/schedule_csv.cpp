@@ -30,12 +30,13 @@ std::vector<Program> parse_schedule(const detail::NextLine& next_line, const std
     if (col.empty()) {
       for (size_t i = 0; i < f.size(); ++i)
         if (!col.emplace(f[i], i).second)
-          throw Error(fmt::format("{}: column '{}' appears twice in the header", where, f[i]));
+          throw Error(fmt::format("{}: column '{}' appears twice in the header; expected each column once", where, f[i]));
       for (const char* r : {"producer", "kind", "amount"})
-        if (!col.count(r)) throw Error(fmt::format("{}: header lacks column '{}' (need producer,kind,amount)", where, r));
+        if (!col.count(r)) throw Error(fmt::format("{}: header lacks column '{}'; expected a header naming producer, kind and amount", where, r));
       continue;
     }
-    if (f.size() != col.size()) throw Error(fmt::format("{}: {} fields, but the header has {}", where, f.size(), col.size()));
+    if (f.size() != col.size()) throw Error(fmt::format("{}: {} fields, but the header has {}; expected {} comma-separated fields", where, f.size(),
+                            col.size(), col.size()));
     const std::string& ps = f[col["producer"]];
     char* end = nullptr;
     errno = 0;
@@ -50,24 +51,24 @@ std::vector<Program> parse_schedule(const detail::NextLine& next_line, const std
     if (kind == "store") {
       const double bytes = parse_size_bytes(amount, where + ": amount");
       if (bytes > kMaxBytes)
-        throw Error(fmt::format("{}: amount: '{}' is more than {:g} bytes, the most a schedule may store", where,
+        throw Error(fmt::format("{}: amount: '{}'; expected at most {:g} bytes, the most a schedule may store", where,
                                 amount, kMaxBytes));
       prog.steps.push_back(Step::store(bytes));
     } else if (kind == "compute") {
       const double ns = parse_time_ns(amount, where + ": amount");
       if (ns > kMaxTimeNs)
-        throw Error(fmt::format("{}: amount: '{}' is longer than {:g} ns, the longest a schedule may run", where,
+        throw Error(fmt::format("{}: amount: '{}'; expected at most {:g} ns, the longest a schedule may run", where,
                                 amount, kMaxTimeNs));
       prog.steps.push_back(Step::compute(ns));
     } else {
       throw Error(fmt::format("{}: column 'kind': expected 'store' or 'compute', got '{}'", where, kind));
     }
   }
-  if (by_producer.empty()) throw Error(fmt::format("{}: no schedule rows", name));
+  if (by_producer.empty()) throw Error(fmt::format("{}: no schedule rows; expected a header naming producer, kind and amount, then rows", name));
   std::vector<Program> out;
   for (auto& [id, prog] : by_producer) {
     if (id != static_cast<long>(out.size()))
-      throw Error(fmt::format("{}: producers must be numbered 0..K-1; producer {} is missing", name, out.size()));
+      throw Error(fmt::format("{}: producer {} is missing; expected producers numbered 0..K-1", name, out.size()));
     out.push_back(std::move(prog));
   }
   return out;

@@ -250,7 +250,7 @@ class StageSim {
         throw Error(fmt::format("simulate: producer {} was fed a step of {} (expected finite, >= 0)",
                                 ids_[static_cast<size_t>(i)], step.amount));
     if (!(t_ < kMaxTimeNs))
-      throw Error(fmt::format("simulate: fed producers run past {:g} ns; at most that is simulated", kMaxTimeNs));
+      throw Error(fmt::format("simulate: fed producers run past {:g} ns; expected a run that ends within {:g} ns", kMaxTimeNs, kMaxTimeNs));
     st_[static_cast<size_t>(i)].step = 0;
     st_[static_cast<size_t>(i)].rep = 0;
     return !p.steps.empty();
@@ -401,10 +401,10 @@ void check_program_size(const Program& p, size_t i) {
   for (const Step& s : p.steps) (s.kind == Step::Kind::store ? bytes : ns) += s.amount;
   const double reps = static_cast<double>(p.repeat);
   if (bytes * reps > kMaxBytes)
-    throw Error(fmt::format("simulate: producer {} stores {:g} bytes in all; at most {:g} are simulated", i,
+    throw Error(fmt::format("simulate: producer {} stores {:g} bytes in all; expected at most {:g} bytes", i,
                             bytes * reps, kMaxBytes));
   if (ns * reps > kMaxTimeNs)
-    throw Error(fmt::format("simulate: producer {} computes {:g} ns in all; at most {:g} ns are simulated", i, ns * reps,
+    throw Error(fmt::format("simulate: producer {} computes {:g} ns in all; expected at most {:g} ns", i, ns * reps,
                             kMaxTimeNs));
 }
 
@@ -420,40 +420,40 @@ bool all_programs_equal(const std::vector<Program>& producers) {
 
 void check_stage(const StageConfig& c) {
   auto positive = [](double v, const char* what) {
-    if (!(v > 0) || !std::isfinite(v)) throw Error(fmt::format("simulate: {} must be positive, got {}", what, v));
+    if (!(v > 0) || !std::isfinite(v)) throw Error(fmt::format("simulate: {} is {}; expected a positive finite number", what, v));
   };
   positive(c.R_Bps, "R");
   positive(c.Q_bytes, "Q");
   if (!(c.R_early_Bps >= 0) || !std::isfinite(c.R_early_Bps) || !(c.R_early_until_ns >= 0) ||
       !std::isfinite(c.R_early_until_ns))
-    throw Error(fmt::format("simulate: the early drain rate and its end must be finite and >= 0, got {} and {}",
+    throw Error(fmt::format("simulate: the early drain rate and its end are {} and {}; expected both finite and >= 0",
                             c.R_early_Bps, c.R_early_until_ns));
   positive(c.issue.per_producer_Bps, "the per-producer issue rate");
   positive(c.issue.aggregate_Bps, "the aggregate issue rate");
-  if (!(c.issue.fixed_ns >= 0)) throw Error("simulate: the fixed issue cost must be >= 0");
-  if (!(c.issue.near_bytes >= 0)) throw Error("simulate: the near queue's bytes must be >= 0");
+  if (!(c.issue.fixed_ns >= 0)) throw Error(fmt::format("simulate: the fixed issue cost is {} ns; expected 0 ns or more", c.issue.fixed_ns));
+  if (!(c.issue.near_bytes >= 0)) throw Error(fmt::format("simulate: the near queue's bytes are {}; expected 0 or more", c.issue.near_bytes));
   if (c.issue.near_bytes > 0) positive(c.issue.near_per_producer_Bps, "the near queue's issue rate");
   if (!(c.Q_cold_bytes >= 0) || !(c.Q_warm_per_byte >= 0))
-    throw Error("simulate: the cold capacity and the regain per byte must be >= 0");
+    throw Error(fmt::format("simulate: the cold capacity and the regain per byte are {} and {}; expected both >= 0", c.Q_cold_bytes, c.Q_warm_per_byte));
 }
 
 }  // namespace
 
 SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, const SimObserver& observer) {
   check_stage(c);
-  if (producers.empty()) throw Error("simulate: no producers");
+  if (producers.empty()) throw Error("simulate: no producers; expected at least one program");
   if (producers.size() > static_cast<size_t>(kMaxProducers))
-    throw Error(fmt::format("simulate: {} producers; at most {} are simulated", producers.size(), kMaxProducers));
+    throw Error(fmt::format("simulate: {} producers; expected at most {}", producers.size(), kMaxProducers));
   for (size_t i = 0; i < producers.size(); ++i) {
-    if (producers[i].repeat < 0) throw Error(fmt::format("simulate: producer {}: negative repeat", i));
+    if (producers[i].repeat < 0) throw Error(fmt::format("simulate: producer {}: repeat {}; expected 0 or more", i, producers[i].repeat));
     for (const Step& s : producers[i].steps)
       if (!(s.amount >= 0) || !std::isfinite(s.amount))
-        throw Error(fmt::format("simulate: producer {}: step amounts must be finite and >= 0", i));
+        throw Error(fmt::format("simulate: producer {}: a step of {}; expected finite amounts >= 0", i, s.amount));
     check_program_size(producers[i], i);
   }
   const double bursts = total_bursts(producers);
   if (bursts > kMaxSimulatedBursts)
-    throw Error(fmt::format("simulate: {:g} bursts over all producers; at most {:g} are simulated (fewer bursts or "
+    throw Error(fmt::format("simulate: {:g} bursts over all producers; expected at most {:g} (fewer bursts or "
                             "producers)",
                             bursts, kMaxSimulatedBursts));
 
@@ -508,7 +508,7 @@ SimResult simulate(const StageConfig& c, const std::vector<Program>& producers, 
 SimResult simulate_fed(const StageConfig& c, int producers, const StepFeed& feed, const SimObserver& observer) {
   if (producers < 1 || producers > kMaxProducers)
     throw Error(fmt::format("simulate: {} fed producers; expected 1 .. {}", producers, kMaxProducers));
-  if (!feed) throw Error("simulate: fed producers need a feed");
+  if (!feed) throw Error("simulate: fed producers without a feed; expected a step feed");
   StageConfig shared = c;
   shared.per_producer_capacity = false;
   // The checks of simulate() on the stage, with an empty program for each producer.
@@ -523,7 +523,7 @@ SimResult simulate_fed(const StageConfig& c, int producers, const StepFeed& feed
 }
 
 std::vector<Program> periodic_programs(int K, double V, double G, long bursts) {
-  if (K < 1) throw Error("periodic_programs: K must be >= 1");
+  if (K < 1) throw Error(fmt::format("periodic_programs: K = {}; expected at least 1 producer", K));
   Program p;
   p.steps = {Step::store(V / K), Step::compute(G)};
   p.repeat = bursts;
@@ -532,10 +532,10 @@ std::vector<Program> periodic_programs(int K, double V, double G, long bursts) {
 
 std::vector<Program> staggered_programs(int K, double V, double G, long bursts, double spread_ns) {
   if (!(spread_ns >= 0) || !(spread_ns <= kMaxTimeNs))
-    throw Error(fmt::format("staggered_programs: the spread must be a time in [0, {:g}] ns, got {}", kMaxTimeNs,
-                            spread_ns));
+    throw Error(fmt::format("staggered_programs: the spread is {} ns; expected a time in [0, {:g}] ns", spread_ns,
+                            kMaxTimeNs));
   if (double(K) * double(bursts) > kMaxStaggeredBursts)
-    throw Error(fmt::format("staggered_programs: K x bursts = {} x {}; at most {:g} bursts are unrolled", K, bursts,
+    throw Error(fmt::format("staggered_programs: K x bursts = {} x {}; expected at most {:g} bursts unrolled", K, bursts,
                             kMaxStaggeredBursts));
   std::vector<Program> progs = periodic_programs(K, V, G, bursts);
   for (size_t k = 0; k < progs.size(); ++k) {

@@ -73,7 +73,7 @@ UlyssesKernelShape ulysses_kernel_shape(const UlyssesShape& shape, bool emulated
   if (block_m < 1) throw Error(fmt::format("ulysses_kernel_shape: expected block_m >= 1, got {}", block_m));
   const UlyssesLayout l(shape);
   if (!emulated && (rank < 0 || rank >= shape.P))
-    throw Error(fmt::format("ulysses_kernel_shape: rank {} outside 0 .. {}", rank, shape.P - 1));
+    throw Error(fmt::format("ulysses_kernel_shape: rank {}; expected 0 .. {}", rank, shape.P - 1));
   UlyssesKernelShape ks;
   const int64_t m_blocks = (shape.S + block_m - 1) / block_m;
   ks.tiles = (emulated ? int64_t(shape.P) : 1) * shape.B * l.heads_per_rank() * m_blocks;

@@ -36,15 +36,15 @@ int64_t whole(const json& j, const char* key, int64_t lo, int64_t hi, const std:
   else if (v.is_number_float())
     d = v.get<double>();
   else
-    throw Error(fmt::format("{}: \"{}\" must be a whole number in [{}, {}], got {}", where, key, lo, hi, v.dump()));
+    throw Error(fmt::format("{}: \"{}\" is {}; expected a whole number in [{}, {}]", where, key, v.dump(), lo, hi));
   if (!(d >= double(lo) && d <= double(hi)) || d != std::floor(d))
-    throw Error(fmt::format("{}: \"{}\" must be a whole number in [{}, {}], got {}", where, key, lo, hi, v.dump()));
+    throw Error(fmt::format("{}: \"{}\" is {}; expected a whole number in [{}, {}]", where, key, v.dump(), lo, hi));
   return static_cast<int64_t>(d);
 }
 
 std::string text(const json& j, const char* key, const std::string& where) {
   const json& v = at(j, key, where);
-  if (!v.is_string()) throw Error(fmt::format("{}: \"{}\" must be a string, got {}", where, key, v.dump()));
+  if (!v.is_string()) throw Error(fmt::format("{}: \"{}\" is {}; expected a string", where, key, v.dump()));
   return v.get<std::string>();
 }
 
@@ -53,15 +53,15 @@ std::optional<double> optional_us(const json& j, const char* key, const std::str
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
   if (!it->is_number() || !std::isfinite(it->get<double>()) || (!signed_ok && it->get<double>() < 0))
-    throw Error(fmt::format("{}: \"{}\" must be {}, got {}", where, key,
-                            signed_ok ? "a finite number or null" : "a finite number >= 0 or null", it->dump()));
+    throw Error(fmt::format("{}: \"{}\" is {}; expected {}", where, key, it->dump(),
+                            signed_ok ? "a finite number or null" : "a finite number >= 0 or null"));
   return it->get<double>();
 }
 
 bool emulated_backend(const std::string& backend, const std::string& where) {
   if (backend == "emulated") return true;
   if (backend == "peer" || backend == "nccl") return false;
-  throw Error(fmt::format("{}: \"backend\" must be emulated, peer or nccl, got \"{}\"", where, backend));
+  throw Error(fmt::format("{}: \"backend\" is \"{}\"; expected emulated, peer or nccl", where, backend));
 }
 
 // The run's settings: at the top of a single report, in each source of a merged one.
@@ -71,7 +71,7 @@ void read_settings(const json& src, const std::string& where, RecordedUlyssesSer
   s.profile = text(src, "profile", where);
   auto lp = src.find("local_profile");
   if (lp != src.end() && !lp->is_null()) {
-    if (!lp->is_string()) throw Error(fmt::format("{}: \"local_profile\" must be a string or null", where));
+    if (!lp->is_string()) throw Error(fmt::format("{}: \"local_profile\" is {}; expected a string or null", where, lp->dump()));
     if (*lp != "none") s.local_profile = lp->get<std::string>();
   }
 }
@@ -96,7 +96,7 @@ RecordedUlyssesPoint read_point(const json& e, const std::string& where) {
   // null: no attention-only run at this S (the point is skipped by the caller).
   if (!att.is_null()) {
     if (!att.is_number() || !std::isfinite(att.get<double>()) || att.get<double>() < 0)
-      throw Error(fmt::format("{}: \"attention_only_us\" must be a finite number >= 0 or null, got {}", where,
+      throw Error(fmt::format("{}: \"attention_only_us\" is {}; expected a finite number >= 0 or null", where,
                               att.dump()));
     p.attention_only_us = att.get<double>();
   }
@@ -161,7 +161,7 @@ std::vector<RecordedUlyssesSeries> parse_ulysses_report(const std::string& json_
   // Merged: every summary row names its placement; its settings are those of
   // the source whose world has that placement's buffers.
   const json& sources = at(rep, "sources", name);
-  if (!sources.is_array() || sources.empty()) throw Error(fmt::format("{}: \"sources\" must be a non-empty list", name));
+  if (!sources.is_array() || sources.empty()) throw Error(fmt::format("{}: \"sources\" is not a list of sources; expected a non-empty list", name));
   for (size_t i = 0; i < summary.size(); ++i) {
     const std::string where = fmt::format("{}: summary[{}]", name, i);
     const std::string placement = text(summary[i], "placement", where);
@@ -175,22 +175,22 @@ std::vector<RecordedUlyssesSeries> parse_ulysses_report(const std::string& json_
       for (size_t k = 0; k < sources.size(); ++k) {
         const std::string world = text(sources[k], "world", fmt::format("{}: sources[{}]", name, k));
         if (world.find(placement + " buffers") == std::string::npos) continue;
-        if (src) throw Error(fmt::format("{}: two sources have {} buffers", name, placement));
+        if (src) throw Error(fmt::format("{}: two sources have {} buffers; expected one source a placement", name, placement));
         src = &sources[k];
       }
-      if (!src) throw Error(fmt::format("{}: no source has {} buffers (placement of {})", name, placement, where));
+      if (!src) throw Error(fmt::format("{}: no source has {} buffers (placement of {}); expected one source a placement", name, placement, where));
       read_settings(*src, fmt::format("{}: source of placement {}", name, placement), s);
       const json* row = nullptr;
       for (size_t k = 0; k < rows.size() && !row; ++k)
         if (rows[k].is_object() && rows[k].value("placement", json()) == placement) row = &rows[k];
-      if (!row) throw Error(fmt::format("{}: no row has placement {}", name, placement));
+      if (!row) throw Error(fmt::format("{}: no row has placement {}; expected a row of each placement in the summary", name, placement));
       read_shape(*row, fmt::format("{}: first row of placement {}", name, placement), s);
       out.push_back(std::move(s));
       series = &out.back();
     }
     series->points.push_back(read_point(summary[i], where));
   }
-  if (out.empty()) throw Error(fmt::format("{}: the summary is empty", name));
+  if (out.empty()) throw Error(fmt::format("{}: the summary is empty; expected at least one point with an attention-only time", name));
   read_store_residuals(rows, name, out);
   return out;
 }

@@ -89,7 +89,7 @@ StorePathPrediction predict_store_path(const Profile& profile, const StorePathKe
                             "got {}, {}, {}, {}",
                             k.kv_steps, k.tile_rows, k.paced_rows, k.prefetch_steps));
   if (!(opt.bulk_drain_ratio > 0) || opt.bulk_drain_ratio > 1e3)
-    throw Error(fmt::format("predict_store_path: the bulk drain ratio must be in (0, 1000], got {}",
+    throw Error(fmt::format("predict_store_path: the bulk drain ratio is {}; expected a value in (0, 1000]",
                             opt.bulk_drain_ratio));
   const int64_t slots = ts.slots, waves = ts.waves, full = ts.full;
   const double tile_bytes = ts.tile_bytes, tile_ns = ts.tile_ns;
@@ -161,10 +161,10 @@ double bulk_drain_ratio_from_probe(const std::string& text, const std::string& n
     try {
       rate = std::stod(col("sustained_Bps"));
     } catch (const std::exception&) {
-      throw Error(fmt::format("{}:{}: sustained_Bps must be a number, got \"{}\"", name, lineno, col("sustained_Bps")));
+      throw Error(fmt::format("{}:{}: sustained_Bps is \"{}\"; expected a number", name, lineno, col("sustained_Bps")));
     }
     if (!(rate > 0) || !std::isfinite(rate))
-      throw Error(fmt::format("{}:{}: sustained_Bps must be positive, got {}", name, lineno, rate));
+      throw Error(fmt::format("{}:{}: sustained_Bps is {}; expected a positive finite rate", name, lineno, rate));
     auto& slot = (store == "bulk" ? bulk : v4)[{col("K"), col("V_bytes"), col("gap_ns")}];
     slot.first += rate;
     slot.second += 1;
@@ -179,7 +179,8 @@ double bulk_drain_ratio_from_probe(const std::string& text, const std::string& n
     ++pairs;
   }
   if (pairs == 0)
-    throw Error(fmt::format("{}: no (K, V, gap) with spin-gap `run` rows of both bulk and v4 stores", name));
+    throw Error(fmt::format("{}: no (K, V, gap) with spin-gap `run` rows of both bulk and v4 stores; expected at least one such pair",
+                            name));
   return sum_bulk / sum_v4;
 }
 
@@ -203,7 +204,8 @@ std::vector<double> average_ranks(const std::vector<double>& v) {
 
 RankAgreement rank_agreement(const std::vector<double>& measured, const std::vector<double>& predicted, double tie) {
   if (measured.size() != predicted.size())
-    throw Error(fmt::format("rank_agreement: {} measured and {} predicted values", measured.size(), predicted.size()));
+    throw Error(fmt::format("rank_agreement: {} measured and {} predicted values; expected as many of each", measured.size(),
+                            predicted.size()));
   RankAgreement a;
   a.n = int(measured.size());
   if (a.n < 2) {

@@ -402,22 +402,22 @@ TEST(SilentNonsense, UlyssesReportFieldsAreCheckedNotWrappedOrDefaulted) {
   const struct {
     std::string name, text, fragment;
   } cases[] = {
-      {"pigeon", report(R"("backend": "carrier-pigeon")", ok_summary), "must be emulated, peer or nccl"},
+      {"pigeon", report(R"("backend": "carrier-pigeon")", ok_summary), "\"backend\" is \"carrier-pigeon\"; expected emulated, peer or nccl"},
       {"bigP", R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie", "rows": [{"P": 2147483648,
         "B": 1, "H": 24, "D": 128, "backend": "emulated"}], "summary": [)" + ok_summary + "]}",
-       "\"P\" must be a whole number"},
+       "\"P\" is 2147483648; expected a whole number"},
       {"fractionS", report(R"("backend": "emulated")", R"({"S": 4096.7, "attention_only_us": 300})"),
-       "\"S\" must be a whole number"},
+       "\"S\" is 4096.7; expected a whole number"},
       {"hugeB", R"({"block_m": 128, "concurrent_tiles": 132, "profile": "h200-host-pcie", "rows": [{"P": 8,
         "B": 1000000000, "H": 24, "D": 128, "backend": "emulated"}], "summary": [)" + ok_summary + "]}",
-       "\"B\" must be a whole number"},
+       "\"B\" is 1000000000; expected a whole number"},
       {"hugeS", report(R"("backend": "emulated")", R"({"S": 1099511627776, "attention_only_us": 300})"),
-       "\"S\" must be a whole number"},
+       "\"S\" is 1099511627776; expected a whole number"},
       {"nullfused", report(R"("backend": "emulated")", R"({"S": 4096, "attention_only_us": 300, "fused_us": "x"})"),
        "fused_us"},
       {"nullblock", R"({"block_m": null, "concurrent_tiles": 132, "profile": "h200-host-pcie", "rows": [{"P": 8,
         "B": 1, "H": 24, "D": 128, "backend": "emulated"}], "summary": [)" + ok_summary + "]}",
-       "\"block_m\" must be a whole number"},
+       "\"block_m\" is null; expected a whole number"},
   };
   for (const auto& c : cases) {
     write(d / (c.name + ".json"), c.text);

@@ -213,11 +213,11 @@ TEST(ColdStart, JsonWithoutTheNewFieldsLoadsAsBefore) {
             std::string::npos);
   EXPECT_NE(error(R"({"t0": {"fixed_ns": 1, "per_producer_Bps": 1, "aggregate_Bps": 1}, "Q_cold_bytes": 6e7, )" + core +
                   "}")
-                .find("Q_cold_bytes must be in [0, Q_bytes"),
+                .find("; expected a value in [0, Q_bytes"),
             std::string::npos);
   EXPECT_NE(error(R"({"t0": {"fixed_ns": 1, "per_producer_Bps": 1, "aggregate_Bps": 1}, "Q_warm_per_byte": -1, )" +
                   core + "}")
-                .find("Q_warm_per_byte must be >= 0"),
+                .find("Q_warm_per_byte is -1; expected a finite number >= 0"),
             std::string::npos);
   std::remove(path.c_str());
 }

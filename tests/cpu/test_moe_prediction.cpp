@@ -702,7 +702,7 @@ TEST(MoePredictCli, BadSweepsSayWhatWhereAndWhatWasExpected) {
            {"moe-bad-1.json", "{ not json", "not JSON"},
            {"moe-bad-2.json", no_configs.dump(), "no \"configs\""},
            {"moe-bad-3.json", bad_tokens.dump(), "configs[1]: \"tokens\" must be a whole number"},
-           {"moe-bad-4.json", bad_P.dump(), "configs[0]: \"P\" = 3 must divide the 8 experts"},
+           {"moe-bad-4.json", bad_P.dump(), "configs[0]: \"P\" = 3 does not divide the 8 experts; expected a divisor of them"},
            {"moe-bad-5.json", bad_rows.dump(), "configs[0]: \"rows_per_rank\" must be a list of P = 2"},
            {"moe-bad-6.json", bad_ms.dump(), "configs[0]: ms: \"fused/interleaved\" must be a list of finite times"},
            {"moe-bad-7.json", bad_backend.dump(), "\"backend\" must be emulated, peer or nccl"},

@@ -81,24 +81,24 @@ std::string load_error(const std::string& text) {
 
 TEST(Profile, InvalidProfilesAreRejectedWithTheReason) {
   EXPECT_NE(load_error("{ not json").find("invalid JSON"), std::string::npos);
-  EXPECT_NE(load_error("[1,2]").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(load_error("[1,2]").find("not a profile; expected a JSON object"), std::string::npos);
   EXPECT_NE(load_error(R"({"R_Bps": 1, "Q_bytes": 1})").find("missing object 't0'"), std::string::npos);
   EXPECT_NE(load_error(R"({"t0": {"fixed_ns": 0, "per_producer_Bps": 1, "aggregate_Bps": 1}, "Q_bytes": 1})")
                 .find("missing key 'R_Bps'"),
             std::string::npos);
   EXPECT_NE(load_error(R"({"t0": {"fixed_ns": 0, "per_producer_Bps": 1, "aggregate_Bps": 1}, "R_Bps": -5, "Q_bytes": 1})")
-                .find("R_Bps must be a positive finite number"),
+                .find("R_Bps is -5; expected a positive finite number"),
             std::string::npos);
   EXPECT_NE(load_error(R"({"t0": {"fixed_ns": 0, "per_producer_Bps": "fast", "aggregate_Bps": 1}, "R_Bps": 1, "Q_bytes": 1})")
-                .find("'per_producer_Bps' must be a number"),
+                .find("'per_producer_Bps' is not a number; expected a number"),
             std::string::npos);
   const std::string ok_core = R"("t0": {"fixed_ns": 0, "per_producer_Bps": 1, "aggregate_Bps": 1}, "R_Bps": 1, "Q_bytes": 10)";
-  EXPECT_NE(load_error("{" + ok_core + R"(, "sigma": {"R_Bps": "wide"}})").find("'R_Bps' must be a number"),
+  EXPECT_NE(load_error("{" + ok_core + R"(, "sigma": {"R_Bps": "wide"}})").find("'R_Bps' is not a number; expected a number"),
             std::string::npos);
   EXPECT_NE(load_error("{" + ok_core + R"(, "latency_ns": 1e400})").find("invalid JSON"), std::string::npos);
-  EXPECT_NE(load_error("{" + ok_core + R"(, "Q_fill_bytes": 11})").find("Q_fill_bytes must be in [0, Q_bytes"),
+  EXPECT_NE(load_error("{" + ok_core + R"(, "Q_fill_bytes": 11})").find("Q_fill_bytes is 11; expected a value in [0, Q_bytes"),
             std::string::npos);
-  EXPECT_NE(load_error("{" + ok_core + R"(, "duplex": 5})").find("'duplex' must be an object"), std::string::npos);
+  EXPECT_NE(load_error("{" + ok_core + R"(, "duplex": 5})").find("'duplex' is not an object; expected an object"), std::string::npos);
   EXPECT_NE(load_error("{" + ok_core + R"(, "duplex": {"read_Bps": 1e9}})").find("missing key 'store_Bps'"),
             std::string::npos);
   EXPECT_NE(load_error("{" + ok_core + R"(, "duplex": {"read_Bps": 1e9, "store_Bps": 0}})")
