@@ -21,7 +21,7 @@ inline int encode_bshd(CUtensorMap* map, const void* base, int D, int S, int H, 
   const uint64_t dims[4] = {uint64_t(D), uint64_t(S), uint64_t(H), uint64_t(B)};
   const uint64_t strides[3] = {uint64_t(stride_s) * 2, uint64_t(stride_h) * 2, uint64_t(stride_b) * 2};
   const uint32_t box[4] = {64, uint32_t(box_rows), 1, 1};
-  return ptx::encode_tensor_map_bf16_sw128(map, base, 4, dims, strides, box);
+  return ptx::encode_tensor_map_sw128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, 4, dims, strides, box);
 }
 }  // namespace wgmma_detail
 

@@ -6,11 +6,10 @@
 // ring, the loads, the descriptors' 32-byte k steps) is the same for every
 // type, which is what lets FP8 join without a second mainloop.
 //
-// An FP8 e4m3 type fits the same slots (k = 32 a wgmma: also 32 bytes a
-// step); its per-block scales add a promotion after each k-block (the
-// k-block's wgmmas into a temporary, added to the accumulators times the
-// block's scales, as DeepGEMM does), which the mainloop would take as one
-// more hook of the element type. Only bf16 exists now.
+// A type's k step is kMmaK * kBytes = 32 bytes (bf16: k = 16; FP8 e4m3:
+// k = 32), so the descriptors advance the same way for both; what FP8 with
+// per-block scales adds is a promotion after each k-block (its wgmmas into a
+// temporary, added to the accumulators times the block's scales).
 #include <cstdint>
 
 #include <cuda.h>
@@ -20,7 +19,6 @@
 namespace xstage::gemm {
 
 struct Bf16 {
-  using Storage = uint16_t;
   static constexpr int kBytes = 2;
   static constexpr int kBlockK = 128 / kBytes;  // one 128-byte swizzle row
   static constexpr int kMmaK = 16;              // the k of one wgmma

@@ -22,7 +22,6 @@
 #include <cstdint>
 
 #include "device/ptx/bulk_copy.cuh"
-#include "device/ptx/math.cuh"
 #include "device/ptx/tma.cuh"
 
 namespace xstage::gemm {

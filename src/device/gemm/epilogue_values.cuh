@@ -10,8 +10,8 @@
 //       row: the tile row of the warp's first row (absolute row of A / C),
 //       rows >= row_end belong to the next expert (or are past the tensor);
 //       row_weight: each row's routing weight, or null.
-// Where the values go is the store's business (epilogue_stores.cuh, or
-// remote/ for another rank's rows).
+// Where the values go is the store's business (epilogue_stores.cuh: local
+// rows, or another rank's through remote::RowTable).
 #include <cstdint>
 
 #include "device/ptx/math.cuh"

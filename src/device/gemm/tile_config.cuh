@@ -41,7 +41,7 @@ struct TileConfig {
   static constexpr int WG_TILE_N = BN / WGN;  // the wgmma N of one warpgroup
   // wgmma N (a multiple of 8), the TMA box (<= 256 rows), and each warpgroup's
   // B rows starting on an 8-row swizzle atom. (SwiGLU's gate/up pairs of
-  // 8-column blocks are the epilogue's requirement: SwigluValues.)
+  // 8-column blocks are the epilogue's requirement: gemm::SwigluEpilogue.)
   static_assert(WG_TILE_N % 8 == 0 && WG_TILE_N <= 256 && BN <= 256, "wgmma N and the TMA box (<= 256 rows)");
   static constexpr int CONSUMER_WGS = 2;
   static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);

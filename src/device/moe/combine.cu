@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
   const bool fused = p.pos == nullptr;
   // The rows never came (fused), or this rank's rows are not this run's (its
   // dispatch or expert kernel's wait failed): the output keeps its last contents.
-  if ((fused && wait_failed(p.timeout_record)) || any_wait_failed(p.earlier_records, p.earlier_count)) return;
+  if ((fused && remote::wait_given_up(p.timeout_record)) || any_wait_failed(p.earlier_records, p.earlier_count)) return;
   const uint16_t* rows = static_cast<const uint16_t*>(p.combine[s]);
   uint16_t* out = static_cast<uint16_t*>(p.out) + int64_t(li) * p.T_max * p.H;
   const int64_t pairs = int64_t(li) * p.T_max * p.k;

@@ -32,7 +32,7 @@ constexpr size_t kPullMaxSmem = 200 * 1024;  // below the 227 KiB an H100/H200 C
 __global__ void __launch_bounds__(kPlanThreads) sm90_moe_pull_plan(PullParams p) {
   extern __shared__ int32_t plan[];  // pool_start[S + 1], then send_start[S + 1]
   __shared__ int32_t warp_tot[32];
-  if (wait_failed(p.timeout_record)) return;  // the counts never came: the pool keeps its last plan
+  if (remote::wait_given_up(p.timeout_record)) return;  // the counts never came: the pool keeps its last plan
   const int P = p.P, E_loc = p.E_loc;
   const int S = p.n * E_loc * P;  // segments (receiver, e_loc, source)
   int32_t* pool_start = plan;
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kPlanThreads) sm90_moe_pull_plan(PullParams p)
 // metadata written (and, with copy_rows, the row copied).
 __global__ void __launch_bounds__(kPullThreads) sm90_moe_pull(PullParams p) {
   extern __shared__ int32_t plan[];
-  if (wait_failed(p.timeout_record)) return;  // the counts never came: the pool keeps its last plan
+  if (remote::wait_given_up(p.timeout_record)) return;  // the counts never came: the pool keeps its last plan
   const int P = p.P, E_loc = p.E_loc;
   const int S = p.n * E_loc * P;
   for (int i = int(threadIdx.x); i < 2 * (S + 1); i += kPullThreads) plan[i] = p.plan[i];

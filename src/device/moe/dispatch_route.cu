@@ -14,7 +14,7 @@
 // stores precede the flags (the usual fence / atomic / fence chain).
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/moe/layer_device.cuh"
-#include "device/remote/row_table.cuh"
+#include "device/remote/publish.cuh"
 
 namespace xstage::moe {
 
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kRouteThreads) sm90_moe_route(RouteParams p) {
   cta_exclusive_scan(send_base, p.E, warp_count, [](const int32_t* q) { return __ldcg(q); });
   // Every rank may now read this source's routes and counts.
   for (int r = int(threadIdx.x); r < p.P; r += kRouteThreads)
-    remote::publish_flags(p.flags + r, 1, layer_flag_counts(s), 1, p.epoch);
+    remote::publish_flag(p.flags, r, layer_flag_counts(s), p.epoch);
 }
 
 }  // namespace

@@ -46,8 +46,7 @@ int launch_traced_or_not(const FusedLayerParams& p, const FusedTrace* trace, cud
 }  // namespace
 
 // L2's rows leave by 16-byte stores from warp-staged rows (a bulk L2 store
-// measured slower everywhere on host memory, perf-log MoE layer L3, and was
-// removed).
+// measured slower everywhere on host memory: perf-log, MoE layer L3).
 int launch_fused_layer(const FusedLayerParams& p, int fused_tile, cudaStream_t stream, const FusedTrace* trace) {
   switch (fused_tile) {
     case kFusedM128N256: return launch_traced_or_not<CfgM128N256<>>(p, trace, stream);
@@ -60,8 +59,14 @@ int preload_fused_layer(int fused_tile) {
   cudaFuncAttributes a;
   cudaError_t e = cudaErrorInvalidValue;
   switch (fused_tile) {
-    case kFusedM128N256: e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<>, false>); break;
-    case kFusedM64N256: e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<>, false>); break;
+    case kFusedM128N256:
+      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<>, false>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM128N256<>, true>);
+      break;
+    case kFusedM64N256:
+      e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<>, false>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sm90_fused_moe_layer<CfgM64N256<>, true>);
+      break;
     default: break;
   }
   return int(e);

@@ -19,7 +19,7 @@ __device__ inline sched::LayerClaimsParams fused_claims_params(const FusedLayerP
   c.E = p.E_run, c.rows_cap = p.rows_cap;
   c.n1 = 2 * p.inter / bn, c.n2 = p.hidden / bn;
   c.k1 = p.hidden, c.k2 = p.inter;
-  // Any schedule but expert-wave claims by share, as the kernel always has.
+  // Every schedule but expert-wave claims by share (the share rule); expert-wave claims by waves.
   c.policy.order = p.schedule == kScheduleExpertWave ? sched::ClaimOrder::expert_wave : sched::ClaimOrder::share;
   c.policy.wave_tiles = p.wave_tiles;
   c.policy.l2_share = p.l2_share;

@@ -99,7 +99,6 @@ struct FusedLayerParams {
   const remote::FlagTimeoutRecord* pull_record = nullptr;
 };
 
-// Tile shapes the fused kernel is compiled for (one for both GEMMs).
 // The per-tile trace of a fused run (xstage moe --trace): uint64 [2][tiles][4]:
 // [gemm][claim index] = {mainloop start, epilogue start, epilogue end
 // (globaltimer ns), smid}. A diagnostic, so not in the production parameter
@@ -110,6 +109,7 @@ struct FusedTrace {
   int tiles = 0;  // capacity per GEMM
 };
 
+// Tile shapes the fused kernel is compiled for (one for both GEMMs).
 enum FusedTile : int { kFusedM128N256 = 0, kFusedM64N256 = 1 };
 
 }  // namespace xstage::moe

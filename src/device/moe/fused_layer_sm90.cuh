@@ -40,6 +40,7 @@
 #include "device/ptx/fence.cuh"
 #include "device/ptx/flags.cuh"
 #include "device/ptx/timer.cuh"
+#include "device/remote/publish.cuh"
 #include "device/remote/row_table.cuh"
 #include "device/remote/timed_wait.cuh"
 
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const typename Smem::TaskRing task_ring(reinterpret_cast<uint64_t*>(smem + Smem::OFF_TASK_BARS));
 
   // Every thread reads the same record, set (or not) before this launch began.
-  if (wait_failed(p.pull_record)) return;
+  if (remote::wait_given_up(p.pull_record)) return;
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // A wait of this launch that timed out left rows computed from what had
     // not arrived: no done flag, so no rank sums them (each times out naming
     // this one).
-    const bool lost = wait_failed(p.timeout_record);
+    const bool lost = remote::wait_given_up(p.timeout_record);
     if (ct == 0 && p.flags != nullptr && !lost)
       remote::publish_flags(p.flags, p.world, p.done_flag + p.rank0, p.local_ranks, p.epoch);
   }

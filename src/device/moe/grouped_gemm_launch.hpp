@@ -8,7 +8,7 @@
 
 namespace xstage::moe {
 
-// C = SwiGLU(A W13^T) (times the row weight when p.row_weight is set), W13 interleaved (epilogue_store.cuh).
+// C = SwiGLU(A W13^T) (times the row weight when p.row_weight is set), W13 interleaved (gemm/epilogue_values.cuh).
 int launch_grouped_gemm_swiglu(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream);
 // C = A B^T.
 int launch_grouped_gemm_plain(const GroupedGemmParams& p, int tile, int out_store, cudaStream_t stream);

@@ -54,10 +54,10 @@ __device__ __forceinline__ bool wait_flags_geq(int count, FlagOf flag_of, uint64
 // A wait kernel earlier in the stream (launch_moe_wait_flags) timed out on
 // this record: what it waited for never came, and the kernels after it
 // leave their outputs as they were (the host reports the record).
-__device__ __forceinline__ bool wait_failed(const remote::FlagTimeoutRecord* r) { return remote::wait_given_up(r); }
+
 __device__ __forceinline__ bool any_wait_failed(const remote::FlagTimeoutRecord* r, int n) {
   for (int i = 0; i < n; ++i)
-    if (wait_failed(r + i)) return true;
+    if (remote::wait_given_up(r + i)) return true;
   return false;
 }
 

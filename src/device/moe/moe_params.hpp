@@ -46,7 +46,7 @@ enum TileId : int {
   kTileCount = 4,
 };
 
-// How the epilogue's output leaves shared memory (grouped_gemm_config.cuh, OUT_COLS).
+// How the epilogue's output leaves shared memory (gemm/tile_config.cuh, OUT_COLS).
 enum OutStoreId : int {
   kOutWarpStaged = 0,  // 16-byte stores from warp-private staging rows
   kOutTileBulk = 1,    // the whole tile staged, one TMA bulk copy a row

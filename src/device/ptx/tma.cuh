@@ -58,10 +58,9 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 // A tensor of `dtype` elements and `rank` dimensions (innermost first:
 // dims[0] contiguous), strides in bytes of dimensions 1 .. rank-1 (multiples
 // of 16), a box of box[i] elements, 128-byte swizzle (box[0] elements at most
-// 128 bytes), zero
-// fill out of bounds. Returns a cudaError_t as int: cudaErrorNotSupported when
-// the driver has no cuTensorMapEncodeTiled, cudaErrorInvalidValue when it
-// rejects the arguments.
+// 128 bytes), zero fill out of bounds. Returns a cudaError_t as int:
+// cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled,
+// cudaErrorInvalidValue when it rejects the arguments.
 inline int encode_tensor_map_sw128(CUtensorMap* out, CUtensorMapDataType dtype, const void* base, int rank,
                                    const uint64_t* dims, const uint64_t* strides_bytes, const uint32_t* box) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
@@ -85,11 +84,6 @@ inline int encode_tensor_map_sw128(CUtensorMap* out, CUtensorMapDataType dtype, 
                             gstride, bdim, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : int(cudaErrorInvalidValue);
-}
-
-inline int encode_tensor_map_bf16_sw128(CUtensorMap* out, const void* base, int rank, const uint64_t* dims,
-                                        const uint64_t* strides_bytes, const uint32_t* box) {
-  return encode_tensor_map_sw128(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, rank, dims, strides_bytes, box);
 }
 
 }  // namespace xstage::ptx

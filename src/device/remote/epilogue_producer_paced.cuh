@@ -16,19 +16,17 @@
 // `paced`: one thread issuing a slice's copies one after another held up the
 // next loads (perf-log f11).
 //
-// Hand-over (a one-slot pipeline::StageRing, the kernel's o_ring: its full
-// barrier with an arrival of every consumer thread, its empty barrier of
-// every sender lane; use k for the CTA's k-th tile):
-//   consumers: [wait o_empty, phase k-1: the copies of tile k-1 have read the
-//              buffer] stage tile k's rows, fence.proxy.async (each writer:
-//              the TMA unit reads what ordinary stores wrote), an arrival
-//              on o_full;
-//   sender:    wait o_full phase k, send tile k's slices during tile k+1's
-//              steps, wait for the copies' reads, arrive on o_empty. The
-//              CTA's last tile goes at once; the sender then waits for every
-//              copy to complete (writes performed) before its o_empty
-//              arrival, on which the consumers wait before they publish the
-//              flags.
+// Hand-over: the kernel's one-slot o_ring (pipeline/stage_ring.cuh), use k
+// for the CTA's k-th tile, filled by every consumer thread, released by every
+// sender lane:
+//   consumers: [acquire use k: the copies of tile k-1 have read the buffer]
+//              stage tile k's rows, fence.proxy.async (each writer: the TMA
+//              unit reads what ordinary stores wrote), commit;
+//   sender:    wait for use k, send tile k's slices during tile k+1's
+//              steps, wait for the copies' reads, release. The CTA's last
+//              tile goes at once; the sender then waits for every copy to
+//              complete (writes performed) before its release, on which the
+//              consumers wait before they publish the flags.
 // Flags at exit only (Completion::at_exit): no fence on any tile's path, and
 // with bulk copies the flags need every copy complete, which only the sender
 // can wait for (16-byte stores: ordered by the o_empty arrival and wait, then

@@ -26,6 +26,19 @@
 
 namespace xstage::remote {
 
+// Flags that cover a launch rather than a tile (release, system scope:
+// whatever the calling thread's fence and barrier ordered before it is
+// visible to a rank that acquires the flag): flags[rank][index] = epoch, and
+// flags[d][index0 + s] = epoch for every rank d < ranks and s < count.
+__device__ __forceinline__ void publish_flag(uint64_t* const* flags, int rank, int index, uint64_t epoch) {
+  ptx::st_release_sys_u64(flags[rank] + index, epoch);
+}
+__device__ __forceinline__ void publish_flags(uint64_t* const* flags, int ranks, int index0, int count,
+                                              uint64_t epoch) {
+  for (int d = 0; d < ranks; ++d)
+    for (int s = 0; s < count; ++s) publish_flag(flags, d, index0 + s, epoch);
+}
+
 // Sets a tile's flags (key: Dest::flag_key) in destinations dst.first..dst.last.
 template <class Dest>
 __device__ __forceinline__ void publish_tile(const typename Dest::Params& p, const typename Dest::FlagKey& key,

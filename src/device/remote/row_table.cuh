@@ -6,15 +6,11 @@
 // rank's combine buffer, and which ones is routing data on the device.
 //
 // The rank's buffers are plain pointers ([P], this rank's view: peer,
-// host-mapped or local), so a kernel never knows which backend made them;
-// this is the only place outside the Ulysses destination map
-// (destination.cuh) where a kernel of the library turns a rank into an
-// address. A GEMM tile that owns a column slice of the rows adds its first
-// column to row(r), as the GEMM's stores do (gemm/epilogue_stores.cuh: a
-// RowTable is one of its Rows).
+// host-mapped or local), so a kernel never knows which backend made them. A
+// GEMM tile that owns a column slice of the rows adds its first column to
+// row(r), as the GEMM's stores do (gemm/epilogue_stores.cuh: a RowTable is
+// one of its Rows).
 #include <cstdint>
-
-#include "device/ptx/flags.cuh"
 
 namespace xstage::remote {
 
@@ -41,16 +37,6 @@ struct RowTable {
 __device__ __forceinline__ const uint16_t* source_row(const void* const* bases, int rank, int64_t slot,
                                                       int64_t pitch) {
   return static_cast<const uint16_t*>(bases[rank]) + slot * pitch;
-}
-
-// Flags that cover a whole launch rather than a tile: flags[d][index0 + s] =
-// epoch for every destination rank d < ranks and s < count (release, system
-// scope: whatever the calling thread's fence and barrier ordered before it
-// is visible to a rank that acquires the flag).
-__device__ __forceinline__ void publish_flags(uint64_t* const* flags, int ranks, int index0, int count,
-                                              uint64_t epoch) {
-  for (int d = 0; d < ranks; ++d)
-    for (int s = 0; s < count; ++s) ptx::st_release_sys_u64(flags[d] + index0 + s, epoch);
 }
 
 }  // namespace xstage::remote

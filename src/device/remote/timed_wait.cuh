@@ -3,8 +3,8 @@
 // reaches what is expected, or stop after timeout_ns. One failure behaviour
 // everywhere: the first waiter of the launch to time out fills the
 // FlagTimeoutRecord (rank, flag, block, thread, time waited, expected and
-// seen values); every wait of the launch that sees the record set stops at
-// once (the run is lost; waiting the full timeout again would only delay the
+// seen values); every wait of the launch that sees the record set stops
+// (the run is lost; waiting the full timeout again would only delay the
 // report); the kernel then ends normally and the host reports the record
 // (no trap: a trap loses the context and the message; no printf: its call
 // made ptxas spill in the fused kernels' mainloops, perf-log f8).
@@ -52,12 +52,18 @@ __device__ __forceinline__ WaitBudget start_wait(uint64_t timeout_ns, FlagTimeou
 // says was waited for, with the values, and returns false. `sleep_ns`
 // between polls: short where the value comes from this GPU, longer where
 // each poll crosses a link.
+// A wait reads the record only once it has waited kGiveUpCheckNs: a normal
+// wait (microseconds) then costs no extra load a poll (the receivers' last
+// flag is seen one poll after it lands, perf-log f10), and a lost run still
+// ends within a millisecond of its first timeout.
+inline constexpr uint64_t kGiveUpCheckNs = 1'000'000;
+
 template <class Poll, class Name>
 __device__ __forceinline__ bool wait_geq(Poll&& poll, uint64_t seen, uint64_t expected, const WaitBudget& b,
                                          Name&& name, unsigned sleep_ns = 128) {
   while (seen < expected) {
     const uint64_t waited = ptx::globaltimer_ns() - b.start_ns;
-    const bool given_up = wait_given_up(b.record);
+    const bool given_up = waited > kGiveUpCheckNs && wait_given_up(b.record);
     if (waited > b.timeout_ns || given_up) {
       if (!given_up) {
         int rank = 0, flag = 0;
