@@ -75,10 +75,12 @@ std::string fmt_row(int K, double V, double G, double T) {
 
 }  // namespace
 
-TEST(MessageForm, EveryErrorInCliUtilFitHarnessModelAndSimSaysWhatWasExpected) {
+TEST(MessageForm, EveryErrorInCliUtilFitHarnessModelSimAndRuntimeSaysWhatWasExpected) {
   const fs::path root = XSTAGE_SOURCE_DIR;
   std::vector<std::string> bad;
-  for (const char* dir : {"src/cli", "src/util", "src/fit", "src/harness", "src/model", "src/sim"})
+  // The public headers too: an inline throw there reaches the user as well.
+  for (const char* dir :
+       {"src/cli", "src/util", "src/fit", "src/harness", "src/model", "src/sim", "src/runtime", "include/xstage"})
     for (const auto& e : fs::recursive_directory_iterator(root / dir)) {
       const std::string ext = e.path().extension().string();
       if (ext != ".cpp" && ext != ".hpp" && ext != ".cu" && ext != ".cuh") continue;

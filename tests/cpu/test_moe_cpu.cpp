@@ -147,7 +147,7 @@ TEST(MoeArgs, ValidationNamesTheArgument) {
   EXPECT_EQ(msg(), "");
   // The 64 x 80 tile: N a multiple of 80, L2 only, the staged store only.
   a.tile = MoeTile::m64n80;
-  EXPECT_NE(msg().find("no multiple of its 80 columns"), std::string::npos) << msg();
+  EXPECT_NE(msg().find("; expected a multiple of its 80 columns"), std::string::npos) << msg();
   a.N = 640, a.kind = MoeGemmKind::l1_swiglu;
   EXPECT_NE(msg().find("L2 only"), std::string::npos) << msg();
   a.kind = MoeGemmKind::l2;

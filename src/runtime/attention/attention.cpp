@@ -45,7 +45,8 @@ void validate_attention_args(const AttentionForwardArgs& a, bool check_pointers)
   for (const auto& [name, v] : sizes)
     if (v < 1) throw Error(fmt::format("attention: {}: expected >= 1, got {}", name, v));
   if (attention::attention_fwd_kernel_shape_of(a.D, int(a.kernel)).threads == 0)
-    throw Error(fmt::format("attention: kernel {}: not available for head dim D={}", to_string(a.kernel), a.D));
+    throw Error(fmt::format("attention: kernel {}: not available for head dim D={}; expected a kernel built for that D",
+                            to_string(a.kernel), a.D));
   const float scale = effective_scale(a);
   if (!std::isfinite(scale)) throw Error(fmt::format("attention: scale: expected a finite number, got {}", scale));
   // Tile count and LSE indices in 32/64-bit: keep B * H * S_q within int64 and the grid within 2^31.

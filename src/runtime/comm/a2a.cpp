@@ -112,7 +112,8 @@ struct A2aOp::Impl {
     nccl_rank = world.local_ranks().front();
     slot_bytes = l.slot_bytes();
     if (b.stage_capacity < nccl_stage_bytes(l))
-      throw Error(fmt::format("nccl all-to-all: staging holds {} bytes, this layout needs {}", b.stage_capacity,
+      throw Error(fmt::format("nccl all-to-all: staging holds {} bytes; expected at least {}, what this layout needs",
+                              b.stage_capacity,
                               nccl_stage_bytes(l)));
     send = b.send_stage[nccl_rank];
     recv = b.recv_stage[nccl_rank];
@@ -132,13 +133,14 @@ struct A2aOp::Impl {
 A2aOp::A2aOp(World& w, const A2aBuffers& b, const UlyssesLayout& l, A2aDirection d, A2aVersion v)
     : impl_(std::make_unique<Impl>(w, v)) {
   if (l.shape().P != w.size())
-    throw Error(fmt::format("all-to-all: layout for {} ranks on a world of {}", l.shape().P, w.size()));
+    throw Error(fmt::format("all-to-all: layout for {} ranks on a world of {}; expected a layout of the world's size",
+                            l.shape().P, w.size()));
   for (int r : w.local_ranks())
     if (l.src_shard_bytes(d, r) > b.shard_capacity || l.dst_shard_bytes(d, r) > b.shard_capacity)
-      throw Error(fmt::format("all-to-all: rank {} needs {} / {} bytes, the buffers hold {}", r,
+      throw Error(fmt::format("all-to-all: rank {} needs {} / {} bytes; expected at most {}, what the buffers hold", r,
                               l.src_shard_bytes(d, r), l.dst_shard_bytes(d, r), b.shard_capacity));
   if (v == A2aVersion::nccl) {
-    if (w.backend() != Backend::nccl) throw Error("the nccl all-to-all version needs --backend nccl");
+    if (w.backend() != Backend::nccl) throw Error("the nccl all-to-all version on another backend; expected --backend nccl");
     impl_->prepare_nccl(b, l, d);
   } else {
     impl_->prepare_direct(b, l.blocks(d));

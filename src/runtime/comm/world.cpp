@@ -43,8 +43,8 @@ namespace {
 int env_int(const char* name, int min_value) {
   const char* v = std::getenv(name);
   if (!v || !*v)
-    throw Error(fmt::format("{} is not set: start one process per GPU with `xstage launch -n N -- COMMAND` or "
-                            "torchrun (they set RANK, WORLD_SIZE, LOCAL_RANK)",
+    throw Error(fmt::format("{} is not set; expected one process per GPU started with `xstage launch -n N -- COMMAND` "
+                            "or torchrun (they set RANK, WORLD_SIZE, LOCAL_RANK)",
                             name));
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
@@ -65,7 +65,7 @@ LaunchEnv read_launch_env() {
   e.rank = env_int("RANK", 0);
   e.local_rank = env_int("LOCAL_RANK", 0);
   if (e.rank >= e.world_size)
-    throw Error(fmt::format("RANK = {} is not below WORLD_SIZE = {}", e.rank, e.world_size));
+    throw Error(fmt::format("RANK = {} is not below WORLD_SIZE = {}; expected 0 <= RANK < WORLD_SIZE", e.rank, e.world_size));
   return e;
 }
 
@@ -76,8 +76,8 @@ std::unique_ptr<World> World::create(const WorldOptions& o) {
 
 #ifndef XSTAGE_HAVE_NCCL
 std::unique_ptr<World> make_nccl_world(const WorldOptions&) {
-  throw Error("--backend nccl: this xstage was built without NCCL (configure with XSTAGE_NCCL_ROOT pointing at "
-              "a folder with include/nccl.h and lib/libnccl.so)");
+  throw Error("--backend nccl: this xstage was built without NCCL; expected a build configured with "
+              "XSTAGE_NCCL_ROOT pointing at a folder with include/nccl.h and lib/libnccl.so");
 }
 #endif
 
@@ -102,7 +102,7 @@ bool World::is_local(int rank) const {
 
 int World::local_index(int rank) const {
   const auto it = std::find(local_ranks_.begin(), local_ranks_.end(), rank);
-  if (it == local_ranks_.end()) throw Error(fmt::format("rank {} is not driven by this process", rank));
+  if (it == local_ranks_.end()) throw Error(fmt::format("rank {} is not driven by this process; expected one of its local ranks", rank));
   return static_cast<int>(it - local_ranks_.begin());
 }
 
@@ -176,11 +176,11 @@ void World::barrier() {
 }
 
 void World::native_all_to_all(const void*, void*, size_t) {
-  throw Error(fmt::format("NCCL's all-to-all needs --backend nccl (this world is {})", to_string(backend_)));
+  throw Error(fmt::format("NCCL's all-to-all needs --backend nccl; expected it, not {}", to_string(backend_)));
 }
 
 void World::native_send_recv(const std::vector<PeerChunk>&, const std::vector<PeerChunk>&) {
-  throw Error(fmt::format("NCCL's send/recv needs --backend nccl (this world is {})", to_string(backend_)));
+  throw Error(fmt::format("NCCL's send/recv needs --backend nccl; expected it, not {}", to_string(backend_)));
 }
 
 std::string World::describe() const {
@@ -190,11 +190,12 @@ std::string World::describe() const {
 void resolve_world_ranks(WorldOptions& o, int emulated_default) {
   if (o.backend == Backend::nccl) {
     if (o.placement == Placement::host)
-      throw Error("--placement host: the nccl backend's buffers are NCCL symmetric windows in device memory; use "
-                  "--backend emulated or peer for host buffers");
+      throw Error("--placement host: the nccl backend's buffers are NCCL symmetric windows in device memory; "
+                  "expected --placement device, or --backend emulated or peer for host buffers");
     const int world_size = read_launch_env().world_size;
     if (o.ranks >= 1 && o.ranks != world_size)
-      throw Error(fmt::format("--ranks {} but WORLD_SIZE = {}: under --backend nccl there is one process per rank",
+      throw Error(fmt::format("--ranks {} but WORLD_SIZE = {}; expected them equal (under --backend nccl there is one process "
+                              "per rank)",
                               o.ranks, world_size));
     o.ranks = world_size;
   } else if (o.ranks < 1 && o.backend == Backend::emulated) {

@@ -29,11 +29,11 @@ class LocalWorld final : public World {
     const int gpus = cuda_device_count();
     if (backend() == Backend::emulated) {
       if (device_ < 0 || device_ >= gpus)
-        throw Error(fmt::format("emulated backend: GPU {} requested, {} visible", device_, gpus));
+        throw Error(fmt::format("emulated backend: GPU {} requested, {} visible; expected a visible GPU", device_, gpus));
     } else {
       if (gpus < size())
-        throw Error(fmt::format("peer backend: {} ranks need {} GPUs (one per rank), this process sees {}; use "
-                                "--backend emulated to run {} ranks on one GPU",
+        throw Error(fmt::format("peer backend: {} ranks need {} GPUs (one per rank), this process sees {}; expected as many "
+                                "GPUs as ranks, or --backend emulated to run {} ranks on one GPU",
                                 size(), size(), gpus, size()));
       enable_peer_access();
     }
@@ -66,7 +66,8 @@ class LocalWorld final : public World {
         if (a == b) continue;
         int ok = 0;
         XSTAGE_CUDA(cudaDeviceCanAccessPeer(&ok, a, b));
-        if (!ok) throw Error(fmt::format("peer backend: GPU {} cannot access GPU {} (no P2P path)", a, b));
+        if (!ok) throw Error(fmt::format("peer backend: GPU {} cannot access GPU {} (no P2P path); expected GPUs with peer access", a,
+                                   b));
         XSTAGE_CUDA(cudaSetDevice(a));
         const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
         if (e == cudaErrorPeerAccessAlreadyEnabled)

@@ -45,9 +45,9 @@ ncclUniqueId exchange_unique_id(const LaunchEnv& env) {
   }
   const char* path = std::getenv("XSTAGE_NCCL_ID_FILE");
   if (!path || !*path)
-    throw Error("nccl backend: XSTAGE_NCCL_ID_FILE is not set: rank 0 writes the NCCL unique id there and the "
-                "other ranks read it; `xstage launch` sets it, under torchrun export a fresh path on a shared "
-                "file system");
+    throw Error("nccl backend: XSTAGE_NCCL_ID_FILE is not set (rank 0 writes the NCCL unique id there and the "
+                "other ranks read it); expected it set: `xstage launch` sets it, under torchrun export a fresh "
+                "path on a shared file system");
   if (env.rank == 0) {
     XSTAGE_NCCL(nullptr, ncclGetUniqueId(&id));
     // Written aside, then renamed: readers never see half an id.
@@ -55,10 +55,10 @@ ncclUniqueId exchange_unique_id(const LaunchEnv& env) {
     {
       std::ofstream f(tmp, std::ios::binary);
       f.write(reinterpret_cast<const char*>(&id), sizeof id);
-      if (!f) throw Error(fmt::format("nccl backend: cannot write {}", tmp));
+      if (!f) throw Error(fmt::format("nccl backend: cannot write {}; expected a writable XSTAGE_NCCL_ID_FILE", tmp));
     }
     if (std::rename(tmp.c_str(), path) != 0)
-      throw Error(fmt::format("nccl backend: cannot rename {} to {}", tmp, path));
+      throw Error(fmt::format("nccl backend: cannot rename {} to {}; expected a writable XSTAGE_NCCL_ID_FILE", tmp, path));
     return id;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -66,7 +66,8 @@ ncclUniqueId exchange_unique_id(const LaunchEnv& env) {
     std::ifstream f(path, std::ios::binary);
     if (f.read(reinterpret_cast<char*>(&id), sizeof id)) return id;
     if (std::chrono::steady_clock::now() > deadline)
-      throw Error(fmt::format("nccl backend: rank {} waited 120 s for rank 0's NCCL id in {}", env.rank, path));
+      throw Error(fmt::format("nccl backend: rank {} waited 120 s for rank 0's NCCL id in {}; expected rank 0 to write it "
+                              "there (the same XSTAGE_NCCL_ID_FILE on every rank)", env.rank, path));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -88,14 +89,14 @@ class NcclWorld final : public World {
 
   void init() {
     if (placement() == Placement::host)
-      throw Error("nccl backend: buffers are NCCL symmetric windows in device memory; --placement host is for the "
-                  "emulated and peer backends");
+      throw Error("nccl backend: --placement host, but its buffers are NCCL symmetric windows in device memory; "
+                  "expected --placement device (host is for the emulated and peer backends)");
     // NVLink multicast (NVLS) stays off: xstage never uses it.
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     const int gpus = cuda_device_count();
     if (env_.local_rank >= gpus)
-      throw Error(fmt::format("nccl backend: LOCAL_RANK = {} but this process sees {} GPUs (two ranks cannot share "
-                              "one GPU under NCCL; use --backend emulated on one GPU)",
+      throw Error(fmt::format("nccl backend: LOCAL_RANK = {} but this process sees {} GPUs; expected a GPU a rank (two "
+                              "ranks cannot share one GPU under NCCL; use --backend emulated on one GPU)",
                               env_.local_rank, gpus));
     XSTAGE_CUDA(cudaSetDevice(env_.local_rank));
     init_streams({env_.rank});
@@ -106,13 +107,13 @@ class NcclWorld final : public World {
     const ncclResult_t r = ncclDevCommCreate(comm_, &reqs, &dev_comm_);
     if (r != ncclSuccess)
       throw Error(fmt::format("nccl backend: ncclDevCommCreate failed ({}): NCCL's device API (symmetric memory) is "
-                              "unavailable here; {}",
+                              "unavailable here; expected NCCL with symmetric memory; {}",
                               ncclGetErrorString(r), ncclGetLastError(comm_)));
     dev_comm_created_ = true;
     if (dev_comm_.lsaSize != size())
       throw Error(fmt::format("nccl backend: only {} of {} ranks share load/store-accessible memory with rank {} "
-                              "(NCCL's LSA team); the kernels store to every peer directly, so all ranks must be "
-                              "on one NVLink/P2P domain",
+                              "(NCCL's LSA team); expected all ranks on one NVLink/P2P domain (the kernels store to "
+                              "every peer directly)",
                               dev_comm_.lsaSize, size(), env_.rank));
     scratch_ = static_cast<double*>(alloc_local(env_.rank, sizeof(double)));
   }
@@ -130,7 +131,8 @@ class NcclWorld final : public World {
     if (r != ncclSuccess || win == nullptr) {
       (void)ncclMemFree(p);
       throw Error(fmt::format("nccl backend: ncclCommWindowRegister({} bytes, NCCL_WIN_COLL_SYMMETRIC) gave {}: "
-                              "symmetric memory is unsupported here (NCCL fell back to local registration); {}",
+                              "symmetric memory is unsupported here (NCCL fell back to local registration); expected NCCL "
+                              "with symmetric memory; {}",
                               padded, r == ncclSuccess ? "no window" : ncclGetErrorString(r), ncclGetLastError(comm_)));
     }
     windows_.emplace_back(win, p);
@@ -147,7 +149,7 @@ class NcclWorld final : public World {
     for (int p2 = 0; p2 < size(); ++p2)
       if (!buf->ptrs[p2])
         throw Error(fmt::format("nccl backend: the window has no load/store address for rank {}: it fell back to a "
-                                "local registration (symmetric memory unsupported)",
+                                "local registration; expected NCCL with symmetric memory",
                                 p2));
     buf->device_tables = {static_cast<void* const*>(table)};
     buffers_.push_back(std::move(buf));
@@ -205,7 +207,8 @@ class NcclWorld final : public World {
 std::unique_ptr<World> make_nccl_world(const WorldOptions& o) {
   const LaunchEnv env = read_launch_env();
   if (o.ranks >= 1 && o.ranks != env.world_size)
-    throw Error(fmt::format("nccl backend: {} ranks asked, WORLD_SIZE = {}", o.ranks, env.world_size));
+    throw Error(fmt::format("nccl backend: {} ranks asked, WORLD_SIZE = {}; expected --ranks equal to WORLD_SIZE", o.ranks,
+                            env.world_size));
   auto w = std::make_unique<NcclWorld>(o, env);
   w->init();
   return w;

@@ -66,7 +66,7 @@ int device_sms() {
   static std::atomic<int> sms[64] = {};
   int dev = 0;
   XSTAGE_CUDA(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {} beyond the 64 this library sizes for", dev));
+  if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {}; expected one of the first 64, those this library sizes for", dev));
   int n = sms[dev].load(std::memory_order_relaxed);
   if (n == 0) {
     XSTAGE_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
@@ -152,9 +152,9 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
     throw Error(fmt::format("moe gemm {}: workspace: expected 16-byte alignment, got {}", k, a.workspace));
   if (a.tile != MoeTile::automatic) {
     const int bn = moe_tile_block_n(a.tile);
-    if (bn == 0) throw Error(fmt::format("moe gemm {}: tile {}: unknown", k, int(a.tile)));
+    if (bn == 0) throw Error(fmt::format("moe gemm {}: tile {}: unknown; expected a tile of MoeTile", k, int(a.tile)));
     if (a.N % bn != 0)
-      throw Error(fmt::format("moe gemm {}: tile {}: N = {} is no multiple of its {} columns", k, to_string(a.tile),
+      throw Error(fmt::format("moe gemm {}: tile {}: N = {}; expected a multiple of its {} columns", k, to_string(a.tile),
                               a.N, bn));
     if (a.tile == MoeTile::m64n80 && a.kind != MoeGemmKind::l2)
       throw Error(fmt::format("moe gemm {}: tile m64n80: built for L2 only (its 40-column warpgroup halves split "
@@ -206,8 +206,8 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
   if (p.splits > 1 && a.rows_total > 0) {
     const SplitSizes z = split_sizes(a, t, p.splits);
     if (z.ws_bytes > kMaxSplitWorkspaceBytes)
-      throw Error(fmt::format("moe gemm {}: splits {}: the partials of up to {} tiles take {} MiB, above the {} MiB "
-                              "allowed; split-K is for few tiles",
+      throw Error(fmt::format("moe gemm {}: splits {}: the partials of up to {} tiles take {} MiB; expected at most {} MiB "
+                              "(split-K is for few tiles)",
                               kind_name(a.kind), p.splits, z.tiles, z.ws_bytes >> 20, kMaxSplitWorkspaceBytes >> 20));
     if (a.workspace != nullptr) {
       if (a.workspace_bytes < size_t(z.total()))
@@ -220,7 +220,7 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
       static SplitWorkspace per_device[64];
       int dev = 0;
       XSTAGE_CUDA(cudaGetDevice(&dev));
-      if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {} beyond the 64 with a workspace", dev));
+      if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {}; expected one of the first 64, those with a workspace", dev));
       std::lock_guard<std::mutex> lock(mu);
       reserve_split_workspace(per_device[dev], z.ws_bytes, z.tiles);
       p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;

@@ -62,7 +62,7 @@ std::string fit_problem(World& w, const MoeLayerSizes& z, const std::string& wha
     if (need + kDeviceReserve > free_b)
       return fmt::format(
           "{} does not fit GPU {}: {} rank(s) need {} of device memory{}, plus {} left to the runtime; "
-          "{} of {} is free ({})",
+          "{} of {} is free ({}); expected a layer that fits (fewer tokens, ranks per GPU or experts)",
           what, device, n, format_bytes(double(need)), host ? "" : " (symmetric buffers included)",
           format_bytes(double(kDeviceReserve)), format_bytes(double(free_b)), format_bytes(double(total_b)),
           describe_sizes(z));
@@ -73,7 +73,8 @@ std::string fit_problem(World& w, const MoeLayerSizes& z, const std::string& wha
     if (avail > 0 && need + kHostReserve > avail)
       return fmt::format(
           "{} does not fit host memory: {} rank(s) need {} of pinned host memory (host placement), "
-          "plus {} left to the system; MemAvailable is {} ({})",
+          "plus {} left to the system; MemAvailable is {} ({}); expected a layer that fits (fewer tokens or "
+          "ranks, or --placement device)",
           what, w.local_ranks().size(), format_bytes(double(need)), format_bytes(double(kHostReserve)),
           format_bytes(double(avail)), describe_sizes(z));
   }
@@ -125,7 +126,7 @@ void MoeLayer::Impl::init() {
     if (moe::moe_pull_smem_bytes(g.n, P, E_loc) > moe::moe_pull_max_smem_bytes())
       throw Error(
           fmt::format("{}: the dispatch plan of {} rank(s) x {} sources x {} experts takes {} of shared memory, "
-                      "above the {} a CTA gets (fewer emulated ranks or experts)",
+                      "above the {} a CTA gets; expected fewer emulated ranks or experts",
                       what, g.n, P, E_loc, format_bytes(double(moe::moe_pull_smem_bytes(g.n, P, E_loc))),
                       format_bytes(double(moe::moe_pull_max_smem_bytes()))));
   }
@@ -134,7 +135,7 @@ void MoeLayer::Impl::init() {
   // alone would leave the others waiting in them.
   const std::string bad = fit_problem(w, z, what);
   if (w.max_over_ranks(bad.empty() ? 0.0 : 1.0) > 0)
-    throw Error(bad.empty() ? what + ": another rank does not fit (its message says where)" : bad);
+    throw Error(bad.empty() ? what + ": another rank does not fit; expected every rank to fit (its message says where)" : bad);
 
   x_send = &w.alloc_symmetric(z.x_send);
   routes = &w.alloc_symmetric(z.routes);
@@ -226,7 +227,7 @@ void MoeLayer::Impl::release() noexcept {
 MoeLayer::Impl::Group& MoeLayer::Impl::group_of(int rank) {
   for (Group& g : groups)
     if (rank >= g.rank0 && rank < g.rank0 + g.n) return g;
-  throw Error(fmt::format("MoE layer: rank {} is not driven by this process (ranks of this process: {})", rank,
+  throw Error(fmt::format("MoE layer: rank {} is not driven by this process; expected one of its ranks: {}", rank,
                           fmt::join(w.local_ranks(), ", ")));
 }
 

@@ -75,7 +75,8 @@ void MoeLayer::check_waits() {
   }
   // Every process stops together, or none does.
   if (m.w.max_over_ranks(bad.empty() ? 0.0 : 1.0) == 0) return;
-  throw Error(bad.empty() ? "MoE layer: another rank's wait timed out or its input was bad (its message says which)"
+  throw Error(bad.empty() ? "MoE layer: another rank's wait timed out or its input was bad; expected every rank to "
+                            "finish (its message says which)"
                           : bad);
 }
 

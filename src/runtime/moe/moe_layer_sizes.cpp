@@ -66,7 +66,8 @@ void validate_moe_layer_options(const MoeLayerOptions& o, int P) {
                     "tokens or ranks)",
                     what, rows));
   if (int64_t(P) * s.experts > kInt32Max / 2)
-    throw Error(fmt::format("{}: P x experts = {}: too many (source, expert) segments", what, int64_t(P) * s.experts));
+    throw Error(fmt::format("{}: P x experts = {}: too many (source, expert) segments; expected at most {}", what,
+                            int64_t(P) * s.experts, kInt32Max / 2));
 }
 
 MoeTile moe_layer_tile(const MoeLayerOptions& o, int P) {

@@ -119,7 +119,8 @@ Spans run_once(const probe::DuplexParams& p, int blocks, int loads_in_flight, un
   // cannot resolve gives no rate.
   for (double ns : {p.read_bytes > 0 ? out.read_ns : 1e9, p.store_bytes > 0 ? out.store_ns : 1e9})
     if (ns < 5'000)
-      throw Error(fmt::format("duplex: a run took {:.0f} ns, too short for %globaltimer to time; give more --bytes",
+      throw Error(fmt::format("duplex: a run took {:.0f} ns, too short for %globaltimer to time; expected at least 5000 ns "
+                              "(give more --bytes)",
                               ns));
   if (p.read_bytes > 0 && p.store_bytes > 0)
     out.overlap_ns = std::max(0.0, double(std::min(s[1], s[3])) - double(std::max(s[0], s[2])));
@@ -140,13 +141,14 @@ DuplexRates measure_duplex(const DuplexConfig& c) {
   XSTAGE_CUDA(cudaGetDeviceCount(&count));
   const int need = c.path == DuplexPath::peer ? c.device + 2 : c.device + 1;
   if (count < need)
-    throw Error(fmt::format("duplex {} path on device {}: {} GPU(s) needed, {} found", to_string(c.path), c.device,
-                            need, count));
+    throw Error(fmt::format("duplex {} path on device {}: {} GPU(s) found; expected {}", to_string(c.path), c.device,
+                            count, need));
   XSTAGE_CUDA(cudaSetDevice(c.device));
   if (c.path == DuplexPath::peer) {
     int can = 0;
     XSTAGE_CUDA(cudaDeviceCanAccessPeer(&can, c.device, c.device + 1));
-    if (!can) throw Error(fmt::format("duplex peer path: device {} cannot access device {}", c.device, c.device + 1));
+    if (!can) throw Error(fmt::format("duplex peer path: device {} cannot access device {}; expected GPUs with peer access", c.device,
+                                      c.device + 1));
     const cudaError_t e = cudaDeviceEnablePeerAccess(c.device + 1, 0);
     if (e == cudaErrorPeerAccessAlreadyEnabled)
       cudaGetLastError();

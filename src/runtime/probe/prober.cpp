@@ -84,8 +84,8 @@ Prober::Prober(Transport t, int device, size_t dst_bytes) : impl_(std::make_uniq
   m.device = device;
   m.dst_bytes = dst_bytes;
   const int n = cuda_device_count();
-  if (n == 0) throw Error("probe: no CUDA GPU is visible to this process");
-  if (device >= n) throw Error(fmt::format("probe: device {} does not exist ({} visible)", device, n));
+  if (n == 0) throw Error("probe: no CUDA GPU is visible to this process; expected a machine with a GPU");
+  if (device >= n) throw Error(fmt::format("probe: device {} does not exist ({} visible); expected a visible device", device, n));
   XSTAGE_CUDA(cudaSetDevice(device));
   constexpr size_t kFlagBytes = 4096;
   switch (t) {
@@ -103,11 +103,13 @@ Prober::Prober(Transport t, int device, size_t dst_bytes) : impl_(std::make_uniq
       break;
     case Transport::peer: {
       if (n < device + 2)
-        throw Error(fmt::format("probe: the peer transport needs a second GPU (device {}); this machine has {} GPU{}",
+        throw Error(fmt::format("probe: the peer transport needs a second GPU (device {}); this machine has {} GPU{}; expected "
+                                "two GPUs from --device on",
                                 device + 1, n, n == 1 ? "" : "s"));
       int can = 0;
       XSTAGE_CUDA(cudaDeviceCanAccessPeer(&can, device, device + 1));
-      if (!can) throw Error(fmt::format("probe: device {} cannot access device {} (no peer path)", device, device + 1));
+      if (!can) throw Error(fmt::format("probe: device {} cannot access device {} (no peer path); expected GPUs with peer access", device,
+                                    device + 1));
       m.dst_device = device + 1;
       XSTAGE_CUDA(cudaSetDevice(device + 1));
       XSTAGE_CUDA(cudaMalloc(&m.dst, dst_bytes));
@@ -142,17 +144,17 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   if (pt.warps < 1 || pt.warps > 32) throw Error(fmt::format("probe: warps = {}; expected 1..32", pt.warps));
   if (pt.bursts < 1 || pt.bursts > int(probe::kMaxBursts))
     throw Error(fmt::format("probe: bursts = {}; expected 1..{}", pt.bursts, probe::kMaxBursts));
-  if (!(pt.gap_ns >= 0)) throw Error("probe: the gap must be >= 0");
+  if (!(pt.gap_ns >= 0)) throw Error(fmt::format("probe: the gap is {} ns; expected 0 ns or more", pt.gap_ns));
   if (!(pt.stagger_ns >= 0) || !(pt.stagger_ns <= kMaxStaggerNs))
     throw Error(fmt::format("probe: stagger = {} ns; expected 0 .. {} ns", pt.stagger_ns, kMaxStaggerNs));
   const uint64_t chunk = static_cast<uint64_t>(pt.V_bytes / pt.K) / 16 * 16;
   if (chunk == 0)
-    throw Error(fmt::format("probe: V = {} B is too small for K = {} producers (each needs >= 16 B)", pt.V_bytes, pt.K));
-  if (chunk > 0xFFFFFFFFull) throw Error("probe: a producer's share exceeds 4 GiB");
+    throw Error(fmt::format("probe: V = {} B is too small for K = {} producers; expected at least 16 B each", pt.V_bytes, pt.K));
+  if (chunk > 0xFFFFFFFFull) throw Error(fmt::format("probe: a producer's share is {} B; expected at most 4 GiB", chunk));
   const uint64_t slot = chunk * pt.K;
   const uint64_t slots = m.dst_bytes / slot;
   if (slots == 0)
-    throw Error(fmt::format("probe: V = {} B exceeds the destination buffer ({} B)", pt.V_bytes, m.dst_bytes));
+    throw Error(fmt::format("probe: V = {} B exceeds the destination buffer; expected at most {} B", pt.V_bytes, m.dst_bytes));
   const size_t nrec = size_t(pt.bursts) * pt.K;
   m.start_cycles.resize(nrec);
   m.gap_done.resize(nrec);
@@ -172,7 +174,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
     XSTAGE_CUDA(cudaGetDeviceProperties(&prop, m.device));
     const int resident = per_sm * prop.multiProcessorCount;
     if (pt.K + 1 > resident)
-      throw Error(fmt::format("probe: K = {} producers of {} warps cannot all be resident (at most {} here)", pt.K,
+      throw Error(fmt::format("probe: K = {} producers of {} warps cannot all be resident; expected at most {} here", pt.K,
                               pt.warps, resident - 1));
   }
 

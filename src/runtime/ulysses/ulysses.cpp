@@ -146,8 +146,8 @@ unsigned int experiment_bits() {
                               v, remote::kDiagNoWait, remote::kDiagNoAcquireFence, remote::kDiagTrace,
                               remote::kDiagSlowPoll, remote::kDiagTileTrace));
     if (x != 0 && !remote::kDiagnostics)
-      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT = '{}': diagnostics are compiled out of this build "
-                              "(configure with -DXSTAGE_DIAGNOSTICS=ON)", v));
+      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT = '{}': diagnostics are compiled out of this build; "
+                              "expected a build configured with -DXSTAGE_DIAGNOSTICS=ON", v));
     return unsigned(x);
   }();
   return bits;
@@ -160,7 +160,7 @@ void check_shape(World& w, int64_t B, int64_t H, int64_t D, int64_t max_S) {
   if (B < 1 || H < 1 || max_S < 1)
     throw Error(fmt::format("ulysses: B, H and S: expected >= 1, got B = {}, H = {}, S = {}", B, H, max_S));
   if (H % w.size() != 0)
-    throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks (H % P must be 0)", H, w.size()));
+    throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks; expected H a multiple of P", H, w.size()));
   // The kernels carry S as int, and the fused epilogues find a row's owner
   // with 32-bit divisions (device/ulysses/destination.cuh).
   if (max_S > (int64_t(1) << 31) - 1)
@@ -266,7 +266,7 @@ struct UlyssesAttention::Impl {
   const Group& group_of(int rank) const {
     for (const auto& g : groups)
       if (rank >= g.rank_base && rank < g.rank_base + g.n) return g;
-    throw Error(fmt::format("ulysses: rank {} is not driven by this process", rank));
+    throw Error(fmt::format("ulysses: rank {} is not driven by this process; expected one of its local ranks", rank));
   }
   size_t shard_elems() const { return size_t(B * layout->shape().S * Hl * D); }
   // Rank r's head-sharded tensor within its group's allocation.
@@ -325,10 +325,10 @@ struct UlyssesAttention::Impl {
     ep.paced_min_rows = std::min(run.paced_rows > 0 ? run.paced_rows : kDefaultPacedRows, bm);
     const Completion completion = run.variant == UlyssesVariant::coupled ? Completion::coupled : run.flags;
     if ((experiment_bits() & remote::kDiagTileTrace) && store != StorePath::vector16 && store != StorePath::bulk)
-      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT: the tile trace ({}) stamps the vector16 and bulk store "
-                              "paths only, not {}", remote::kDiagTileTrace, to_string(store)));
+      throw Error(fmt::format("XSTAGE_ULYSSES_EXPERIMENT: the tile trace ({}) with store path {}; expected the vector16 "
+                              "or bulk store path, the ones it stamps", remote::kDiagTileTrace, to_string(store)));
     if (const auto why = ulysses_combination_error(store, run.variant, run.flags, kernel))
-      throw Error(fmt::format("ulysses: {} with store path {} and {} flags is not a combination the kernel runs: {}",
+      throw Error(fmt::format("ulysses: {} with store path {} and {} flags: {}; expected a combination the kernel runs",
                               to_string(run.variant), to_string(store), to_string(run.flags), *why));
     // The grid's last CTA waits for the flags of the ranks this launch
     // receives for (device/remote/receive.cuh): the receiver side.
@@ -368,7 +368,7 @@ UlyssesAttention::UlyssesAttention(World& world, int64_t B, int64_t H, int64_t D
 UlyssesAttention::~UlyssesAttention() = default;
 
 const UlyssesLayout& UlyssesAttention::layout() const {
-  if (!impl_->layout) throw Error("ulysses: no sequence length selected (set_sequence)");
+  if (!impl_->layout) throw Error("ulysses: no sequence length selected; expected set_sequence first");
   return *impl_->layout;
 }
 
@@ -444,7 +444,8 @@ void UlyssesAttention::enqueue(const UlyssesRun& run) {
     case UlyssesVariant::sequential: {
       auto it = m.ops.find(run.a2a);
       if (it == m.ops.end())
-        throw Error(fmt::format("ulysses: the {} all-to-all is not available on the {} backend", to_string(run.a2a),
+        throw Error(fmt::format("ulysses: the {} all-to-all is not available on the {} backend; expected a version the backend "
+                                "has", to_string(run.a2a),
                                 to_string(m.w.backend())));
       for (const auto& g : m.groups) {
         XSTAGE_CUDA(cudaSetDevice(g.device));
@@ -516,7 +517,7 @@ void dump_tile_trace(int device, const unsigned long long* trace, int64_t S, int
     fmt::print(stderr, "XSTAGE_TILE_TRACE: S {}: {} CTAs ran more than {} tiles; their later tiles are not in the trace\n",
                S, full, remote::kTileTraceMax);
   std::FILE* f = std::fopen(path, "a");
-  if (f == nullptr) throw Error(fmt::format("XSTAGE_TILE_TRACE: cannot open {} for appending", path));
+  if (f == nullptr) throw Error(fmt::format("XSTAGE_TILE_TRACE: cannot open {} for appending; expected a writable path", path));
   for (int c = 0; c < remote::kTraceMaxGrid; ++c)
     for (int k = 0; k < remote::kTileTraceMax; ++k) {
       const unsigned long long x = t[size_t(c) * remote::kTileTraceMax + size_t(k)];
@@ -600,7 +601,7 @@ std::vector<uint16_t> UlyssesAttention::download_local_attention(int rank) const
 std::string UlyssesAttention::check_against_local(const UlyssesRun& run) {
   Impl& m = *impl_;
   if (run.variant == UlyssesVariant::attention_only)
-    throw Error("ulysses: attention-only writes no sequence-sharded output; check it with sampled_rel_error");
+    throw Error("ulysses: attention-only writes no sequence-sharded output; expected sampled_rel_error to check it");
   const UlyssesLayout& l = layout();
   const int64_t S = l.shape().S, c = l.chunk_rows();
   const std::vector<int>& local = m.w.local_ranks();
@@ -759,7 +760,8 @@ void UlyssesAttention::dump_npy(const std::string& dir, uint64_t seed) const {
   const Impl& m = *impl_;
   const UlyssesLayout& l = layout();
   if (int(m.w.local_ranks().size()) != m.P)
-    throw Error("ulysses --dump: every rank's output must be in this process (emulated or peer backend)");
+    throw Error("ulysses --dump: some ranks' output is in other processes; expected every rank in this process "
+                "(emulated or peer backend)");
   const int64_t S = l.shape().S, B = m.B, H = m.H, D = m.D, Hl = m.Hl;
   const std::vector<size_t> shape = {size_t(B), size_t(S), size_t(H), size_t(D)};
   std::vector<float> t(size_t(B * S * H * D));

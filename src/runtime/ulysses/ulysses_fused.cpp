@@ -48,7 +48,7 @@ UlyssesFusedPlan plan_ulysses_fused(const UlyssesFusedShape& s, AttentionKernel 
   if (s.B < 1 || s.H < 1 || s.S < 1)
     throw Error(fmt::format("ulysses: B, H and S: expected >= 1, got B = {}, H = {}, S = {}", s.B, s.H, s.S));
   if (s.H % s.P != 0)
-    throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks (H % P must be 0)", s.H, s.P));
+    throw Error(fmt::format("ulysses: H = {} heads do not split over P = {} ranks; expected H a multiple of P", s.H, s.P));
   // The kernels carry S as int and find a row's owner with 32-bit divisions.
   if (s.S > kInt32Max) throw Error(fmt::format("ulysses: S = {}: expected at most 2^31 - 1 tokens", s.S));
   UlyssesFusedPlan plan;
@@ -106,7 +106,8 @@ void ulysses_fused_forward(const UlyssesFusedArgs& a, cudaStream_t stream) {
   if (!std::isfinite(scale)) throw Error(fmt::format("ulysses: scale: expected a finite number, got {}", scale));
   const StorePath store = a.store.value_or(default_store_path(a.kernel, UlyssesVariant::fused, a.flags));
   if (const auto why = ulysses_combination_error(store, UlyssesVariant::fused, a.flags, a.kernel))
-    throw Error(fmt::format("ulysses: store path {} with {} flags: {}", to_string(store), to_string(a.flags), *why));
+    throw Error(fmt::format("ulysses: store path {} with {} flags: {}; expected a combination the kernel runs",
+                            to_string(store), to_string(a.flags), *why));
 
   const int64_t Hl = s.H / s.P;
   attention::MainloopParams p;

@@ -31,7 +31,7 @@ void* host_view(void* device_ptr, const char* what) {
   cudaPointerAttributes a{};
   XSTAGE_CUDA(cudaPointerGetAttributes(&a, device_ptr));
   if (a.hostPointer == nullptr)
-    throw Error(fmt::format("ulysses in-flight check: the {} buffer is not mapped host memory", what));
+    throw Error(fmt::format("ulysses in-flight check: the {} buffer is not mapped host memory; expected host buffers", what));
   return a.hostPointer;
 }
 
@@ -46,11 +46,11 @@ struct Slot {  // one flag a destination waits on, and the rows of its tile ther
 std::string UlyssesAttention::check_flags_in_flight(const UlyssesRun& run, int* seen_while_running) {
   World& w = world();
   if (w.backend() != Backend::emulated || w.placement() != Placement::host)
-    throw Error(fmt::format("ulysses in-flight check: needs emulated ranks with host buffers (the CPU reads the "
-                            "flags and outputs while the kernel writes them); this world is {}",
+    throw Error(fmt::format("ulysses in-flight check: this world is {}; expected emulated ranks with host buffers (the "
+                            "CPU reads the flags and outputs while the kernel writes them)",
                             w.describe()));
   if (!is_fused(run.variant))
-    throw Error(fmt::format("ulysses in-flight check: {} publishes no flags (fused or coupled only)",
+    throw Error(fmt::format("ulysses in-flight check: {} publishes no flags; expected a fused or coupled variant",
                             to_string(run.variant)));
   // 1. The reference: the run itself, checked against the local results.
   if (std::string bad = check_against_local(run); !bad.empty()) return bad;

@@ -110,14 +110,15 @@ void UlyssesPipeline::set_sequence(const UlyssesLayout& layout, const A2aBuffers
 size_t UlyssesPipeline::group_of(int rank) const {
   for (size_t i = 0; i < groups_.size(); ++i)
     if (rank >= groups_[i].rank_base && rank < groups_[i].rank_base + groups_[i].n) return i;
-  throw Error(fmt::format("pipelined: rank {} is not driven by this process", rank));
+  throw Error(fmt::format("pipelined: rank {} is not driven by this process; expected one of its local ranks", rank));
 }
 
 std::unique_ptr<UlyssesPipeline::Plan> UlyssesPipeline::build(const Key& key) const {
   const auto [version, head_chunks, row_chunks] = key;
   const auto versions = available_versions(w_.backend());
   if (std::find(versions.begin(), versions.end(), version) == versions.end())
-    throw Error(fmt::format("pipelined: the {} all-to-all is not available on the {} backend", to_string(version),
+    throw Error(fmt::format("pipelined: the {} all-to-all is not available on the {} backend; expected a version the "
+                            "backend has", to_string(version),
                             to_string(w_.backend())));
   const UlyssesLayout& l = *layout_;
   const A2aBuffers& b = *buffers_;
@@ -134,7 +135,7 @@ std::unique_ptr<UlyssesPipeline::Plan> UlyssesPipeline::build(const Key& key) co
     if (version == A2aVersion::nccl) {
       const int r = w_.local_ranks().front();
       if (b.stage_capacity < nccl_stage_bytes(l))
-        throw Error(fmt::format("pipelined nccl: staging holds {} bytes, this layout needs {}", b.stage_capacity,
+        throw Error(fmt::format("pipelined nccl: staging holds {} bytes; expected at least {}, what this layout needs", b.stage_capacity,
                                 nccl_stage_bytes(l)));
       std::vector<comm::Copy2D> pack, unpack;
       for (const BlockCopy& blk : ulysses_chunk_pack_blocks(l, h, r))
@@ -194,7 +195,7 @@ std::unique_ptr<UlyssesPipeline::Plan> UlyssesPipeline::build(const Key& key) co
 }
 
 UlyssesPipeline::Plan& UlyssesPipeline::plan(const Key& key) {
-  if (layout_ == nullptr) throw Error("pipelined: no sequence length selected (set_sequence)");
+  if (layout_ == nullptr) throw Error("pipelined: no sequence length selected; expected set_sequence first");
   auto it = plans_.find(key);
   if (it == plans_.end()) it = plans_.emplace(key, build(key)).first;  // nothing is kept when build throws
   return *it->second;
