@@ -72,7 +72,7 @@ def _check(kind, a, b, offs, row_weight, op=None):
         raise ValueError(f"{op}: {names[1]}: {what} = {N} (dimension 1): expected a positive multiple of 128")
     if row_weight is not None:
         if kind != L1:
-            raise ValueError(f"{op}: row_weight: L1 only (the routing weight belongs to its epilogue)")
+            raise ValueError(f"{op}: row_weight: L1 only (the routing weight belongs to its epilogue); expected None for L2")
         if not isinstance(row_weight, torch.Tensor) or row_weight.dtype != torch.float32 or \
                 tuple(row_weight.shape) != (rows,):
             raise TypeError(f"{op}: row_weight: expected a torch.float32 tensor of shape ({rows},), got "

@@ -281,7 +281,7 @@ class UlyssesAttention(torch.nn.Module):
             raise ValueError(f"{OP}: q and k: expected shards of one sequence (self-attention), got {S_r} and "
                              f"{S_kv} rows")
         if H % P:
-            raise ValueError(f"{OP}: H = {H} heads do not split over P = {P} ranks (H % P must be 0)")
+            raise ValueError(f"{OP}: H = {H} heads do not split over P = {P} ranks; expected H a multiple of P")
         S = layout.global_length(OP, S_r, P, rank, seq_len)
         _checks.check_scale(OP, scale)
         scale = None if scale is None else float(scale)
