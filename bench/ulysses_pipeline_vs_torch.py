@@ -41,6 +41,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from moe_vs_torch import sm_clock  # bench/, beside this script
+
 BLOCK_M = 128  # row chunks start on the attention tile's rows, as ours do
 
 
@@ -193,15 +195,6 @@ class TorchPipeline:
     def rel_err(self, ref):
         got = self.out.to("cuda", non_blocking=False).float()
         return float((got - ref.float()).norm() / ref.float().norm())
-
-
-def sm_clock():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=10).stdout
-        return int(out.strip().splitlines()[0])
-    except Exception:
-        return None
 
 
 def time_one(g):
