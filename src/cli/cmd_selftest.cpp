@@ -1,7 +1,7 @@
 // xstage selftest: failure paths exercised on purpose.
-//   flag-timeout  a kernel waits on a flag nobody sets; the wait times out,
-//                 prints rank, flag, expected and seen values, and traps.
-//                 Exits non-zero by design.
+//   flag-timeout  a kernel waits on a flag nobody sets; the wait times out
+//                 and records rank, flag, expected and seen values, which
+//                 the host reports. Exits non-zero by design.
 #include "commands.hpp"
 #include "harness/comm/selftest.hpp"
 #include "xstage/core/units.hpp"
@@ -20,8 +20,8 @@ void add_selftest_command(CLI::App& app) {
   sub->require_subcommand(1);
   auto a = std::make_shared<FlagTimeoutArgs>();
   auto* ft = sub->add_subcommand("flag-timeout",
-                                 "Wait on a flag nobody sets: the kernel reports rank/flag/expected/seen, traps, and "
-                                 "the command exits non-zero");
+                                 "Wait on a flag nobody sets: the wait times out, the host reports the "
+                                 "rank/flag/expected/seen it recorded, and the command exits non-zero");
   ft->add_option("--timeout", a->timeout, "How long the kernel waits: 50ms, 200us ...")->capture_default_str();
   ft->add_option("--rank", a->rank, "Rank the waiting kernel reports")->capture_default_str();
   ft->add_option("--flag", a->flag, "Flag index it waits on")->capture_default_str();

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "device/comm/copy2d_list.hpp"
+#include "device/remote/seq_shard_rows.cuh"
 #include "xstage/core/error.hpp"
 #include "xstage/ulysses/ulysses_layout.hpp"
 
@@ -200,5 +201,43 @@ TEST(UlyssesLayout, Bf16HeadsGiveSixteenByteAccessesElseNarrower) {
     EXPECT_EQ(widest(UlyssesLayout({1, 77, 8, 6, 4, 2}), d), 8);   // piece 2*6*2 = 24 bytes
     EXPECT_EQ(widest(UlyssesLayout({1, 77, 4, 6, 4, 2}), d), 4);   // piece 1*6*2 = 12 bytes
     EXPECT_EQ(widest(UlyssesLayout({1, 9, 3, 5, 3, 1}), d), 1);    // piece 5 bytes
+  }
+}
+
+// The remote layer's sequence row view (what the fused Ulysses epilogue and
+// a GEMM's remote stores address) against the layout's definition: element
+// (b, s, h, d) of the global tensor lives on rank s / c at
+// ((b * S_r + s - r * c) * H + h) * D + d of its buffer. Runs never cross a
+// shard and stop at S.
+TEST(UlyssesLayout, SeqShardRowViewAddressesTheSequenceLayout) {
+  std::mt19937_64 rng(38);
+  for (int trial = 0; trial < 200; ++trial) {
+    UlyssesShape s;
+    s.P = 1 + int(rng() % 8);
+    s.H = s.P * (1 + int(rng() % 4));
+    s.D = 8 * (1 + int(rng() % 16));
+    s.B = 1 + int(rng() % 3);
+    s.S = 1 + int64_t(rng() % 3000);
+    const UlyssesLayout layout(s);
+    // Fake buffers: distinct bases far apart, never dereferenced.
+    std::vector<uint16_t*> bases;
+    for (int d = 0; d < s.P; ++d) bases.push_back(reinterpret_cast<uint16_t*>(uintptr_t(1) << 40) + (int64_t(d) << 32));
+    std::vector<void*> table(bases.begin(), bases.end());
+    const int64_t b = int64_t(rng() % s.B), h = int64_t(rng() % s.H);
+    const remote::SeqShardRows view{table.data(), s.S, layout.chunk_rows(), b, s.H * s.D, h * s.D};
+    for (int k = 0; k < 50; ++k) {
+      const int64_t row = int64_t(rng() % s.S);
+      const int d = layout.seq_owner(row);
+      const int64_t expected = ((b * layout.seq_rows(d) + row - layout.seq_begin(d)) * s.H + h) * s.D;
+      ASSERT_EQ(view.rank(row), d) << "row " << row;
+      ASSERT_EQ(view.row(row) - bases[d], expected) << "S " << s.S << " P " << s.P << " row " << row;
+      const int n = 1 + int(rng() % 64);
+      const remote::RowRun run = view.run(row, n);
+      ASSERT_GE(run.run, 1);
+      ASSERT_LE(run.run, n);
+      ASSERT_EQ(run.run, int(std::min<int64_t>(n, layout.seq_begin(d) + layout.seq_rows(d) - row)));
+      for (int r = 0; r < run.run; ++r) ASSERT_EQ(run.base + r * run.pitch, view.row(row + r));
+    }
+    ASSERT_EQ(view.run(s.S, 16).run, 0);  // rows from S on are padding
   }
 }

@@ -8,6 +8,7 @@
 
 #include "device/ptx/flags.cuh"
 #include "device/ptx/store.cuh"
+#include "device/remote/timed_wait.cuh"
 #include "gpu/need_gpus.hpp"
 #include "xstage/comm/world.hpp"
 #include "xstage/core/device.hpp"
@@ -31,8 +32,15 @@ __global__ void sm90_u64_flag_handoff(void* const* buffers, uint64_t* const* fla
     __syncthreads();  // every thread's stores precede thread 0's release (cumulativity)
     if (threadIdx.x == 0) ptx::st_release_sys_u64(flags[1], 1);
   } else {
-    if (threadIdx.x == 0) ptx::wait_flag_geq(flags[1], 1, /*rank=*/1, /*flag_id=*/0, timeout_ns);
+    __shared__ bool arrived;
+    if (threadIdx.x == 0) {
+      const uint64_t* flag = flags[1];
+      const auto poll = [flag] { return ptx::ld_acquire_sys_u64(flag); };
+      arrived = remote::wait_geq(poll, poll(), 1, remote::start_wait(timeout_ns, nullptr), /*rank=*/1, /*flag=*/0);
+      if (!arrived) atomicAdd(errors, 1000000u);  // the flag never came: a failure of its own size
+    }
     __syncthreads();
+    if (!arrived) return;
     for (int i = threadIdx.x; i < n; i += kThreads) {
       const uint4 v = __ldcv(payload + i);  // fetched again, never from a stale line
       if (v.x != unsigned(i) || v.y != ~unsigned(i) || v.z != i * 3u || v.w != 0xC0FFEEu) atomicAdd(errors, 1u);

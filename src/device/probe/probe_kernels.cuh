@@ -95,8 +95,15 @@ __device__ inline void receive_flags(const KernelParams& p) {
   const int watched = p.K < 32 ? p.K : 32;
   const int producer = lane * p.K / watched;
   for (uint32_t b = 0; b < p.bursts; ++b) {
-    if (lane < watched) ptx::wait_flag_geq(p.flags + producer, b + 1, /*rank=*/0, producer, p.timeout_ns);
-    __syncwarp();
+    bool ok = true;
+    if (lane < watched) {
+      const uint64_t* flag = p.flags + producer;
+      const auto poll = [flag] { return ptx::ld_acquire_sys_u64(flag); };
+      ok = remote::wait_geq(poll, poll(), b + 1, remote::start_wait(p.timeout_ns, p.timeout_record), /*rank=*/0,
+                            producer, /*sleep_ns=*/64);
+    }
+    // A timed-out wait leaves the record for the host; the others then stop too.
+    if (!__all_sync(0xffffffffu, ok)) return;
     if (lane == 0) p.visible_ns[b] = ptx::globaltimer_ns();
   }
 }
@@ -144,7 +151,7 @@ __global__ void __launch_bounds__(1024) sm90_probe_bursts(const KernelParams p) 
   // bursts start on an empty stage at the same moment.
   // The first bursts start at one instant of the global timer, plus each
   // producer's stagger (grid_start.cuh says why not a cycle spin).
-  grid_start_after(p.start_barrier, p.K, p.timeout_ns,
+  grid_start_after(p.start_barrier, p.K, p.timeout_ns, p.timeout_record,
                    p.settle_ns + (p.K > 1 ? p.stagger_ns * uint64_t(k) / uint64_t(p.K - 1) : 0));
   uint64_t calib_t0 = 0, calib_c0 = 0;  // the measured run starts here
   if (threadIdx.x == 0) {

@@ -3,6 +3,7 @@
 // (src/runtime/prober.cpp) and by the kernels alike.
 #include <cstdint>
 
+#include "device/remote/flag_timeout_record.hpp"
 #include "xstage/probe/probe.hpp"
 
 namespace xstage::probe {
@@ -31,7 +32,8 @@ struct KernelParams {
   uint64_t* flags;         // [K] release flags, in the destination's memory (flag mode)
   uint64_t* start_barrier; // [2] device memory, zeroed: the producers meet here before the measured bursts
                            // ([0] arrivals, [1] the latest arrival's global timer)
-  uint64_t timeout_ns;     // receiver's flag wait
+  uint64_t timeout_ns;     // the start barrier's and the receiver's flag waits
+  remote::FlagTimeoutRecord* timeout_record;  // device memory, zeroed: what a wait that timed out waited for
   uint64_t* start_cycles;  // [bursts * K] SM clock at each burst's start
   uint32_t* gap_cycles_done;  // [bursts * K] cycles spent in each gap
   uint32_t* fence_cycles;  // [bursts * K] (fence mode)

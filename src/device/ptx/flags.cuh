@@ -1,13 +1,10 @@
 #pragma once
 // Release/acquire flags at system scope: a producer publishes data with
 // st.release.sys after its stores; a consumer that sees the flag with
-// ld.acquire.sys also sees the data. Waits have a timeout that names the
-// rank, the flag and the values, then trap (the host sees a launch failure
-// and aborts) instead of hanging.
+// ld.acquire.sys also sees the data. The waits on them are
+// remote/timed_wait.cuh's (a timeout leaves a record naming rank, flag and
+// values; no wait hangs).
 #include <cstdint>
-#include <cstdio>
-
-#include "timer.cuh"
 
 namespace xstage::ptx {
 
@@ -45,26 +42,6 @@ __device__ __forceinline__ uint64_t atom_add_release_sys_u64(uint64_t* flag, uin
   uint64_t old;
   asm volatile("atom.add.release.sys.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(flag), "l"(v) : "memory");
   return old;
-}
-
-// Spins until *flag >= expected. On timeout prints who waited for what and traps.
-__device__ __forceinline__ uint64_t wait_flag_geq(const uint64_t* flag, uint64_t expected, int rank, int flag_id,
-                                                  uint64_t timeout_ns) {
-  const uint64_t start = globaltimer_ns();
-  uint64_t seen = ld_acquire_sys_u64(flag);
-  while (seen < expected) {
-    if (globaltimer_ns() - start > timeout_ns) {
-      printf("xstage: flag timeout: rank %d waited on flag %d for %llu ns: expected >= %llu, saw %llu (block %d, "
-             "thread %d)\n",
-             rank, flag_id, static_cast<unsigned long long>(timeout_ns),
-             static_cast<unsigned long long>(expected), static_cast<unsigned long long>(seen),
-             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x));
-      __trap();
-    }
-    __nanosleep(64);
-    seen = ld_acquire_sys_u64(flag);
-  }
-  return seen;
 }
 
 }  // namespace xstage::ptx

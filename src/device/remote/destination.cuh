@@ -1,9 +1,27 @@
 #pragma once
-// The destination map: what the remote-store layer asks of a client (the
-// Ulysses all-to-all: ulysses/destination.cuh; the MoE combine next). The
-// layer sends a tile's staged output rows to other ranks, publishes release
-// flags and waits on them; the client says where each row goes. A
-// destination type Dest has only static members:
+// The one destination contract of the remote-store layer: where a kernel's
+// output rows go, and which flags say they are there.
+//
+// Rows: a *row view* names, for an absolute row r, the address of its first
+// element on the rank that holds it: row(r); and, for consecutive rows that
+// share a destination, a run (row_run.hpp): run(row0, n). A tile that owns
+// a column slice of the rows adds its first column to row(r) (the GEMM
+// stores do: gemm/epilogue_stores.cuh), or the view carries the slice (col0).
+// Two views exist, one interface:
+//   RowTable      (row_table.cuh) rows given one by one by tables on the
+//                 device: the MoE layer's dispatch sources and combine rows;
+//                 no runs (each row is looked up);
+//   SeqShardRows  (seq_shard_rows.cuh) rows sharded by position over the
+//                 ranks: the Ulysses layout, a head's column slice of each row.
+//
+// Flags: per (tile, destination rank), released after the tile's rows
+// (publish.cuh: publish_tile and the Completion modes) and awaited by
+// receivers (receive.cuh); or per launch or row block, one flag a rank
+// (publish_flags: the MoE layer's counts and done flags).
+//
+// A kernel whose tiles send staged rows through the layer's epilogues
+// (epilogue_store.cuh, the paced ones) names its destination by a type Dest
+// with only static members:
 //   using Params     the kernel's parameter block (by value); besides the
 //                    client's geometry it holds the members the layer reads:
 //                    flags (a [P] table of flag arrays), epoch (the value
@@ -11,13 +29,10 @@
 //                    receiver fields receive, recv_ranks, recv_epoch, timeout_ns,
 //                    timeout_record (and experiment, trace for diagnostics)
 //   using Tile       the kernel's tile coordinates
+//   rows(p, c)                       tile c's row view
 //   first_row(c, block_m)            the tile's first row
 //   tile_rows(p, m0, block_m)        rows of the tile that exist
 //   destinations(p, m0, rows)        the ranks rows [m0, m0 + rows) go to
-//   row_address(p, c, row, D)        where a row goes (element pointer)
-//   row_run(p, c, row0, rows, D)     the run of rows from row0 that share a
-//                                    destination (one address computation
-//                                    for many rows)
 //   first_row_in(p, d, m0)           the tile's first row owned by rank d
 //   using FlagKey, flag_key(p, c)    what locates tile c's flags, worked out
 //                                    once a tile
@@ -27,24 +42,16 @@
 //     index k of its array) is one to wait for
 #include <cstdint>
 
+#include "device/remote/row_run.hpp"
+
 namespace xstage::remote {
 
-// Consecutive rows from row0 (of one tile or one warp): the first `run` of
-// them go to row0's destination at base + r * pitch; the others (a run that
-// straddles a shard boundary) need row_address. One division for the run
-// instead of one for every 16-byte chunk.
-struct RowRun {
-  uint16_t* base;
-  int64_t pitch;  // elements between consecutive rows of a destination shard
-  int run;
-  __device__ __forceinline__ bool covers(int r) const { return r < run; }
-};
-
-// The address of staged row r (relative to row0) of tile c.
-template <class Dest, int D>
+// The address of row row0 + r of tile c, from the run worked out for row0
+// when the run covers r.
+template <class Dest>
 __device__ __forceinline__ uint16_t* row_in_run(const typename Dest::Params& p, const typename Dest::Tile& c,
                                                 const RowRun& dst, int64_t row0, int r) {
-  return dst.covers(r) ? dst.base + int64_t(r) * dst.pitch : Dest::row_address(p, c, row0 + r, D);
+  return dst.covers(r) ? dst.base + int64_t(r) * dst.pitch : Dest::rows(p, c).row(row0 + r);
 }
 
 }  // namespace xstage::remote

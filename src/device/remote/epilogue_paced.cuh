@@ -97,7 +97,7 @@ struct RemotePacedEpilogue {
     pend.valid = true;
     pend.planned = false;
     pend.next_step = 0;  // planned at the next tile's first step
-    pend.dst = Dest::row_run(p, c, m0, pend.rows, p.head_dim);
+    pend.dst = Dest::rows(p, c).run(m0, pend.rows);
   }
 
   // After the last flush: the CTA's last tile.

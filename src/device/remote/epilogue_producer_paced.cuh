@@ -102,7 +102,7 @@ struct RemoteProducerPacedEpilogue {
       const Tile c = sched.coord(w);
       const int m0 = int(Dest::first_row(c, block_m));
       const int rows = Dest::tile_rows(p, m0, block_m);
-      const RowRun dst = Dest::row_run(p, c, m0, rows, p.head_dim);
+      const RowRun dst = Dest::rows(p, c).run(m0, rows);
       o_ring.wait(k);  // the consumers staged tile k's rows
       if (walk.is_last(w)) {         // the CTA's last tile: at once, then every copy complete
         send<D, SMEM_STRIDE>(p, c, m0, dst, so, 0, rows, lane);

@@ -54,7 +54,7 @@ __device__ __forceinline__ void wait_tile_visible(const typename Dest::Params& p
   ptx::fence_sc_sys();
   uint32_t sink = 0;
   for (int d = dst.first; d <= dst.last; ++d)
-    sink ^= ptx::ld_relaxed_sys_u32(Dest::row_address(p, c, Dest::first_row_in(p, d, m0), p.head_dim));
+    sink ^= ptx::ld_relaxed_sys_u32(Dest::rows(p, c).row(Dest::first_row_in(p, d, m0)));
   ptx::keep(sink);
 }
 

@@ -7,10 +7,12 @@
 //
 // The rank's buffers are plain pointers ([P], this rank's view: peer,
 // host-mapped or local), so a kernel never knows which backend made them. A
-// GEMM tile that owns a column slice of the rows adds its first column to
-// row(r), as the GEMM's stores do (gemm/epilogue_stores.cuh: a RowTable is
-// one of its Rows).
+// row view of remote/destination.cuh: a GEMM tile that owns a column slice
+// of the rows adds its first column to row(r), as the GEMM's stores do
+// (gemm/epilogue_stores.cuh: a RowTable is one of its Rows).
 #include <cstdint>
+
+#include "device/remote/row_run.hpp"
 
 namespace xstage::remote {
 
@@ -30,6 +32,8 @@ struct RowTable {
   __device__ __forceinline__ uint16_t* row(int r) const {
     return static_cast<uint16_t*>(bases[rank(r)]) + slot(r) * pitch;
   }
+  // Rows looked up one by one share no run.
+  __device__ __forceinline__ RowRun run(int64_t, int) const { return {nullptr, 0, 0}; }
 };
 
 // Row `slot` of rank `rank`'s buffer, where a kernel already knows both

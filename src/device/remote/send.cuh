@@ -31,10 +31,11 @@ template <class Dest, StorePath kPath, Completion kCompletion, int D, int SMEM_S
 __device__ __forceinline__ void send_warp_rows(const typename Dest::Params& p, const typename Dest::Tile& c, int row0,
                                                int S_q, const uint16_t* srows, int lane) {
   if constexpr (kPath != StorePath::bulk) {
-    const RowRun rr = Dest::row_run(p, c, row0, 16, D);
+    const auto rows = Dest::rows(p, c);
+    const RowRun rr = rows.run(row0, 16);
     epilogue::for_each_staged_chunk<D, SMEM_STRIDE>(srows, row0, S_q, lane, [&](int row, int col, uint4 v) {
       const int r = row - row0;
-      uint16_t* dst = (rr.covers(r) ? rr.base + r * rr.pitch : Dest::row_address(p, c, row, D)) + col;
+      uint16_t* dst = (rr.covers(r) ? rr.base + r * rr.pitch : rows.row(row)) + col;
       if constexpr (kPath == StorePath::vector16_wt)
         ptx::st_global_wt_v4_b32(dst, v);
       else if constexpr (kPath == StorePath::vector16_cs)
@@ -48,7 +49,7 @@ __device__ __forceinline__ void send_warp_rows(const typename Dest::Params& p, c
     ptx::fence_proxy_async_shared();
     __syncwarp();
     const int row = row0 + lane;
-    if (lane < 16 && row < S_q) ptx::bulk_store_s2g(Dest::row_address(p, c, row, D), srows + lane * SMEM_STRIDE, D * 2);
+    if (lane < 16 && row < S_q) ptx::bulk_store_s2g(Dest::rows(p, c).row(row), srows + lane * SMEM_STRIDE, D * 2);
     ptx::bulk_commit_group();
     if constexpr (kCompletion == Completion::at_exit) {
       ptx::bulk_wait_group_read_all();  // the staged rows may be overwritten; the writes complete before the flags
@@ -70,7 +71,7 @@ __device__ __forceinline__ void send_staged_chunks(const typename Dest::Params& 
   for (int k = tid; k < chunks; k += THREADS) {
     const int r = lo + k / CHUNKS_PER_ROW, col = (k % CHUNKS_PER_ROW) * 8;
     const uint4 v = *reinterpret_cast<const uint4*>(so + r * SMEM_STRIDE + col);
-    ptx::st_global_v4_b32(row_in_run<Dest, D>(p, c, dst, m0, r) + col, v);
+    ptx::st_global_v4_b32(row_in_run<Dest>(p, c, dst, m0, r) + col, v);
   }
 }
 
@@ -83,7 +84,7 @@ __device__ __forceinline__ void send_staged_rows_bulk(const typename Dest::Param
   static_assert((D * 2) % 16 == 0 && (SMEM_STRIDE * 2) % 16 == 0,
                 "bulk copies need 16-byte multiples and 16-byte aligned rows");
   for (int r = lo + lane; r < hi; r += 32)
-    ptx::bulk_store_s2g(row_in_run<Dest, D>(p, c, dst, m0, r), so + r * SMEM_STRIDE, D * 2);
+    ptx::bulk_store_s2g(row_in_run<Dest>(p, c, dst, m0, r), so + r * SMEM_STRIDE, D * 2);
   ptx::bulk_commit_group();
 }
 

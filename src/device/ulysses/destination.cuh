@@ -8,6 +8,7 @@
 
 #include "device/sched/attention_tile.hpp"
 #include "device/remote/destination.cuh"
+#include "device/remote/seq_shard_rows.cuh"
 #include "device/ulysses/params.hpp"
 
 namespace xstage::ulysses {
@@ -16,10 +17,7 @@ struct UlyssesDestination {
   using Params = UlyssesStoreParams;
   using Tile = sched::TileCoord;
 
-  // The rank that owns a row. Rows, S and the chunk fit in 31 bits (the host
-  // checks S, which the kernels carry as int): a 32-bit division is a few
-  // instructions, the 64-bit one a long software routine on the epilogue's
-  // critical path (perf-log f7).
+  // The rank that owns a row (in 32 bits: seq_shard_rows.cuh says why).
   __device__ __forceinline__ static int owner_of_row(const Params& p, int64_t row) {
     return int(uint32_t(row) / uint32_t(p.chunk));
   }
@@ -37,41 +35,14 @@ struct UlyssesDestination {
     return {owner_of_row(p, m0), owner_of_row(p, last_row)};
   }
 
-  // A row's destination rank, its row within that rank's shard, and the
-  // shard's rows.
-  struct RowTarget {
-    int64_t S_d;    // rows of the destination's shard
-    int64_t local;  // row within it
-    int d;          // destination rank
-  };
-  __device__ __forceinline__ static RowTarget row_target(const Params& p, int64_t row) {
-    RowTarget t;
-    t.d = owner_of_row(p, row);
-    const int64_t begin = int64_t(t.d) * p.chunk;
-    t.local = row - begin;
-    const int64_t end = begin + p.chunk < p.S ? begin + p.chunk : p.S;
-    t.S_d = end - begin;
-    return t;
-  }
-
-  // Element pointer of (row, head of tile c) in its destination's shard.
-  __device__ __forceinline__ static uint16_t* row_address(const Params& p, const Tile& c, int64_t row, int D) {
+  // Tile c's rows: its (source rank, b) stream's rows in the sequence
+  // layout [batch, S_d, H, D] of their owners, at the column slice of its
+  // global head.
+  __device__ __forceinline__ static remote::SeqShardRows rows(const Params& p, const Tile& c) {
     const int src = p.rank_base + c.b / p.batch, b = c.b % p.batch;
-    const int H_total = p.P * p.heads_per_rank;
-    const int hg = src * p.heads_per_rank + c.h;
-    const RowTarget t = row_target(p, row);
-    uint16_t* base = static_cast<uint16_t*>(p.out[t.d]);
-    return base + ((int64_t(b) * t.S_d + t.local) * H_total + hg) * D;
-  }
-
-  __device__ __forceinline__ static remote::RowRun row_run(const Params& p, const Tile& c, int64_t row0, int rows,
-                                                           int D) {
-    // A warp's rows may start past S (the sequence's last tile): no row of it
-    // is stored, and row0 / chunk would index past the P destinations.
-    if (row0 >= p.S) return {nullptr, 0, 0};
-    const RowTarget t = row_target(p, row0);
-    const int64_t left = t.S_d - t.local;
-    return {row_address(p, c, row0, D), int64_t(p.P) * p.heads_per_rank * D, int(left < rows ? left : rows)};
+    const int64_t H_total = int64_t(p.P) * p.heads_per_rank;
+    const int64_t hg = int64_t(src) * p.heads_per_rank + c.h;
+    return {p.out, p.S, p.chunk, b, H_total * p.head_dim, hg * p.head_dim};
   }
 
   __device__ __forceinline__ static int64_t first_row_in(const Params& p, int d, int64_t m0) {

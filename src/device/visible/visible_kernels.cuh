@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(1024) sm90_visible_producer(const ProducerPara
   ptx::fence_sc_sys();
   __syncthreads();
   // All producers are resident (the host checks the occupancy); the wait
-  // times out with a message; all start at one global-timer instant.
-  grid_start_after(p.start_barrier, p.K, p.timeout_ns, p.settle_ns);
+  // times out into the record; all start at one global-timer instant.
+  grid_start_after(p.start_barrier, p.K, p.timeout_ns, p.timeout_record, p.settle_ns);
 
   for (uint32_t b = 0; b < p.bursts; ++b) {
     uint8_t* chunk = p.dst + (b % p.slots) * p.slot_bytes + uint64_t(k) * p.chunk_bytes;

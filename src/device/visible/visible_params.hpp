@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "device/host_device.hpp"
+#include "device/remote/flag_timeout_record.hpp"
 
 namespace xstage::visible {
 
@@ -46,6 +47,7 @@ struct ProducerParams {
   uint64_t* markers;        // [bursts * K * kMarkerStrideWords], in the destination's memory
   uint64_t* start_barrier;  // [2] device memory, zeroed (device/comm/grid_start.cuh)
   uint64_t timeout_ns;      // the start barrier's wait
+  remote::FlagTimeoutRecord* timeout_record;  // device memory, zeroed: filled if that wait timed out
   uint64_t* log;            // [bursts * K * 3]: globaltimer at first store, after the last store, after the fence
   uint32_t fenced_markers;  // 1: fence.acq_rel.sys + st.release.sys; 0: st.relaxed.sys (no fence, no wait)
 };

@@ -6,9 +6,9 @@ namespace xstage {
 
 // Launches a kernel that, as logical rank `rank`, waits for flag `flag_id`
 // (in mapped host memory, never set) to reach 1. The wait times out after
-// timeout_ns, the kernel prints rank, flag, expected and seen values and
-// traps. Throws xstage::Error saying so (or that the timeout did not fire);
-// it never returns normally. The CUDA context is unusable afterwards: exit.
+// timeout_ns through the library's timed wait, which records rank, flag,
+// expected and seen values and ends the kernel. Throws xstage::Error naming
+// them (or saying that the timeout did not fire); it never returns normally.
 [[noreturn]] void selftest_flag_timeout(uint64_t timeout_ns, int rank, int flag_id);
 
 }  // namespace xstage

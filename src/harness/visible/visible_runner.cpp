@@ -17,6 +17,7 @@
 #include "device/probe/probe_launch.hpp"
 #include "device/visible/visible_launch.hpp"
 #include "harness/visible/visible.hpp"
+#include "runtime/comm/flag_timeout.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 
@@ -114,7 +115,7 @@ struct VisibleRunner::Impl {
   int resident = 0;  // producer blocks resident at once on the producers' GPU
   cudaStream_t stream = nullptr, obs_stream = nullptr;
   HostMapped ping, host_dst, host_markers;
-  DeviceMem dev_dst, dev_markers, barrier, log, status, seen, counters, scratch, obs_status;
+  DeviceMem dev_dst, dev_markers, barrier, log, status, seen, counters, scratch, obs_status, wait_record;
 
   ~Impl() {
     cudaSetDevice(setup.device);
@@ -279,10 +280,10 @@ VisibleRunner::VisibleRunner(const VisiblePoint& setup) : impl_(std::make_unique
   XSTAGE_CUDA(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   XSTAGE_CUDA(cudaSetDevice(m.obs_device));
   XSTAGE_CUDA(cudaStreamCreateWithFlags(&m.obs_stream, cudaStreamNonBlocking));
-  // On the local path the poller spins while the producers (printf-capable:
-  // their start barrier's timeout message) and the verify kernel launch
-  // behind it on the same GPU. A first launch that loads a kernel, or sets up
-  // the printf buffer, would wait for the poller to time out.
+  // On the local path the poller spins while the producers and the verify
+  // kernel launch behind it on the same GPU. A first launch that loads a
+  // kernel, or sets up the printf buffer (no kernel here prints; one that
+  // did would), would wait for the poller to time out.
   auto prepare = [](int dev, cudaStream_t s) {
     XSTAGE_CUDA(cudaSetDevice(dev));
     XSTAGE_CUDA(visible::preload_kernels());
@@ -371,9 +372,11 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
   }
   m.barrier.allocate(p.device, 2 * sizeof(uint64_t) + sizeof(unsigned long long));  // start barrier, verify count
   m.log.allocate(p.device, records * 3 * sizeof(uint64_t));
+  m.wait_record.allocate(p.device, sizeof(remote::FlagTimeoutRecord));
   XSTAGE_CUDA(cudaSetDevice(p.device));
   XSTAGE_CUDA(cudaMemsetAsync(dst, 0xA5, slot * slots, m.stream));
   XSTAGE_CUDA(cudaMemsetAsync(m.barrier.ptr, 0, m.barrier.bytes, m.stream));
+  XSTAGE_CUDA(cudaMemsetAsync(m.wait_record.ptr, 0, sizeof(remote::FlagTimeoutRecord), m.stream));
   XSTAGE_CUDA(cudaStreamSynchronize(m.stream));
 
   visible::ProducerParams kp{};
@@ -393,7 +396,17 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
   kp.fenced_markers = p.fenced_markers ? 1u : 0u;
   kp.start_barrier = m.barrier.as<uint64_t>();
   kp.timeout_ns = static_cast<uint64_t>(p.timeout_ns);
+  kp.timeout_record = m.wait_record.as<remote::FlagTimeoutRecord>();
   kp.log = m.log.as<uint64_t>();
+  // After the producers' stream has been synchronised: their start barrier's wait, if it timed out.
+  auto check_start_barrier = [&] {
+    XSTAGE_CUDA(cudaSetDevice(p.device));
+    const auto w = fetch_timeout_record(kp.timeout_record);
+    if (w.set != 0)
+      throw Error(fmt::format("visible: the {} producers' start barrier timed out (rank {}, flag {}) {}; expected "
+                              "every producer resident and arrived within {:.0f} ms",
+                              K, w.rank, w.flag, timed_out_values(w), p.timeout_ns * 1e-6));
+  };
   auto* verify_count = reinterpret_cast<unsigned long long*>(m.barrier.as<uint64_t>() + 2);
 
   // Calibrate before.
@@ -415,6 +428,7 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
       XSTAGE_CUDA(visible::launch_producer(kp, threads, m.stream));
       XSTAGE_CUDA(visible::launch_verify(kp, verify_count, m.stream));
       XSTAGE_CUDA(cudaStreamSynchronize(m.stream));
+      check_start_barrier();
     } catch (...) {
       abort = true;
       poller.join();
@@ -452,6 +466,8 @@ VisibleTrace VisibleRunner::run(const VisiblePoint& p) {
     XSTAGE_CUDA(cudaStreamSynchronize(m.stream));
     XSTAGE_CUDA(cudaSetDevice(m.obs_device));
     XSTAGE_CUDA(cudaStreamSynchronize(m.obs_stream));  // bounded by the poller's timeout
+    check_start_barrier();
+    XSTAGE_CUDA(cudaSetDevice(m.obs_device));
     const auto c = fetch<unsigned long long>(m.counters, 2);
     const auto st = fetch<uint64_t>(m.counters, 2 + visible::kStatusWords);
     const std::vector<uint64_t> status(st.begin() + 2, st.end());

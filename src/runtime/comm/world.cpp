@@ -82,7 +82,7 @@ std::unique_ptr<World> make_nccl_world(const WorldOptions&) {
 #endif
 
 World::~World() {
-  // Errors are ignored here: after a trapped kernel the context is gone and
+  // Errors are ignored here: after a failed kernel (an illegal address) the context is gone and
   // every call fails, but the process must still exit cleanly.
   for (auto it = device_allocs_.rbegin(); it != device_allocs_.rend(); ++it) {
     (void)cudaSetDevice(it->device);

@@ -206,7 +206,7 @@ void MoeLayer::Impl::init() {
 MoeLayer::Impl::~Impl() { release(); }
 
 void MoeLayer::Impl::release() noexcept {
-  // Errors are ignored: after a trapped kernel every call fails, and the
+  // Errors are ignored: after a failed kernel (an illegal address) every call fails, and the
   // process must still end cleanly.
   for (const Group& g : groups) {
     (void)cudaSetDevice(g.device);

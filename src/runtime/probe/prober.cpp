@@ -10,9 +10,12 @@
 
 #include <cuda_runtime.h>
 
+#include "device/comm/start_barrier_flag.hpp"
 #include "device/probe/probe_launch.hpp"
+#include "runtime/comm/flag_timeout.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
+#include "xstage/core/units.hpp"
 #include "xstage/probe/probe.hpp"
 
 namespace xstage {
@@ -62,6 +65,7 @@ struct Prober::Impl {
   DeviceArray<float> sink;
   DeviceArray<unsigned long long> mismatches;
   DeviceArray<uint64_t> barrier;
+  DeviceArray<remote::FlagTimeoutRecord> wait_record;
   cudaStream_t stream = nullptr;
 
   ~Impl() {
@@ -165,6 +169,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   m.sink.resize(pt.K);
   m.mismatches.resize(1);
   m.barrier.resize(2);
+  m.wait_record.resize(1);
   // The start barrier needs every producer resident at once.
   {
     int per_sm = 0;
@@ -184,6 +189,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   XSTAGE_CUDA(cudaMemsetAsync(m.flags, 0, sizeof(uint64_t) * pt.K, m.stream));
   XSTAGE_CUDA(cudaMemsetAsync(m.mismatches.ptr, 0, sizeof(unsigned long long), m.stream));
   XSTAGE_CUDA(cudaMemsetAsync(m.barrier.ptr, 0, 2 * sizeof(uint64_t), m.stream));
+  XSTAGE_CUDA(cudaMemsetAsync(m.wait_record.ptr, 0, sizeof(remote::FlagTimeoutRecord), m.stream));
 
   probe::KernelParams kp{};
   kp.dst = m.dst;
@@ -205,6 +211,7 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   kp.flags = m.flags;
   kp.start_barrier = m.barrier.ptr;
   kp.timeout_ns = 10'000'000'000ull;
+  kp.timeout_record = m.wait_record.ptr;
   kp.start_cycles = m.start_cycles.ptr;
   kp.gap_cycles_done = m.gap_done.ptr;
   kp.fence_cycles = m.fence.ptr;
@@ -217,6 +224,14 @@ ProbeMeasurement Prober::run(const ProbePoint& pt) {
   XSTAGE_CUDA(probe::launch_verify(reinterpret_cast<const uint32_t*>(m.dst), slot, slots_written, kp.slots, pt.bursts,
                                    kp.chunk_bytes, m.mismatches.ptr, m.stream));
   XSTAGE_CUDA(cudaStreamSynchronize(m.stream));
+  if (const auto w = m.wait_record.fetch(1)[0]; w.set != 0)
+    throw Error(fmt::format("probe: K = {}, V = {} B: {} {}; expected every producer to arrive and every burst's "
+                            "flag to be released within {}",
+                            pt.K, pt.V_bytes,
+                            w.flag == kStartBarrierFlag
+                                ? fmt::format("the producers' start barrier (rank {}, flag {}) timed out", w.rank, w.flag)
+                                : fmt::format("the receiver waited on producer {}'s flag (rank {})", w.flag, w.rank),
+                            timed_out_values(w), format_ns(double(kp.timeout_ns))));
 
   ProbeMeasurement r;
   r.point = pt;

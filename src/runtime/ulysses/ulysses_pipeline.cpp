@@ -55,7 +55,7 @@ struct UlyssesPipeline::Plan {
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
-  ~Plan() {  // never throws: after a trapped kernel every call fails
+  ~Plan() {  // never throws: after a failed kernel every call fails
     if (exec) (void)cudaGraphExecDestroy(exec);
     for (auto& per_group : done)
       for (void* e : per_group) (void)cudaEventDestroy(event(e));
@@ -89,7 +89,7 @@ UlyssesPipeline::UlyssesPipeline(World& world, std::vector<PipelineGroup> groups
 UlyssesPipeline::~UlyssesPipeline() { release(); }
 
 void UlyssesPipeline::release() noexcept {
-  // Never throws: after a trapped kernel every call fails, and the process must still exit cleanly.
+  // Never throws: after a failed kernel every call fails, and the process must still exit cleanly.
   plans_.clear();
   for (size_t i = 0; i < groups_.size(); ++i) {
     (void)cudaSetDevice(groups_[i].device);
