@@ -7,8 +7,8 @@ Per cell and GEMM (L1 + SwiGLU, L2):
     experts, the largest and a seeded choice of the rest), relative Frobenius error;
   - timing: ours, torch, torch again (the A/A that states the protocol's noise) and, for uniform rows, cuBLAS
     batched (torch.bmm) + torch's SwiGLU, each captured as a CUDA graph of enough calls that one replay lasts
-    at least `--window-ms`; replays alternate side by side for `--rounds` rounds; the SM clock is read by NVML
-    while each replay runs; the medians per call are the figures.
+    at least `--window-ms`; replays alternate side by side for `--rounds` rounds, the order turned by one
+    side each round; the SM clock is read by NVML while each replay runs; the medians per call are the figures.
   - a cell our library refuses (its message kept) still times torch.
 Output: one JSON record (cells as they finish, so a call that runs out of time keeps what it measured) and a
 summary line per GEMM: the geometric mean of torch / ours and the cells under the issue's bars.
@@ -77,15 +77,20 @@ def timed_sides(fns, window_ms, rounds):
     for g in graphs.values():
         g.replay()
     torch.cuda.synchronize()
-    for _ in range(rounds):
-        for k, g in graphs.items():
+    names = list(graphs)
+    for i in range(rounds):
+        # The order turns by one side every round, so each side runs in each position (a fixed order showed
+        # the first side several percent slower than the same graph run second: results/h200/moe/README.md).
+        for k in names[i % len(names):] + names[:i % len(names)]:
+            g = graphs[k]
             ms, c = mt.time_graph(g, reps[k])
             t[k].append(ms)
             if c is not None:
                 clk[k].append(c)
     del graphs
-    return {k: dict(median_ms=statistics.median(v), min_ms=min(v), max_ms=max(v), calls_a_replay=reps[k],
-                    replay_ms=statistics.median(v) * reps[k], rounds=rounds, sm_clock_mhz=clk[k]) for k, v in t.items()}
+    return {k: dict(median_ms=statistics.median(v), min_ms=min(v), max_ms=max(v), samples_ms=v,
+                    calls_a_replay=reps[k], replay_ms=statistics.median(v) * reps[k], rounds=rounds,
+                    sm_clock_mhz=clk[k]) for k, v in t.items()}
 
 
 def measure_cell(ours, cell, a):
