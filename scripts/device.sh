@@ -248,7 +248,9 @@ bench_moe_grid() {
     --commit "$commit" --first "${MOE_GRID_FIRST:-0}" --count "${MOE_GRID_COUNT:-0}" --budget-s "${MOE_GRID_S:-480}" \
     --out "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.json"
   clocks_stop
-  digest moe-grid tail -4 "$R/moe-grid.log"
+  timed moe-grid-plot 60 python3 bench/plot_moe_grid.py --out "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.png" \
+    "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.json"
+  digest moe-grid tail -12 "$R/moe-grid-plot.log"
 }
 bench_moe_layer() {  # the fused MoE layer's quick checked bench with per-tile traces: section 11's pictures
   local d=$R/moe-layer
