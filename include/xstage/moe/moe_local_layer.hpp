@@ -1,5 +1,5 @@
 #pragma once
-// The MoE layer on one GPU, every expert local (docs/design/moe-local-layer.md):
+// The MoE layer on one GPU, every expert local (docs/design/python.md, "The MoE layer on one GPU"):
 //   x [T, H] bf16, topk_ids [T, k] (int32 or int64), topk_weights [T, k]
 //   (fp32 or bf16) -> out [T, H] bf16 =
 //     sum over slots j of topk_weights[t, j] * W2[e] SwiGLU(W13[e] x[t]), e = topk_ids[t, j]

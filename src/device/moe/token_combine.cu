@@ -26,7 +26,10 @@ __global__ void __launch_bounds__(kCombineThreads) token_combine(TokenCombinePar
        t += int(gridDim.x) * kTokensPerCta) {
     // Lane j holds slot j's row (k <= 32): one load for the token's whole map.
     const int32_t lane_row = lane < p.k ? p.pos[int64_t(t) * p.k + lane] : -1;
-    for (int v0 = lane; v0 < vecs; v0 += 32 * kVecs) {
+    // The whole warp takes every pass (the shuffle below needs all 32 lanes);
+    // lanes past the row's end only skip their loads and stores.
+    for (int pass = 0; pass < vecs; pass += 32 * kVecs) {
+      const int v0 = pass + lane;
       float acc[kVecs][8];
 #pragma unroll
       for (int w = 0; w < kVecs; ++w)

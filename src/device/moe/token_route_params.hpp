@@ -2,7 +2,7 @@
 // The one-GPU MoE layer's routing kernels (every expert on this GPU; no
 // other rank): plain parameter blocks and launches, shared by the .cu files
 // and host C++ (no CUDA types beyond cudaStream_t). Data flow:
-// docs/design/moe-local-layer.md.
+// docs/design/python.md, "The MoE layer on one GPU".
 //
 //   token_route_count    grid B: CTA b counts the valid (token, slot) pairs of
 //                        its token range per expert -> block_counts[e][b]
