@@ -44,7 +44,6 @@ _WEIGHTS = (torch.float32, torch.bfloat16)
 _SIZES = {}          # (T, H, I, E, k, flags, device) -> (scratch bytes, workspace bytes): one library call a shape
 _GEMM_SHAPES = set()  # (rows, H, 2I, E) whose GEMM rules passed (moe._check on meta tensors)
 _RECORDS = {}        # device -> int32[8], the routing record the kernels write (made outside graph capture)
-_RECORD_WORDS = 6
 
 
 def _type_name(t):
