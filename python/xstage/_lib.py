@@ -11,7 +11,7 @@ import pathlib
 
 import torch  # noqa: F401  (loads the CUDA runtime the library resolves against)
 
-_ABI_VERSION = 3
+_ABI_VERSION = 4
 _NAME = "libxstage_torch.so"
 _ERR_LEN = 1024
 
@@ -39,6 +39,13 @@ _SIGNATURES = {
     "xstage_torch_moe_workspace_bytes": (
         [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [_c_i64p, ctypes.c_char_p, ctypes.c_int],
         ctypes.c_int),
+    "xstage_torch_moe_layer_sizes": ([_c_i64p, ctypes.c_int, _c_i64p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
+    "xstage_torch_moe_layer": (
+        [_c_i64p, ctypes.c_int] + [ctypes.c_void_p] * 7 + [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+        + [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int],
+        ctypes.c_int),
+    "xstage_torch_moe_describe_route_error": (
+        [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     "xstage_ulysses_timeout_record_bytes": ([], ctypes.c_int),
     "xstage_ulysses_describe_timeout": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     "xstage_parse_store_path": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int],

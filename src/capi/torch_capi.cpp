@@ -16,6 +16,7 @@
 #include "xstage/comm/remote_store.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/moe/moe.hpp"
+#include "xstage/moe/moe_local_layer.hpp"
 #include "xstage/ulysses/ulysses.hpp"
 #include "xstage/ulysses/ulysses_fused.hpp"
 
@@ -69,12 +70,27 @@ xstage::MoeGemmArgs moe_args(int kind, int64_t rows_total, int64_t K, int64_t N,
   return a;
 }
 
+// The one-GPU MoE layer's sizes: int64[5] = T, H, I, E, k, narrowed after a
+// range check; flags: bit 0 ids int64, bit 1 weights bf16.
+xstage::MoeLocalLayerArgs local_layer_args(const int64_t* dims, int flags) {
+  xstage::MoeLocalLayerArgs a;
+  a.T = int(in_range(dims[0], 0, INT32_MAX, "moe layer: T"));
+  a.H = int(in_range(dims[1], INT32_MIN, INT32_MAX, "moe layer: H"));
+  a.I = int(in_range(dims[2], INT32_MIN, INT32_MAX, "moe layer: I"));
+  a.E = int(in_range(dims[3], INT32_MIN, INT32_MAX, "moe layer: E"));
+  a.k = int(in_range(dims[4], INT32_MIN, INT32_MAX, "moe layer: k"));
+  in_range(flags, 0, 3, "moe layer: flags (bit 0 ids int64, bit 1 weights bf16)");
+  a.ids_int64 = (flags & 1) != 0;
+  a.weights_bf16 = (flags & 2) != 0;
+  return a;
+}
+
 }  // namespace
 
 extern "C" {
 
 // Bumped whenever a signature below changes; python/xstage/_lib.py checks it.
-int xstage_torch_abi_version() { return 3; }
+int xstage_torch_abi_version() { return 4; }
 
 // O = softmax(scale Q K^T) V, bf16 [B, S, H, D]; strides: int64[12], the (b, s,
 // h) element strides of q, k, v and o. scale: NaN for 1/sqrt(D); kernel: an
@@ -173,6 +189,43 @@ int xstage_torch_moe_workspace_bytes(int kind, const void* a, const void* b, voi
     args.a = a, args.b = b, args.c = c, args.offs = offs;
     *bytes = int64_t(xstage::moe_workspace_bytes(args));
   });
+}
+
+// The one-GPU MoE layer (xstage/moe/moe_local_layer.hpp). dims, flags: as
+// local_layer_args above. sizes: int64[3] = scratch bytes, split-K workspace
+// bytes (zeroed memory; 0: none), routing CTAs.
+int xstage_torch_moe_layer_sizes(const int64_t* dims, int flags, int64_t* sizes, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    const xstage::MoeLocalLayerSizes s = xstage::moe_local_layer_sizes(local_layer_args(dims, flags));
+    sizes[0] = int64_t(s.scratch_bytes), sizes[1] = int64_t(s.workspace_bytes), sizes[2] = s.route_blocks;
+  });
+}
+
+// x bf16 [T, H], w13 bf16 [E, 2I, H] interleaved, w2 bf16 [E, H, I], topk_ids
+// [T, k], topk_weights [T, k], out bf16 [T, H]: contiguous device memory;
+// error: int32[6] or null.
+int xstage_torch_moe_layer(const int64_t* dims, int flags, const void* x, const void* w13, const void* w2,
+                           const void* topk_ids, const void* topk_weights, void* out, void* scratch,
+                           int64_t scratch_bytes, void* workspace, int64_t workspace_bytes, int32_t* error,
+                           void* stream, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    xstage::MoeLocalLayerArgs a = local_layer_args(dims, flags);
+    a.x = x, a.w13 = w13, a.w2 = w2, a.topk_ids = topk_ids, a.topk_weights = topk_weights, a.out = out;
+    a.scratch = scratch, a.scratch_bytes = size_t(in_range(scratch_bytes, 0, INT64_MAX, "moe layer: scratch_bytes"));
+    a.workspace = workspace;
+    a.workspace_bytes = size_t(in_range(workspace_bytes, 0, INT64_MAX, "moe layer: workspace_bytes"));
+    a.error = error;
+    xstage::moe_local_layer(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+// Returns 1 with the message in msg when the routing record (a host copy of
+// its int32[6]) holds a bad pair, else 0.
+int xstage_torch_moe_describe_route_error(const int32_t* host_record, char* msg, int msg_len) {
+  const std::string m = xstage::describe_moe_route_error(host_record);
+  if (m.empty()) return 0;
+  if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
+  return 1;
 }
 
 int xstage_ulysses_timeout_record_bytes() { return int(xstage::ulysses_timeout_record_bytes()); }
