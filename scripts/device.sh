@@ -126,7 +126,7 @@ san_attention() {  # both head dims, ragged sizes
     san "san-$tool-attn128" $tool $X attn --B 1 --S 130 --S-kv 65 --H 2 --D 128 --check
   done
 }
-san_moe() {  # the grouped GEMMs: every output store, split-K, the 64 x 80 L2 tile
+san_moe() {  # the grouped GEMMs: every output store, split-K, the 64 x 80 L2 tile, N and K tails
   for tool in memcheck racecheck synccheck; do
     for st in staged bulk tma; do
       san "san-$tool-moe-$st" $tool $X moe-gemm --hidden 256 --inter 128 --counts 3,0,70,129,1 --routing-weights \
@@ -134,12 +134,28 @@ san_moe() {  # the grouped GEMMs: every output store, split-K, the 64 x 80 L2 ti
       # K = 6144 on few short experts: the heuristic splits L2's K in two (the split-K kernel and its reduce)
       san "san-$tool-moe-splitk-$st" $tool $X moe-gemm --hidden 256 --inter 6144 --counts 3,0,70,129,1 \
         --routing-weights --check --out-store $st
+      # N tails (L1 N = 272, L2 N = 272: 256 + 16 columns) on a ragged K (136 = 2 k-blocks + 8); K below one
+      # k-block (24 and 48) with N = 48 (a 64 x 256 tile's second warpgroup wholly past N); split-K on K = 6152
+      san "san-$tool-moe-tail-$st" $tool $X moe-gemm --hidden 272 --inter 136 --counts 3,0,70,129,1 \
+        --routing-weights --check --out-store $st
+      san "san-$tool-moe-shortk-$st" $tool $X moe-gemm --hidden 48 --inter 24 --counts 3,0,70,129,1 --check \
+        --out-store $st --tile-l1 m64n256 --tile-l2 m64n256
+      san "san-$tool-moe-tail-splitk-$st" $tool $X moe-gemm --hidden 272 --inter 6152 --counts 3,0,70,1 --check \
+        --out-store $st
     done
+    # the 64 x 80 tile's partial n-block (272 = 3 x 80 + 32)
+    san "san-$tool-moe-tail-narrow" $tool $X moe-gemm --hidden 272 --inter 136 --counts 1,0,65,127,0,3 --check \
+      --tile-l2 m64n80
     # the 64 x 80 L2 tile (staged store, its warpgroups' narrow 40-column rest); then 40 tiles on K = 6144: 2 splits
     san "san-$tool-moe-narrow" $tool $X moe-gemm --hidden 640 --inter 192 --counts 1,0,65,127,0,3 --check \
       --tile-l2 m64n80
     san "san-$tool-moe-narrow-splitk" $tool $X moe-gemm --hidden 640 --inter 6144 --counts 3,0,70,129,1 --check \
       --tile-l2 m64n80
+  done
+  # a model's tail shape, hidden 2880 and inter 1400 (memcheck only: the racecheck of this size takes long)
+  for st in staged bulk tma; do
+    san "san-memcheck-moe-2880-$st" memcheck $X moe-gemm --hidden 2880 --inter 1400 --counts 3,0,70,129,1 \
+      --routing-weights --check --out-store $st
   done
 }
 san_moe_layer() {  # host and device placement, every variant and schedule

@@ -373,14 +373,18 @@ def test_moe_fake_shapes_and_torch_compile():
      "offs: expected one end per expert (3"),
     ("l1", (_bf16(16, 250), _bf16(3, 256, 250), torch.zeros(3, dtype=torch.int32)), ValueError,
      "K = 250 (last dimension of x): expected a positive multiple of 8"),
-    ("l1", (_bf16(16, 256), _bf16(3, 192, 256), torch.zeros(3, dtype=torch.int32)), ValueError,
-     "2I = 192 (dimension 1): expected a positive multiple of 128"),
+    ("l1", (_bf16(16, 256), _bf16(3, 200, 256), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "2I = 200 (dimension 1): expected a positive multiple of 16"),
+    ("l1", (_bf16(16, 256), _bf16(3, 0, 256), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "2I = 0 (dimension 1): expected a positive multiple of 16"),
     ("l1", (_bf16(16, 256), _bf16(3, 256, 256), torch.zeros(3, dtype=torch.int32), torch.zeros(15)), TypeError,
      "row_weight: expected a torch.float32 tensor of shape (16,)"),
     ("l1", (_bf16(16, 256), _bf16(3, 256, 256), torch.zeros(3, dtype=torch.int32)), ValueError,
      "expected CUDA tensors, got a tensor on cpu"),
     ("l2", (_bf16(16, 128), _bf16(3, 200, 128), torch.zeros(3, dtype=torch.int32)), ValueError,
-     "w2: H = 200 (dimension 1): expected a positive multiple of 128"),
+     "w2: H = 200 (dimension 1): expected a positive multiple of 16"),
+    ("l2", (_bf16(16, 12), _bf16(3, 2880, 12), torch.zeros(3, dtype=torch.int32)), ValueError,
+     "K = 12 (last dimension of h): expected a positive multiple of 8"),
     ("l2", (_bf16(16, 128), "w2", torch.zeros(3, dtype=torch.int32)), TypeError, "w2: expected a torch.Tensor"),
 ])
 def test_moe_errors_say_what_and_where(fn, args, exc, words):
@@ -395,6 +399,16 @@ def test_moe_errors_say_what_and_where(fn, args, exc, words):
         with pytest.raises(exc) as e:
             xstage.moe_experts(args[0], args[1], w2, args[2], *args[3:])
         assert str(e.value).startswith("xstage.moe_experts: ") and words in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("H,I,E", [(2880, 1400, 3), (16, 8, 1), (48, 24, 300), (272, 136, 2)])
+def test_moe_takes_the_shapes_torch_grouped_mm_takes(H, I, E):
+    # H a multiple of 16 (L2's N, L1's K), I a multiple of 8 (L2's K, half L1's N), any E: no tile-width multiple.
+    meta = lambda *shape: torch.empty(*shape, dtype=BF16, device="meta")  # noqa: E731
+    x, offs = meta(37, H), torch.empty(E, dtype=torch.int32, device="meta")
+    assert xstage.grouped_mm_swiglu(x, meta(E, 2 * I, H), offs).shape == (37, I)
+    assert xstage.grouped_mm(meta(37, I), meta(E, H, I), offs).shape == (37, H)
+    assert xstage.moe_experts(x, meta(E, 2 * I, H), meta(E, H, I), offs).shape == (37, H)
 
 
 def test_moe_experts_checks_l2_before_anything_runs():

@@ -1,7 +1,8 @@
 """xstage's MoE expert GEMMs on the GPU against torch._grouped_mm (plus
 torch's SwiGLU) and an fp32 reference: uneven and empty experts, row counts
 that are no multiple of any tile, routing weights, split-K (few rows on a long
-K), strided inputs, another stream, CUDA graph capture and torch.compile.
+K), shapes no tile width divides (N a multiple of 16, K of 8), strided inputs,
+another stream, CUDA graph capture and torch.compile.
 Skips without a GPU (fails where XSTAGE_REQUIRE_GPU says the machine has them)."""
 import ctypes
 
@@ -70,6 +71,8 @@ CASES = [  # counts, H, I
     ([300, 513, 64], 1024, 768),                   # no multiple of any tile
     ([130], 512, 6144),                            # one expert, few rows on a long K: L2 split-K
     ([64] * 16, 2048, 768),                        # Qwen3-30B-A3B-like, P = 8
+    ([0, 61, 1, 38, 200, 3], 2880, 1400),          # no tile width divides N (2880, 2I = 2800); K = 1400 ragged
+    ([5, 0, 17, 1], 48, 24),                       # N = 48 and 48, K = 48 and 24: below one tile and k-block
 ]
 
 

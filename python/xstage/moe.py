@@ -67,9 +67,9 @@ def _check(kind, a, b, offs, row_weight, op=None):
         raise ValueError(f"{op}: {names[1]}: expected at least one expert, got shape {tuple(b.shape)}")
     if K < 8 or K % 8:
         raise ValueError(f"{op}: K = {K} (last dimension of {names[0]}): expected a positive multiple of 8")
-    if N < 128 or N % 128:
+    if N < 16 or N % 16:  # 16-byte output rows; L1: whole gate/up groups of 8 (moe_interleave_w13)
         what = "2I" if kind == L1 else "H"
-        raise ValueError(f"{op}: {names[1]}: {what} = {N} (dimension 1): expected a positive multiple of 128")
+        raise ValueError(f"{op}: {names[1]}: {what} = {N} (dimension 1): expected a positive multiple of 16")
     if row_weight is not None:
         if kind != L1:
             raise ValueError(f"{op}: row_weight: L1 only (the routing weight belongs to its epilogue); expected None for L2")

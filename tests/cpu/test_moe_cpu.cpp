@@ -9,6 +9,7 @@
 #include "cli_runner.hpp"
 #include "harness/moe/moe_bench.hpp"
 #include "harness/moe/moe_check.hpp"
+#include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/moe/moe.hpp"
 
@@ -21,7 +22,8 @@ TEST(MoeTiles, SmallExpertsTakeTheShortTile) {
   EXPECT_EQ(moe_pick_tile(32 * 4096, 32, 4096, 132), MoeTile::m128n256);
 }
 
-TEST(MoeTiles, NarrowNLeavesOnlyTheNarrowTile) {
+TEST(MoeTiles, NarrowNTakesTheTileThatPadsLeast) {
+  // N = 384: 128 x 128 tiles cover it exactly, 256-wide ones pad it to 512.
   EXPECT_EQ(moe_pick_tile(1024, 4, 128 * 3, 132), MoeTile::m128n128);
 }
 
@@ -64,7 +66,7 @@ TEST(MoeTiles, FewLongExpertsOnANarrowNTakeTheNarrowTileWhereItIsBuilt) {
   // 3 experts of 256 rows: 3 x 4 x 16 = 192 do not).
   EXPECT_EQ(moe_pick_tile(512, 1, 1280, 132, true), MoeTile::m64n80);
   EXPECT_EQ(moe_pick_tile(3 * 256, 3, 1280, 132, true), MoeTile::m128n128);
-  // N = 4096 is no multiple of 80.
+  // N = 4096 is no multiple of 80 (the narrow tile is taken only where it is).
   EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132, true), MoeTile::m128n128);
   EXPECT_TRUE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::automatic));
   EXPECT_TRUE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::warp_staged));
@@ -75,7 +77,7 @@ TEST(MoeTiles, FewLongExpertsOnANarrowNTakeTheNarrowTileWhereItIsBuilt) {
 TEST(MoeTiles, UpTo64RowsAnExpertTakeThe64RowTile) {
   EXPECT_EQ(moe_pick_tile(64, 1, 4096, 132), MoeTile::m64n256);      // Mixtral P = 8
   EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2560, 132), MoeTile::m64n256);  // HiDream P = 2
-  EXPECT_EQ(moe_pick_tile(64, 1, 128 * 3, 132), MoeTile::m128n128);  // 256 does not divide N
+  EXPECT_EQ(moe_pick_tile(64, 1, 128 * 3, 132), MoeTile::m128n128);  // 256-wide tiles would pad N more
 }
 
 TEST(MoeW13, InterleaveTakesGateAndUpInGroupsOfEight) {
@@ -137,23 +139,109 @@ TEST(MoeArgs, ValidationNamesTheArgument) {
   EXPECT_NE(msg().find("K"), std::string::npos);
   a.K = 128, a.N = 200;
   EXPECT_NE(msg().find("N"), std::string::npos);
-  a.N = 384, a.tile = MoeTile::m128n256;
-  EXPECT_NE(msg().find("m128n256"), std::string::npos);
+  a.N = 384, a.tile = MoeTile(9);
+  EXPECT_NE(msg().find("tile 9: unknown"), std::string::npos) << msg();
   a.tile = MoeTile::m128n128, a.out_store = MoeOutStore(7);
   EXPECT_NE(msg().find("out_store"), std::string::npos);
   a.out_store = MoeOutStore::tile_bulk, a.workspace = reinterpret_cast<char*>(dummy) + 4;
   EXPECT_NE(msg().find("workspace"), std::string::npos);
   a.workspace = nullptr;
   EXPECT_EQ(msg(), "");
-  // The 64 x 80 tile: N a multiple of 80, L2 only, the staged store only.
-  a.tile = MoeTile::m64n80;
-  EXPECT_NE(msg().find("; expected a multiple of its 80 columns"), std::string::npos) << msg();
-  a.N = 640, a.kind = MoeGemmKind::l1_swiglu;
+  // The 64 x 80 tile: L2 only, the staged store only (any N: its last n-block may be partial).
+  a.tile = MoeTile::m64n80, a.kind = MoeGemmKind::l1_swiglu;
   EXPECT_NE(msg().find("L2 only"), std::string::npos) << msg();
   a.kind = MoeGemmKind::l2;
   EXPECT_NE(msg().find("staged store only"), std::string::npos) << msg();
   a.out_store = MoeOutStore::warp_staged;
   EXPECT_EQ(msg(), "");
+}
+
+namespace {
+// validate_moe_gemm_args' message for these arguments ("" when they pass).
+std::string validation_message(const MoeGemmArgs& a) {
+  try {
+    validate_moe_gemm_args(a);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Arguments that pass every check but the shape's: 16-byte aligned stand-ins
+// for device pointers (validation never dereferences them).
+MoeGemmArgs args_of(MoeGemmKind kind, int rows, int K, int N, int E) {
+  alignas(16) static char fake[64];
+  MoeGemmArgs a;
+  a.kind = kind, a.a = fake, a.b = fake, a.c = fake, a.offs = reinterpret_cast<const int32_t*>(fake);
+  a.rows_total = rows, a.K = K, a.N = N, a.E = E;
+  return a;
+}
+}  // namespace
+
+// What torch._grouped_mm takes for these GEMMs: K a multiple of 8, N of 16
+// (whatever the tile), any rows and experts; refused otherwise, naming the
+// argument and what was expected.
+TEST(MoeArgs, AcceptsTheShapesTorchGroupedMmTakes) {
+  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2}) {
+    for (int N : {16, 48, 272, 400, 2800, 2880, 4096})
+      for (int K : {8, 24, 72, 136, 1400, 2880})
+        for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128}) {
+          MoeGemmArgs a = args_of(kind, 300, K, N, 3);
+          a.tile = t;
+          EXPECT_EQ(validation_message(a), "") << N << " " << K << " " << to_string(t);
+        }
+    for (int E : {1, 2, 300, 4096}) EXPECT_EQ(validation_message(args_of(kind, 0, 8, 16, E)), "") << E;
+    for (int rows : {0, 1, 77}) EXPECT_EQ(validation_message(args_of(kind, rows, 8, 16, 2)), "") << rows;
+    for (int N : {0, -16, 8, 24, 200, 2888}) {
+      const std::string m = validation_message(args_of(kind, 300, 64, N, 3));
+      EXPECT_NE(m.find("N"), std::string::npos) << m;
+      EXPECT_NE(m.find("expected a positive multiple of 16, got " + std::to_string(N)), std::string::npos) << m;
+    }
+    for (int K : {0, -8, 4, 12, 100}) {
+      const std::string m = validation_message(args_of(kind, 300, K, 64, 3));
+      EXPECT_NE(m.find("K: expected a positive multiple of 8"), std::string::npos) << m;
+    }
+    EXPECT_NE(validation_message(args_of(kind, 300, 64, 64, 0)).find("E (experts): expected >= 1"),
+              std::string::npos);
+  }
+  MoeGemmArgs narrow = args_of(MoeGemmKind::l2, 300, 72, 272, 3);
+  narrow.tile = MoeTile::m64n80;
+  EXPECT_EQ(validation_message(narrow), "");
+  EXPECT_NE(validation_message(args_of(MoeGemmKind::l1_swiglu, 300, 64, 40, 3)).find("2I"), std::string::npos);
+}
+
+// Partial n-blocks count as tiles: split-K's workspace (partials and counts
+// of every tile there may be) is sized with N / BLOCK_N rounded up.
+TEST(MoeArgs, SplitWorkspaceCountsThePartialNBlock) {
+  MoeGemmArgs a = args_of(MoeGemmKind::l2, 300, 1400, 2880, 3);
+  a.tile = MoeTile::m128n256, a.splits = 2;
+  const int64_t tiles = (300 / 128 + 3) * ((2880 + 255) / 256);  // 5 x 12
+  EXPECT_EQ(moe_workspace_bytes(a), size_t(tiles * 2 * 128 * 256 * 4 + tiles * 4));
+  a.N = 16, a.tile = MoeTile::m128n128;
+  EXPECT_EQ(moe_workspace_bytes(a), size_t(5 * 2 * 128 * 128 * 4 + 5 * 4));
+  a.splits = 1;
+  EXPECT_EQ(moe_workspace_bytes(a), 0u);
+}
+
+TEST(MoeTiles, NoMultipleOfTheTileWidthCountsTheLastNBlockAsATile) {
+  // N = 2880: 12 n-blocks of 256 (the last 64 columns), 23 of 128.
+  // One expert of 128 rows: 23 tiles of 128 x 128, 4 splits on K = 14336 (56 k-blocks a range).
+  EXPECT_EQ(moe_pick_splits(128, 1, 2880, 14336, MoeTile::m128n128, 132), 4);
+  // 48 columns are one n-block: one tile an expert, K = 6144 (96 k-blocks) split in 2 ranges of 48.
+  EXPECT_EQ(moe_pick_splits(128, 1, 48, 6144, MoeTile::m128n256, 132), 2);
+  // Many experts: the tiles fill the SMs, no split.
+  EXPECT_EQ(moe_pick_splits(128 * 64, 64, 2880, 1400, MoeTile::m128n256, 132), 1);
+  // Up to 64 rows an expert, 64 x 256 where it pads N no more than 128-wide tiles: 3008 pads to 3072 either
+  // way. 2880 pads to 3072 against 2944: the cost model, which takes 64 x 256 too here (8 experts: 96 tiles
+  // in one wave, against 184 of 128 x 128 in two).
+  EXPECT_EQ(moe_pick_tile(64 * 8, 8, 3008, 132), MoeTile::m64n256);
+  EXPECT_EQ(moe_pick_tile(64 * 8, 8, 2880, 132), MoeTile::m64n256);
+  // Many rows on many experts: the big tile, as on the model shapes.
+  EXPECT_EQ(moe_pick_tile(64 * 1024, 64, 2880, 132), MoeTile::m128n256);
+  // The narrow tile only where 80 divides N (its tuned case): 2880 = 36 x 80 does (2 experts of 64 rows:
+  // 46 tiles of 128 x 128, 72 of 64 x 80), 272 does not.
+  EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2880, 132, true), MoeTile::m64n80);
+  EXPECT_NE(moe_pick_tile(2 * 64, 2, 272, 132, true), MoeTile::m64n80);
 }
 
 TEST(MoeArgs, TileNames) {
@@ -180,9 +268,27 @@ TEST(MoeCli, BadArgumentsFailBeforeTheGpu) {
   for (const char* args : {"moe-gemm --model nope", "moe-gemm --model deepseek-v3 --ep 3",
                            "moe-gemm --hidden 100 --inter 64 --experts 2", "moe-gemm --model mixtral-8x7b --tile-l1 x",
                            "moe-gemm --model hidream-i1 --gemm l2 --routing-weights", "moe-gemm --counts 1,-2 --hidden 256 --inter 64",
-                           "moe-gemm --model hidream-i1 --out-store fast"}) {
+                           "moe-gemm --model hidream-i1 --out-store fast",
+                           "moe-gemm --hidden 2888 --inter 64 --experts 2",  // 2888: no multiple of 16
+                           "moe-gemm --hidden 2880 --inter 1404 --experts 2",  // 1404: no multiple of 8
+                           "moe-gemm --hidden 0 --inter 8 --experts 2"}) {
     const CliRun r = run_cli(args);
     EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("expected"), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
+// Shapes no tile width divides pass the argument checks: without a GPU the
+// command then stops at the missing device, not at --hidden or --inter.
+TEST(MoeCli, TailShapesPassTheChecks) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU runs these (tests/gpu/test_moe_gemm.cpp, MoeGemmCli tail_*)";
+  for (const char* args : {"moe-gemm --hidden 2880 --inter 1400 --experts 2",
+                           "moe-gemm --hidden 16 --inter 8 --counts 0,3",
+                           "moe-gemm --hidden 272 --inter 136 --experts 300 --rows-per-expert 1"}) {
+    const CliRun r = run_cli(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_EQ(r.out.find("--hidden"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("--inter"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("no CUDA device"), std::string::npos) << args << "\n" << r.out;
   }
 }

@@ -17,6 +17,7 @@
 
 #include "cli_runner.hpp"
 #include "device/fill/fill_random.hpp"
+#include "gpu/moe_gemm_problem.hpp"
 #include "gpu/need_gpus.hpp"
 #include "xstage/attention/attention.hpp"  // bf16_to_float
 #include "xstage/core/device.hpp"
@@ -88,6 +89,25 @@ const CliCase kCliCases[] = {
                                    "--tile-l2 m64n80"},  // 64 tiles: 2 splits
     {"narrow_hidream_ep2_auto", "--model hidream-i1 --ep 2 --rows-per-expert 128 --seed 24"},
     {"narrow_small_counts", "--hidden 640 --inter 192 --counts 1,0,65,127,0,3 --seed 25 --tile-l2 m64n80"},
+    // Shapes no tile width divides (N a multiple of 16, K of 8), every output store: hidden 2880 (L2's N: 11
+    // 256-column n-blocks and 64 columns; L1's K: 45 k-blocks) and inter 1400 (L1's N = 2800; L2's K: 21
+    // k-blocks and 56 columns); K shorter than a k-block; split-K on a ragged K; the 64 x 80 tile's partial
+    // n-block; 300 experts of a few rows.
+    {"tail_hidden2880_inter1400", "--hidden 2880 --inter 1400 --counts 0,61,1,38,200,3 --routing-weights --seed 30"},
+    {"tail_hidden2880_inter1400_staged", "--hidden 2880 --inter 1400 --counts 0,61,1,38,200,3 --seed 31 "
+                                         "--out-store staged"},
+    {"tail_hidden2880_inter1400_bulk", "--hidden 2880 --inter 1400 --counts 0,61,1,38,200,3 --seed 32 "
+                                       "--out-store bulk"},
+    {"tail_hidden2880_inter1400_tma", "--hidden 2880 --inter 1400 --counts 0,61,1,38,200,3 --routing-weights "
+                                      "--seed 33 --out-store tma"},
+    {"tail_short_k", "--hidden 48 --inter 24 --counts 1,0,65,127,0,3 --routing-weights --seed 34"},
+    {"tail_short_k_bulk", "--hidden 48 --inter 24 --counts 1,0,65,127,0,3 --seed 35 --out-store bulk"},
+    {"tail_short_k_tma", "--hidden 48 --inter 24 --counts 1,0,65,127,0,3 --seed 36 --out-store tma"},
+    {"tail_split_k", "--hidden 272 --inter 6152 --counts 70,1 --seed 37"},  // L2: 6 tiles of 128 x 128, 2 splits
+    {"tail_split_k_tma", "--hidden 272 --inter 6152 --counts 70,1 --seed 38 --out-store tma --tile-l2 m128n256"},
+    {"tail_narrow", "--hidden 272 --inter 136 --counts 1,0,65,127,0,3 --seed 39 --tile-l2 m64n80"},
+    {"tail_many_experts", "--hidden 80 --inter 40 --experts 300 --rows-per-expert 3 --uneven --seed 40"},
+    {"tail_one_expert", "--hidden 16 --inter 8 --counts 333 --seed 41"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });
@@ -118,67 +138,15 @@ TEST(MoeGemmCliAuto, TheHeuristicsChoicesAreTheOnesRun) {
 }
 
 // Rows past the last expert's end belong to no expert: the kernel computes
-// them inside its last tile but must not store them.
-// workspace: split-K's partials and counts from the caller (zeroed once here), else the library's.
+// them inside its last tile but must not store them (moe_gemm_problem.hpp
+// checks every element: the experts' rows against the reference, the others
+// still poisoned). Experts 0 and 2 are empty; K = 136: three k-blocks, the
+// last ragged. workspace: split-K's partials and counts from the caller
+// (zeroed once here), else the library's.
 void rows_past_the_last_expert_stay_untouched(MoeGemmKind kind, MoeTile tile, int splits, MoeOutStore store,
                                               bool caller_workspace = false, int N = 256) {
-  const int E = 3, rows_total = 100, K = 136;  // K: three k-blocks, the last ragged
-  const std::vector<int32_t> offs = {0, 70, 70};
-  const int n_out = kind == MoeGemmKind::l1_swiglu ? N / 2 : N;
-  uint16_t *a, *b, *c;
-  int32_t* d_offs;
-  ASSERT_EQ(cudaMalloc(&a, size_t(rows_total) * K * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&b, size_t(E) * N * K * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&c, size_t(rows_total) * n_out * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_offs, E * 4), cudaSuccess);
-  ASSERT_EQ(fill::launch_fill_random_bf16(a, size_t(rows_total) * K, 21, 0, 0, nullptr), 0);
-  ASSERT_EQ(fill::launch_fill_random_bf16(b, size_t(E) * N * K, 21, 1, 0, nullptr), 0);
-  ASSERT_EQ(cudaMemset(c, 0xff, size_t(rows_total) * n_out * 2), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_offs, offs.data(), E * 4, cudaMemcpyHostToDevice), cudaSuccess);
-  MoeGemmArgs args{kind, a, b, c, d_offs, nullptr, rows_total, K, N, E, tile, splits};
-  args.out_store = store;
-  void* ws = nullptr;
-  if (caller_workspace) {
-    args.workspace_bytes = moe_workspace_bytes(args);
-    ASSERT_GT(args.workspace_bytes, 0u);
-    ASSERT_EQ(cudaMalloc(&ws, args.workspace_bytes), cudaSuccess);
-    ASSERT_EQ(cudaMemset(ws, 0, args.workspace_bytes), cudaSuccess);
-    args.workspace = ws;
-  }
-  for (int run = 0; run < 2; ++run) {  // the second run finds the split counts the first left
-    ASSERT_EQ(cudaMemset(c, 0xff, size_t(rows_total) * n_out * 2), cudaSuccess);
-    moe_gemm(args);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  }
-  if (ws != nullptr) ASSERT_EQ(cudaFree(ws), cudaSuccess);
-  std::vector<uint16_t> got(size_t(rows_total) * n_out);
-  ASSERT_EQ(cudaMemcpy(got.data(), c, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  std::vector<float> arow(K), bexp(size_t(N) * K);
-  std::vector<double> full(N), ref(n_out);
-  for (size_t i = 0; i < bexp.size(); ++i) bexp[i] = fill::fill_random_value(21, 1, size_t(1) * N * K + i);  // expert 1
-  double num = 0, den = 0;
-  for (int r = 0; r < rows_total; ++r) {
-    if (r >= 70) {
-      for (int n = 0; n < n_out; ++n)
-        ASSERT_TRUE(std::isnan(bf16_to_float(got[size_t(r) * n_out + n])))
-            << "row " << r << " col " << n << " splits " << splits;
-      continue;
-    }
-    for (int k = 0; k < K; ++k) arow[k] = fill::fill_random_value(21, 0, size_t(r) * K + k);
-    moe_reference_row(arow.data(), bexp.data(), K, N, full.data());
-    if (kind == MoeGemmKind::l1_swiglu)
-      moe_reference_swiglu(full.data(), n_out, 1.0, ref.data());
-    else
-      ref = full;
-    for (int n = 0; n < n_out; ++n) {
-      const float v = bf16_to_float(got[size_t(r) * n_out + n]);
-      ASSERT_FALSE(std::isnan(v)) << "row " << r << " col " << n << " unwritten, splits " << splits;
-      const double d = v - ref[n];
-      num += d * d, den += ref[n] * ref[n];
-    }
-  }
-  EXPECT_LT(std::sqrt(num / den), 1e-2) << "splits " << splits;
-  cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(d_offs);
+  gpu_tests::MoeGemmProblem problem(kind, {{0, 70, 0}, 30, 136, N});
+  problem.run_and_check({tile, splits, store, caller_workspace});
 }
 
 constexpr MoeTile kTiles[] = {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128};

@@ -7,10 +7,13 @@
 //   L2: Y[rows of e] = H[rows of e] W2[e]^T, W2[e] [N, I].
 // The rows of expert e are offs[e-1] .. offs[e] (offs[-1] = 0), offs a device
 // int32 array of cumulative ends as torch._grouped_mm takes; any count works,
-// 0 included. Requirements (checked, naming the argument): E >= 1; K >= 8 and
-// a multiple of 8; N a positive multiple of 128 (a tile of 256 columns
-// needs a multiple of 256); device pointers 16-byte aligned; rows_total >= 0. The offsets are not read by the host: values outside
-// [previous end, rows_total] make empty experts.
+// 0 included. Requirements (checked before launch, naming the argument), the
+// shapes torch._grouped_mm takes: E >= 1; K a positive multiple of 8; N a
+// positive multiple of 16 (L1: N = 2I, so I a multiple of 8), whatever the
+// tile (the last n-block of an N that is no multiple of the tile width is
+// partial); device pointers 16-byte aligned; rows_total >= 0. The offsets
+// are not read by the host: values outside [previous end, rows_total] make
+// empty experts.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -73,9 +76,10 @@ struct MoeGemmArgs {
 size_t moe_workspace_bytes(const MoeGemmArgs& a);
 
 // The tile heuristic (docs/design/moe.md): up to 64 rows an expert the
-// 64 x 256 tile (when 256 divides N); else, for each compiled shape whose
-// BLOCK_N divides N, the expected tiles with rows_total / E rows an expert,
-// the waves of `sm_count` CTAs they take, and a cost per tile of
+// 64 x 256 tile (when its 256 columns pad N no more than 128 would); else,
+// for each wide compiled shape, the expected tiles (n-blocks rounded up)
+// with rows_total / E rows an expert, the waves of `sm_count` CTAs they
+// take, and a cost per tile of
 // BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N) (work plus a per-operand-row
 // load cost, so that small tiles pay for their lower data reuse); the
 // cheapest wins, ties to the larger tile. narrow (L2 with the staged store,

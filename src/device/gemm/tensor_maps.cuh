@@ -3,6 +3,12 @@
 // elements (K contiguous) is a 2-D tensor (K, rows) read in boxes of one
 // k-block (a 128-byte swizzle row) by box_rows rows: the A rows of a tile,
 // or its B rows (B^T stored row-major, as the experts' weights are).
+// Out of bounds the TMA unit zero-fills a load and drops a store's elements:
+// columns K .. of the last k-block read as 0 (K need only be a multiple of 8,
+// the 16-byte row pitch a map needs), and a box reaching past `rows` reads 0
+// there. Bounds are the map's only: where several matrices share one map
+// (the experts' B as E N rows), a box past one matrix's last row reads the
+// next one's first rows; the clients say why that is harmless for them.
 #include <cstdint>
 
 #include "device/ptx/tma.cuh"

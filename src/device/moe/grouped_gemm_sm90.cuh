@@ -18,7 +18,20 @@
 //   - ragged experts: an m-block that runs past its expert's last row loads
 //     the next expert's rows (or TMA zero fill past the tensor) and computes
 //     them, but the epilogue stores rows < row_end only. The k tail (K not a
-//     multiple of 64) is zero-filled by the TMA unit in both operands.
+//     multiple of 64) is zero-filled by the TMA unit in both operands (the
+//     maps' first dimension is K: columns K .. of the last k-block read as 0
+//     in A and B, so they add 0 to every product).
+//   - the n tail (N a multiple of 16, not of BLOCK_N): n_blocks = ceil(N /
+//     BLOCK_N), and the last n-block of expert e loads B rows e N + N .. of
+//     the 2-D map over all E N rows: the first rows of expert e + 1 (or zero
+//     fill past the last expert). They make accumulator columns >= N, which
+//     no store writes (each store leaves out columns >= n_out,
+//     gemm/epilogue_stores.cuh), and a column < N reads only its own B row:
+//     the stored values are those of expert e alone. SwiGLU pairs gate and up
+//     columns inside 16-column groups starting at multiples of 16 of the
+//     expert's rows; N a multiple of 16 puts every group wholly below N or
+//     wholly above, so an output column < N / 2 never pairs with a row of
+//     expert e + 1.
 //   - split-K (p.splits > 1, for few tiles on long K): a work item is one
 //     k range of a tile; its CTA writes the fp32 partial to the workspace and
 //     counts itself in; the tile's last CTA sums every partial in split order
@@ -75,7 +88,8 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
 }
 
 // A as 2-D (K, rows_total), B as 2-D (K, E * N); boxes of 64 x BLOCK_M / BLOCK_N.
-// C (WARP_TMA only) as 2-D (output columns, rows_total), boxes of 64 x 16.
+// C (WARP_TMA only) as 2-D (output columns, rows_total), boxes of 64 x 16: its
+// tensor stores write no column >= n_out.
 struct GroupedTmaMaps {
   CUtensorMap a, b, c;
 };
@@ -169,10 +183,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::fence_proxy_async_shared();
       ptx::named_bar_sync(1, 256);
       gemm::store_tile_bulk<BM, Cfg::OUT_COLS, Cfg::OUT_ROW_BYTES>(out_tile, gemm::LocalRows{c_out, n_out}, tile_row,
-                                                                   c.row_end, c.n_block * Cfg::OUT_COLS, ct);
+                                                                   c.row_end, c.n_block * Cfg::OUT_COLS, n_out, ct);
     } else {
-      gemm::store_staged<OB>(stage, gemm::LocalRows{c_out, n_out}, row, c.row_end,
-                             (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane, out);
+      gemm::store_staged_clipped<OB>(stage, gemm::LocalRows{c_out, n_out}, row, c.row_end,
+                                     (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, n_out, lane, out);
     }
   }
   // Shared memory must outlive the copies that read it; the writes are then

@@ -27,7 +27,10 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   if (rc == 0 && Cfg::WARP_TMA)
     rc = gemm::encode_rows_k<gemm::Bf16>(&tm.c, p.c, p.N / Epilogue::kOutDiv, p.rows_total, 16);
   if (rc != 0) return rc;
-  Sched::Params sp{p.offs, p.E, p.rows_total, p.N / Cfg::BLOCK_N, p.splits};
+  // The last n-block of an N that is no multiple of BLOCK_N is partial: its
+  // columns past N are computed and not stored (grouped_gemm_sm90.cuh).
+  const int n_blocks = (p.N + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
+  Sched::Params sp{p.offs, p.E, p.rows_total, n_blocks, p.splits};
   // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
   auto* fn = p.splits > 1 ? sm90_grouped_gemm<Cfg, Epilogue, Sched, true>
                           : sm90_grouped_gemm<Cfg, Epilogue, Sched, false>;

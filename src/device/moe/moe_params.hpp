@@ -9,9 +9,10 @@
 // cumulative ends torch._grouped_mm takes. C is [rows_total, n_out] with
 // n_out = N (plain store) or N / 2 (SwiGLU).
 // Host validation (src/runtime/moe/) guarantees: pointers 16-byte aligned,
-// K a multiple of 8, N a multiple of the tile's BLOCK_N, rows_total >= 0,
-// E >= 1. The kernel clamps every expert's row range into [0, rows_total]
-// (offsets live on the device, where the host cannot check them without a
+// K a positive multiple of 8, N a positive multiple of 16 (any multiple: the
+// last n-block of each expert may be partial), rows_total >= 0, E >= 1. The
+// kernel clamps every expert's row range into [0, rows_total] (offsets live
+// on the device, where the host cannot check them without a
 // synchronisation): decreasing or too-large offsets give empty experts, never
 // out-of-bounds stores.
 #include <cstdint>
@@ -30,8 +31,8 @@ struct GroupedGemmParams {
   // BLOCK_M * BLOCK_N]; the last CTA of a tile to count itself in
   // split_count[tile] sums the partials in split order (the same sum whoever
   // is last), runs the epilogue and sets the count back to 0 for the next
-  // launch. Both arrays hold max_tiles (sched/grouped.cuh) tiles; the counts
-  // start at 0. One split-K launch at a time may use them.
+  // launch. Both arrays hold max_tiles (sched/grouped.cuh, n-blocks rounded
+  // up) tiles; the counts start at 0. One split-K launch at a time may use them.
   int splits = 1;                     // 1 .. k-blocks (ceil(K / 64))
   float* split_ws = nullptr;
   int32_t* split_count = nullptr;

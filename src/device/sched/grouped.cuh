@@ -40,7 +40,7 @@ struct GroupedWork {
 struct GroupedTileScheduler {
   struct Params {
     const int32_t* offs = nullptr;  // [E] cumulative row ends
-    int E = 0, rows_total = 0, n_blocks = 0;
+    int E = 0, rows_total = 0, n_blocks = 0;  // n_blocks: an expert's, ceil(N / BLOCK_N)
     int splits = 1;  // work items per tile (split-K), >= 1
   };
   struct SharedStorage {};

@@ -111,10 +111,12 @@ void validate_moe_bench_options(const MoeBenchOptions& o) {
     if (o.counts[e] < 0) throw Error(fmt::format("moe bench: rows of expert {}: expected >= 0, got {}", e, o.counts[e]));
   const int64_t rows = std::accumulate(o.counts.begin(), o.counts.end(), int64_t(0));
   if (rows > (int64_t(1) << 24)) throw Error(fmt::format("moe bench: rows in all: expected <= 2^24, got {}", rows));
-  if (o.hidden < 128 || o.hidden % 128 != 0)
-    throw Error(fmt::format("--hidden: expected a positive multiple of 128, got {}", o.hidden));
-  if (o.inter < 64 || o.inter % 64 != 0)
-    throw Error(fmt::format("--inter: expected a positive multiple of 64 (2 x inter: a multiple of 128), got {}",
+  // The grouped GEMMs' shapes (validate_moe_gemm_args): hidden is L1's K and
+  // L2's N (a multiple of 16), inter L2's K and half L1's N (a multiple of 8).
+  if (o.hidden < 16 || o.hidden % 16 != 0)
+    throw Error(fmt::format("--hidden: expected a positive multiple of 16 (L2's N), got {}", o.hidden));
+  if (o.inter < 8 || o.inter % 8 != 0)
+    throw Error(fmt::format("--inter: expected a positive multiple of 8 (L1's N = 2 x inter: a multiple of 16), got {}",
                             o.inter));
   if (o.warmup < 0) throw Error(fmt::format("--warmup: expected >= 0, got {}", o.warmup));
   if (o.iters < 0) throw Error(fmt::format("--iters: expected >= 1 (or 0: automatic), got {}", o.iters));

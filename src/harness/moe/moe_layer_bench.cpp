@@ -281,10 +281,12 @@ void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
   resolve_world_ranks(o.world, 2);
   const MoeShape& s = o.shape;
   if (s.hidden < 256 || s.hidden % 256 != 0)
-    throw Error(fmt::format("shape {}: hidden {}: expected a positive multiple of 256 (L2's 256-column tiles)", s.name,
-                            s.hidden));
+    throw Error(fmt::format("shape {}: hidden {}: expected a positive multiple of 256 for the layer (L2's "
+                            "256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples of 16)",
+                            s.name, s.hidden));
   if (s.inter < 128 || s.inter % 128 != 0)
-    throw Error(fmt::format("shape {}: inter {}: expected a positive multiple of 128 (2 inter: L1's 256-column tiles)",
+    throw Error(fmt::format("shape {}: inter {}: expected a positive multiple of 128 for the layer (2 inter: L1's "
+                            "256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples of 8)",
                             s.name, s.inter));
   if (s.experts < 1 || s.topk < 1 || s.topk > s.experts)
     throw Error(fmt::format("shape {}: experts {}, top-k {}: expected 1 <= top-k <= experts", s.name, s.experts,

@@ -21,7 +21,11 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // tiles leave SMs idle, where the workspace is a few MiB.
 constexpr int64_t kMaxSplitWorkspaceBytes = int64_t(1) << 30;
 
-int64_t max_tiles(const MoeGemmArgs& a, int bm, int bn) { return (int64_t(a.rows_total) / bm + a.E) * (a.N / bn); }
+// As sched/grouped.cuh's max_tiles, n-blocks rounded up (the last one of an N
+// that is no multiple of the tile width is partial, and counts as a tile).
+int64_t max_tiles(const MoeGemmArgs& a, int bm, int bn) {
+  return (int64_t(a.rows_total) / bm + a.E) * ((int64_t(a.N) + bn - 1) / bn);
+}
 
 // The split-K workspace of each device (partials and per-tile counts, see
 // moe_params.hpp), grown when a launch needs more; freed at exit by the driver.
@@ -124,8 +128,13 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
   if (a.K < 8 || a.K % 8 != 0)
     throw Error(fmt::format("moe gemm {}: K: expected a positive multiple of 8 (16-byte rows for the TMA unit), got {}",
                             k, a.K));
-  if (a.N < 128 || a.N % 128 != 0)
-    throw Error(fmt::format("moe gemm {}: N: expected a positive multiple of 128 (the tile width), got {}", k, a.N));
+  // torch._grouped_mm's shapes: 16-byte rows of A and B (K), 16-byte output
+  // rows, and for L1 whole 16-row gate/up groups of the interleaved W13 (N).
+  // The tiles' columns past N are computed and left out of the stores.
+  if (a.N < 16 || a.N % 16 != 0)
+    throw Error(fmt::format("moe gemm {}: N{}: expected a positive multiple of 16, got {}", k,
+                            a.kind == MoeGemmKind::l1_swiglu ? " (2I, gate and up interleaved in groups of 8)" : "",
+                            a.N));
   if (a.rows_total < 0) throw Error(fmt::format("moe gemm {}: rows_total: expected >= 0, got {}", k, a.rows_total));
   if (a.kind != MoeGemmKind::l1_swiglu && a.row_weight != nullptr)
     throw Error(fmt::format("moe gemm {}: row_weight: expected none (the routing weight belongs to L1's epilogue)", k));
@@ -151,11 +160,8 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
   if (a.workspace != nullptr && !aligned16(a.workspace))
     throw Error(fmt::format("moe gemm {}: workspace: expected 16-byte alignment, got {}", k, a.workspace));
   if (a.tile != MoeTile::automatic) {
-    const int bn = moe_tile_block_n(a.tile);
-    if (bn == 0) throw Error(fmt::format("moe gemm {}: tile {}: unknown; expected a tile of MoeTile", k, int(a.tile)));
-    if (a.N % bn != 0)
-      throw Error(fmt::format("moe gemm {}: tile {}: N = {}; expected a multiple of its {} columns", k, to_string(a.tile),
-                              a.N, bn));
+    if (moe_tile_block_n(a.tile) == 0)
+      throw Error(fmt::format("moe gemm {}: tile {}: unknown; expected a tile of MoeTile", k, int(a.tile)));
     if (a.tile == MoeTile::m64n80 && a.kind != MoeGemmKind::l2)
       throw Error(fmt::format("moe gemm {}: tile m64n80: built for L2 only (its 40-column warpgroup halves split "
                               "SwiGLU's 16-column gate/up groups); expected auto, m128n256, m64n256 or m128n128",

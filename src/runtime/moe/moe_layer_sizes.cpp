@@ -35,11 +35,16 @@ void validate_moe_layer_options(const MoeLayerOptions& o, int P) {
   const std::string what = fmt::format("MoE layer ({} {}/{}/{}/{}, P = {})", s.name.empty() ? "custom" : s.name,
                                        s.hidden, s.inter, s.experts, s.topk, P);
   if (P < 1) throw Error(fmt::format("{}: ranks P: expected >= 1, got {}", what, P));
+  // The layer's kernels take whole 256-column tiles; the grouped GEMMs alone
+  // (moe_gemm, xstage moe-gemm) take any multiple of 16.
   if (s.hidden < kTileN || s.hidden % kTileN != 0)
-    throw Error(fmt::format("{}: hidden = {}: expected a positive multiple of 256 (L2's output columns, 256 a tile)",
+    throw Error(fmt::format("{}: hidden = {}: expected a positive multiple of 256 for the layer (L2's output columns "
+                            "in whole 256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples of 16)",
                             what, s.hidden));
   if (s.inter < kTileN / 2 || s.inter % (kTileN / 2) != 0)
-    throw Error(fmt::format("{}: inter = {}: expected a positive multiple of 128 (L1's 2 x inter columns, 256 a tile)",
+    throw Error(fmt::format("{}: inter = {}: expected a positive multiple of 128 for the layer (L1's 2 x inter "
+                            "columns in whole 256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples "
+                            "of 8)",
                             what, s.inter));
   if (s.experts < 1 || s.experts % P != 0)
     throw Error(fmt::format("{}: experts = {}: expected a positive multiple of P = {} (each rank owns E / P experts)",

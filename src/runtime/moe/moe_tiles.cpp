@@ -24,19 +24,26 @@ Shape shape_of(MoeTile t) {
   return {t, 0, 0};
 }
 
+// An expert's n-blocks: the last one partial where bn does not divide N (its
+// columns past N are computed, not stored: a full tile's cost).
+int64_t n_blocks(int N, int bn) { return (int64_t(N) + bn - 1) / bn; }
+
 int64_t expected_tiles(double rows_per_expert, int E, int N, const Shape& s) {
-  return int64_t(E) * int64_t(std::ceil(rows_per_expert / s.bm)) * (N / s.bn);
+  return int64_t(E) * int64_t(std::ceil(rows_per_expert / s.bm)) * n_blocks(N, s.bn);
 }
 
 // The wide tiles: up to 64 rows an expert the 64-row tile (it computes no
 // padded rows: fastest in every model shape of the sweep at 64 rows, few
-// experts included, docs/design/moe.md), else the cheapest by the cost model.
+// experts included, docs/design/moe.md) when its 256 columns pad N no more
+// than 128 would (N % 256 is 0 or above 128: 128 x 128 tiles would then
+// compute as many padded columns and twice the rows), else the cheapest by
+// the cost model, which counts a partial tile as a full one.
 MoeTile pick_wide(double rows_per_expert, int E, int N, int sm_count) {
-  if (rows_per_expert <= 64 && N % 256 == 0) return MoeTile::m64n256;
+  if (rows_per_expert <= 64 && n_blocks(N, 256) * 256 <= n_blocks(N, 128) * 128) return MoeTile::m64n256;
   MoeTile best = MoeTile::m128n128;
   double best_cost = -1;
   for (const Shape& s : kShapes) {
-    if (N % s.bn != 0 || s.tile == MoeTile::m64n80) continue;
+    if (s.tile == MoeTile::m64n80) continue;
     const int64_t waves = (expected_tiles(rows_per_expert, E, N, s) + sm_count - 1) / std::max(sm_count, 1);
     const double cost = double(waves) * (double(s.bm) * s.bn + 64.0 * (s.bm + s.bn));
     if (best_cost < 0 || cost < best_cost) best = s.tile, best_cost = cost;
@@ -55,6 +62,7 @@ MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
   // (HiDream-I1 P = 2 L2 at 64 and 128 rows an expert: 1.35-1.45x torch
   // against 0.94-1.15x for the wide tiles with or without splits; at 256
   // rows, 80 tiles of 128 x 128, it is slower: docs/design/moe.md).
+  // (Only where 80 divides N: the tuned case; elsewhere untried.)
   const Shape n = shape_of(MoeTile::m64n80);
   if (narrow && N % n.bn == 0 && E > 0 && sm_count > 0) {
     const int64_t wide_tiles = expected_tiles(rows_per_expert, E, N, shape_of(wide));
@@ -67,9 +75,9 @@ MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
   const Shape s = shape_of(tile);
   const int bm = s.bm, bn = s.bn;
-  if (E < 1 || bn == 0 || N % bn != 0 || sm_count < 1) return 1;
+  if (E < 1 || bn == 0 || N < 1 || sm_count < 1) return 1;
   const int64_t m_blocks = (int64_t(rows_total) / E + bm - 1) / bm;
-  const int64_t tiles = std::max<int64_t>(1, int64_t(E) * m_blocks * (N / bn));
+  const int64_t tiles = std::max<int64_t>(1, int64_t(E) * m_blocks * n_blocks(N, bn));
   // Split only when the tiles leave at least half the SMs idle: with fewer
   // CTAs than that, neither the HBM nor the tensor cores are kept busy (the
   // sweep: Mixtral at P = 2, 64 rows, 64 tiles of 64 x 256: 2 splits 1.0-1.2x
