@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes src/device/ptx/wgmma_generated.cuh: one wgmma.mma_async
-m64nNk16.f32.bf16.bf16 wrapper pair (SS and RS) for every N the instruction
-allows (8..256, step 8).
+m64nNk16.f32.bf16.bf16 wrapper pair (SS and RS), and one
+m64nNk32.f32.e4m3.e4m3 wrapper (SS: FP8 operands come from shared memory,
+K-major, the only layout the instruction takes for 8-bit types), for every N
+the instruction allows (8..256, step 8).
 
 An asm statement cannot take its register list from a template parameter, so
 every N needs its own statement text; the N/2 accumulator operands are spelled
@@ -33,6 +35,10 @@ HEADER = """\
 // register operand turned into the predicate the instruction wants (0: D =
 // A * B, the old D ignored), so one compiled kernel can start or continue a
 // sum at run time.
+// WgmmaE4m3<N>: wgmma.mma_async.sync.aligned.m64n<N>k32.f32.e4m3.e4m3, the
+// same D (+)= A (64 x 32) * B (32 x N) with FP8 e4m3 operands, both from
+// K-major descriptors (8-bit types have no transposed form):
+//   ss<ScaleA, ScaleB>(d, desc_a, desc_b, scale_d).
 // Use the ptx/wgmma.cuh entry points (wgmma_ss, wgmma_rs, ...), not these.
 #include <cstdint>
 
@@ -40,6 +46,8 @@ namespace xstage::ptx {
 
 template <int N>
 struct WgmmaBf16;  // defined for N = 8, 16, ..., 256 only
+template <int N>
+struct WgmmaE4m3;  // likewise
 """
 
 FOOTER = """
@@ -95,8 +103,28 @@ def emit(n):
     return f"\ntemplate <>\nstruct WgmmaBf16<{n}> {{\n{ss}{rs}}};\n"
 
 
+def emit_e4m3(n):
+    nb = n // 8
+    nd = n // 2
+    ind = " " * 8
+    mnemonic = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
+    a_, b_, sd = nd, nd + 1, nd + 2
+    ss = (
+        f"  template <int ScaleA, int ScaleB>\n"
+        f"  static __device__ __forceinline__ void ss(float (&d)[{nb}][4], uint64_t desc_a, uint64_t desc_b,\n"
+        f"                                            int scale_d) {{\n"
+        f"    asm volatile(\n"
+        f'        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sd}, 0;\\n"\n'
+        f'        "{mnemonic} {{{regs(0, nd)}}}, %{a_}, %{b_}, p, %{sd + 1}, %{sd + 2};\\n}}\\n"\n'
+        f"        : {d_constraints(nb, ind + '  ')}\n"
+        f'        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(ScaleA), "n"(ScaleB));\n'
+        f"  }}\n"
+    )
+    return f"\ntemplate <>\nstruct WgmmaE4m3<{n}> {{\n{ss}}};\n"
+
+
 def generate():
-    return HEADER + "".join(emit(n) for n in NS) + FOOTER
+    return HEADER + "".join(emit(n) for n in NS) + "".join(emit_e4m3(n) for n in NS) + FOOTER
 
 
 def main():

@@ -8,8 +8,9 @@
 //
 // A type's k step is kMmaK * kBytes = 32 bytes (bf16: k = 16; FP8 e4m3:
 // k = 32), so the descriptors advance the same way for both; what FP8 with
-// per-block scales adds is a promotion after each k-block (its wgmmas into a
-// temporary, added to the accumulators times the block's scales).
+// per-block scales adds is the mainloop's promotion after each k-block (its
+// wgmmas into a temporary, added to the accumulators times the block's
+// scales: block_scales.cuh).
 #include <cstdint>
 
 #include <cuda.h>
@@ -28,6 +29,21 @@ struct Bf16 {
   template <int N>
   __device__ __forceinline__ static void mma(float (&acc)[N / 8][4], uint64_t a_desc, uint64_t b_desc, int scale_d) {
     ptx::wgmma_ss_bf16<N>(acc, a_desc, b_desc, scale_d);
+  }
+};
+
+// FP8 e4m3 operands (the tensor map names them as bytes: the TMA unit only
+// moves them). Their products are usually block-scaled: a mainloop of this
+// type runs with a promotion (gemm/block_scales.cuh).
+struct Fp8E4m3 {
+  static constexpr int kBytes = 1;
+  static constexpr int kBlockK = 128 / kBytes;
+  static constexpr int kMmaK = 32;
+  static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+
+  template <int N>
+  __device__ __forceinline__ static void mma(float (&acc)[N / 8][4], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+    ptx::wgmma_ss_e4m3<N>(acc, a_desc, b_desc, scale_d);
   }
 };
 

@@ -20,8 +20,9 @@
 
 #include <cuda.h>
 
-#include "device/pipeline/stage_ring.cuh"
+#include "device/gemm/block_scales.cuh"
 #include "device/gemm/tile_config.cuh"
+#include "device/pipeline/stage_ring.cuh"
 #include "device/ptx/tma.cuh"
 #include "device/ptx/wgmma.cuh"
 
@@ -68,9 +69,16 @@ struct Sm90Mainloop {
   // Consumer warpgroup: acc = the tile's product over k-blocks [kb0, kb1).
   // Each slot goes back to the producer as soon as the wgmma group reading it
   // is done (at most one group pending), the last one once all are done.
-  template <int WN>
+  // With a per-block promotion (block_scales.cuh) each k-block's products go
+  // into a temporary that the promotion folds into acc: that k-block's group
+  // must be done first, so none stays pending across k-blocks.
+  template <int WN, class Promote = NoPromotion>
   __device__ __forceinline__ void mma(uint32_t& it, float (&acc)[WN / 8][4], uint64_t a_desc0, uint64_t b_desc0,
-                                      int kb0, int kb1, int lane) const {
+                                      int kb0, int kb1, int lane, const Promote& promote = Promote{}) const {
+    if constexpr (Promote::kPerBlock) {
+      mma_promoted<WN>(it, acc, a_desc0, b_desc0, kb0, kb1, lane, promote);
+      return;
+    }
     uint32_t prev_s = 0;
     for (int kb = kb0; kb < kb1; ++kb, ++it) {
       const uint32_t s = ring.wait(it);
@@ -88,6 +96,28 @@ struct Sm90Mainloop {
     ptx::wgmma_wait_group<0>();
     ptx::fence_operands(acc);
     if (lane == 0) ring.release(prev_s);
+  }
+
+ private:
+  template <int WN, class Promote>
+  __device__ __forceinline__ void mma_promoted(uint32_t& it, float (&acc)[WN / 8][4], uint64_t a_desc0,
+                                               uint64_t b_desc0, int kb0, int kb1, int lane,
+                                               const Promote& promote) const {
+    float tmp[WN / 8][4];
+    const int warp = (int(threadIdx.x) >> 5) & 3;  // the warp in its warpgroup
+    for (int kb = kb0; kb < kb1; ++kb, ++it) {
+      const uint32_t s = ring.wait(it);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BLOCK_K / Elem::kMmaK; ++kk)
+        Elem::template mma<WN>(tmp, ptx::smem_desc_advance(a_desc0, s * Cfg::STAGE_BYTES + kk * kStepBytes),
+                               ptx::smem_desc_advance(b_desc0, s * Cfg::STAGE_BYTES + kk * kStepBytes), kk != 0);
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_operands(tmp);
+      if (lane == 0) ring.release(s);
+      promote.template apply<WN>(acc, tmp, kb, kb == kb0, warp, lane);
+    }
   }
 };
 

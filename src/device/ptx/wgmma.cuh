@@ -113,6 +113,13 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 8][4], uint64_t des
   wgmma_ss<N, 0, 0>(d, desc_a, desc_b, scale_d);
 }
 
+// D (+)= A * B^T with A (64 x 32) and B (N x 32) FP8 e4m3, both K-major in shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  static_assert(is_wgmma_n<N>, "wgmma N: a multiple of 8 in 8..256");
+  WgmmaE4m3<N>::template ss<1, 1>(d, desc_a, desc_b, scale_d);
+}
+
 // D (+)= A * B with A from registers and B (16 x N) MN-major in shared memory
 // (N is the contiguous dimension, e.g. V stored [key][d]).
 template <int N>
