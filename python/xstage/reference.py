@@ -3,6 +3,7 @@ torch's scaled_dot_product_attention, the post-attention all_to_all_single.
 The baseline of the tests and of bench/dit_ulysses.py (same all-to-alls as
 xstage.UlyssesAttention, so only attention and the post-attention exchange differ).
 Also the MoE layer as users write it on one GPU (moe_torch)."""
+import torch
 import torch.nn.functional as F
 
 from xstage import layout
@@ -34,8 +35,6 @@ def moe_torch(x, w13, w2, topk_ids, topk_weights):
     as Mixtral's and Qwen3-MoE's blocks accumulate). w13 [E, 2I, H] with the
     gate rows first (not interleaved), w2 [E, H, I]; no host synchronisation
     (offsets by searchsorted, not bincount), so it can be captured too."""
-    import torch
-
     T, k = topk_ids.shape
     E, I = w13.shape[0], w13.shape[1] // 2
     flat = topk_ids.reshape(-1)
@@ -47,3 +46,20 @@ def moe_torch(x, w13, w2, topk_ids, topk_weights):
     y = torch._grouped_mm(h, w2.transpose(-2, -1), offs=offs)
     y = y * topk_weights.reshape(-1)[order].to(y.dtype)[:, None]
     return torch.zeros_like(x).index_add_(0, tokens, y)
+
+
+class MoETorch(torch.nn.Module):
+    """moe_torch as a module, with xstage.MoE's call signature: forward(x [T,
+    H], topk_ids [T, k], topk_weights [T, k]) -> [T, H]. w13 [E, 2I, H] (gate
+    rows then up rows) and w2 [E, H, I] are kept as given (buffers, not
+    copied). Runs wherever torch._grouped_mm does (CUDA, and the CPU in torch
+    2.11): the stand-in for xstage.MoE in replace_moe_experts(make_experts=...)
+    on the CPU, and the baseline of bench/moe_client.py."""
+
+    def __init__(self, w13, w2):
+        super().__init__()
+        self.register_buffer("w13", w13.detach())
+        self.register_buffer("w2", w2.detach())
+
+    def forward(self, x, topk_ids, topk_weights):
+        return moe_torch(x, self.w13, self.w2, topk_ids, topk_weights)
