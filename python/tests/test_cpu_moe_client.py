@@ -193,8 +193,8 @@ def test_refuses_fp32_weights_for_xstage_but_not_for_the_torch_stand_in():
 
 
 def test_refuses_sizes_the_gemms_cannot_take():
-    block = qwen3_block(H=96, I=64)
-    with pytest.raises(ValueError, match=r"xstage.replace_moe_experts: experts: .*H = 96 .*multiple of 128"):
+    block = qwen3_block(H=88, I=64)  # H a multiple of 8 (L1's K) but not of 16 (L2's N: 16-byte rows)
+    with pytest.raises(ValueError, match=r"xstage.replace_moe_experts: experts: .*H = 88 .*multiple of 16"):
         xstage.replace_moe_experts(block)
 
 

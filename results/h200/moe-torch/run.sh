@@ -1,33 +1,57 @@
 #!/usr/bin/env bash
-# One GPU call that checks and measures what issues 39 and 40 added on 2026-12-02 (one H200): the grouped
-# GEMMs' tail shapes (issue 39), the one-GPU MoE layer `xstage.MoE` (issue 40), then issue 39's grid with
-# the time left. From the repository root of a clone of the commit under test:
-#   OUT=... MOE_GRID_S=<seconds> results/h200/moe-torch/run.sh
-# Everything lands in $OUT/r (device.sh's layout) and $OUT/results.tar.gz.
+# One GPU call that checks and measures what issues 38-40 added on 2026-12-02 (one H200): the grouped GEMMs'
+# tail shapes (issue 39), FP8 on the GEMM mainloop (issue 38), the one-GPU MoE layer `xstage.MoE` and its real
+# clients (issue 40); then, with the time left, issue 39's grid (the section-7 table's cells) and split study.
+# Steps run in that order, each bounded by what is left of DEADLINE_S, and the results are packed after
+# each, so a call cut short still returns what it measured. From the repository root of a clone of the commit
+# under test, with the diffusers wheels in .whl/ (bench/moe_client.py):
+#   OUT=... DEADLINE_S=560 results/h200/moe-torch/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
 export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
 OUT=${OUT:-/tmp/xstage-out}
 R=$OUT/r
 mkdir -p "$R/moe-torch"
-step() {  # name, timeout seconds, command...: the log in r/<name>.log, the exit status in the summary
+deadline=$((SECONDS + ${DEADLINE_S:-560}))
+commit=$(cat COMMIT 2>/dev/null || git rev-parse --short=12 HEAD)
+left() { echo $((deadline - SECONDS)); }
+pack() { tar -czf "$OUT/results.tar.gz" -C "$OUT" r; }
+step() {  # name, timeout seconds, command...: log r/<name>.log; status and time in r/moe-torch/steps.txt
   local name=$1 limit=$2 t0=$SECONDS; shift 2
+  ((limit > $(left))) && limit=$(left)
+  if ((limit < 10)); then echo "$name skipped: no time left" >>"$R/moe-torch/steps.txt"; return; fi
   timeout "$limit" "$@" >"$R/$name.log" 2>&1
-  echo "$name rc=$? $((SECONDS - t0)) s" | tee -a "$R/moe-torch/steps.txt"
+  echo "$name rc=$? $((SECONDS - t0)) s (limit $limit s)" >>"$R/moe-torch/steps.txt"
+  pack
 }
-# README's build, the GPU tests of the new code, the MoE GEMM sanitizers (tail cases included).
-OUT=$OUT scripts/device.sh build tests:MoeGemm,MoeLocalLayer sanitize:moe
+echo "commit $commit, $(date -u +%FT%TZ)" >"$R/moe-torch/steps.txt"
+# README's build and the GPU tests of the new code (device.sh writes r/build.log, r/tests-*.log, r/env.txt).
+OUT=$OUT scripts/device.sh build tests:MoeGemm,MoeLocalLayer,GemmFp8 >"$R/moe-torch/device-1.log" 2>&1
 cp "$OUT/summary.txt" "$R/moe-torch/device-summary-1.txt"
-# The local layer's kernels (route, scatter, combine) under the sanitizers, through its GoogleTest.
-for tool in memcheck racecheck synccheck; do
-  step "san-$tool-local-layer" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 build-dev/xstage_gpu_tests \
-    --gtest_filter='*MoeLocalLayer*' --gtest_brief=1
-done
-# The Python package from the build tree: the MoE tests (CPU and GPU), then the layer against torch.
+echo "device.sh build tests: $SECONDS s" >>"$R/moe-torch/steps.txt"
+pack
+# The Python package from the build tree: the MoE ops and the layer, CPU and GPU.
 export PYTHONPATH=$PWD/python XSTAGE_LIBRARY=$PWD/build-dev/libxstage_torch.so XSTAGE_REQUIRE_GPU=1
-step pytest-moe 240 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu_moe.py \
-  python/tests/test_gpu_moe_layer.py python/tests/test_cpu_moe_layer.py python/tests/test_cpu.py
-step moe-layer-torch 300 python3 bench/moe_layer_torch.py --out "$R/moe-torch/moe-layer-torch.json"
-# Issue 39's grid with what is left of the budget: the section-7 table's cells (160 on) first.
-MOE_GRID_FIRST=${MOE_GRID_FIRST:-160} MOE_GRID_S=${MOE_GRID_S:-120} OUT=$OUT scripts/device.sh bench:moe-grid
+step pytest-moe 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_gpu_moe.py \
+  python/tests/test_gpu_moe_layer.py python/tests/test_cpu_moe_layer.py
+# Issue 40's one-GPU bar: the layer against the torch MoE users write.
+step moe-layer-torch 150 python3 bench/moe_layer_torch.py --out "$R/moe-torch/moe-layer-torch.json"
+# Sanitizers: the grouped GEMMs (tail cases included), the local layer's route/scatter/combine, the FP8 mainloop.
+step sanitize-moe 120 env OUT="$OUT" scripts/device.sh sanitize:moe
+for tool in memcheck racecheck synccheck; do
+  step "san-$tool-local-fp8" 60 compute-sanitizer --tool "$tool" --error-exitcode 9 build-dev/xstage_gpu_tests \
+    --gtest_filter='*MoeLocalLayer*:GemmFp8.*' --gtest_brief=1
+done
+# The real clients: diffusers' HiDream and transformers' Qwen3-MoE / Mixtral with their experts swapped.
+python3 -m pip install -q --no-index --no-deps --target /tmp/moe-deps .whl/*.whl >"$R/moe-deps.log" 2>&1
+step moe-client 150 env PYTHONPATH="$PWD/python:/tmp/moe-deps" python3 bench/moe_client.py --commit "$commit" \
+  --out "$R/moe-torch/moe-client.json"
+# Issue 39's grid (the section-7 table's cells, 160 on) and the split study, with what is left.
+mkdir -p "$R/moe-grid"
+grid_s=$(( ($(left) - 30) * 2 / 3 ))
+step moe-grid $((grid_s + 40)) python3 bench/moe_grid.py --lib build-dev/libxstage_moe.so --commit "$commit" \
+  --first 160 --budget-s "$grid_s" --out "$R/moe-grid/moe-grid-160.json"
+step moe-split $(( $(left) - 5 )) python3 bench/moe_split_study.py --lib build-dev/libxstage_moe.so \
+  --commit "$commit" --budget-s $(( $(left) - 40 )) --out "$R/moe-grid/split-study.json"
 cat "$R/moe-torch/steps.txt"
+pack
