@@ -77,8 +77,6 @@ struct MoeLayer::Impl {
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
   // copy_rows false: the plan only; the fused kernel copies the rows itself.
   void dispatch(Group& g, bool copy_rows = true);
-  // The timed wait kernel for flags [first + r] (r < P) of each of g's ranks.
-  void wait_flags(Group& g, int first, MoeWait record);
   void experts_fused(Group& g, const MoeSchedulePlan& plan, bool remote);
   void experts_unfused(Group& g);
   void permute_unfused(Group& g);

@@ -22,8 +22,8 @@ namespace {
 
 uint64_t timeout_ns(double s) { return uint64_t(s * 1e9); }
 
-// Warps of the pull and permute kernels take rows grid-stride: enough CTAs to
-// fill the GPU twice over, no more than the rows need.
+// Warps of the permute kernel take rows grid-stride: enough CTAs to fill the
+// GPU twice over, no more than the rows need (the pull's: moe_layer_launch.cpp).
 int copy_grid(int64_t rows, int warps_per_cta, int sms) {
   const int64_t need = (rows + warps_per_cta - 1) / warps_per_cta;
   return int(std::clamp<int64_t>(need, 1, 2 * int64_t(sms)));
@@ -49,10 +49,6 @@ MoeLayerLaunch MoeLayer::Impl::launch_of(Group& g) {
 
 void MoeLayer::Impl::dispatch(Group& g, bool copy_rows) {
   enqueue_moe_dispatch(launch_of(g), epoch, copy_rows, o.test_counts_never_come, g.stream);
-}
-
-void MoeLayer::Impl::wait_flags(Group& g, int first, MoeWait record) {
-  enqueue_moe_wait_flags(launch_of(g), epoch, first, record, g.stream);
 }
 
 void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool remote) {
