@@ -11,7 +11,7 @@ import pathlib
 
 import torch  # noqa: F401  (loads the CUDA runtime the library resolves against)
 
-_ABI_VERSION = 4
+_ABI_VERSION = 5
 _NAME = "libxstage_torch.so"
 _ERR_LEN = 1024
 
@@ -46,6 +46,20 @@ _SIGNATURES = {
         ctypes.c_int),
     "xstage_torch_moe_describe_route_error": (
         [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
+    "xstage_torch_moe_ep_layout": ([_c_i64p, ctypes.c_double, _c_i64p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int],
+                                   ctypes.c_int),
+    "xstage_torch_moe_ep_prepare": ([_c_i64p, ctypes.c_double, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
+    "xstage_torch_moe_ep_plan": (
+        [_c_i64p, ctypes.c_double, ctypes.c_int64, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+         ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_int],
+        ctypes.c_int),
+    "xstage_torch_moe_ep_forward": (
+        [_c_i64p, ctypes.c_double, ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 3
+        + [ctypes.c_int64, ctypes.POINTER(ctypes.c_double), ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+           ctypes.c_int],
+        ctypes.c_int),
+    "xstage_torch_moe_ep_describe": (
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     "xstage_ulysses_timeout_record_bytes": ([], ctypes.c_int),
     "xstage_ulysses_describe_timeout": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     "xstage_parse_store_path": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int],

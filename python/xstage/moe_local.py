@@ -24,8 +24,8 @@ What is checked when (ids are device data; reading them needs a sync):
   earlier slot's routes nowhere (adds nothing) and the first such pair is
   recorded; moe_routing_error() reads (and clears) the record.
 
-No process group or a group of one; expert parallelism over P ranks is the
-second part of issue 40.
+No process group or a group of one; a group of P > 1 ranks runs the
+expert-parallel layer instead (moe_ep.py), from the same module.
 """
 import ctypes
 
@@ -284,25 +284,46 @@ def _weight(t, name, shape, op):
     return t.detach()
 
 
+def _group_shape(group):
+    """(size, rank) of a process group (a seam for the CPU tests)."""
+    import torch.distributed as dist
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _positive_int(value, name, what):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{MODULE}: {name} = {value!r}: expected an int >= 1 ({what})")
+    return value
+
+
 class MoE(torch.nn.Module):
-    """This rank's experts and the layer over them (moe_layer): forward(x [T,
-    H], topk_ids [T, k], topk_weights [T, k]) -> [T, H] bf16.
+    """This rank's experts and the layer over them: forward(x [T, H],
+    topk_ids [T, k], topk_weights [T, k]) -> [T, H] bf16.
 
     w13 [E, 2I, H]: each expert's gate projection's I rows, then its up
     projection's (as nn.Linear stores them; interleaved=True: already
     interleaved by moe_interleave_w13); w2 [E, H, I]. Stored once, bf16, as
-    buffers (so .to(device) moves them). group: None or a process group of
-    one rank. tokens_max: a call with more tokens is a ValueError. check_ids:
-    see moe_layer."""
+    buffers (so .to(device) moves them). tokens_max: a call with more tokens
+    is a ValueError. check_ids: see moe_layer.
 
-    def __init__(self, w13, w2, *, interleaved=False, group=None, tokens_max=None, check_ids=True):
+    group None or of one rank: the one-GPU layer (moe_layer). A group of P >
+    1 ranks (NCCL; torch symmetric memory must work on it): expert
+    parallelism (moe_ep.py). Rank r keeps experts r E/P .. (r+1) E/P - 1 of
+    w13 / w2 (all E experts; or, with num_experts=E, w13 / w2 hold only this
+    rank's E/P). tokens_max (T_max a rank) and topk (k) are then required:
+    the buffers are sized once from them (sizes() reports them) and made on
+    the first call (collective: every rank calls, not under graph capture).
+    schedule: the fused kernel's claim order, 'model-guided' (default: the
+    plan the profile predicts best), 'interleaved' or 'expert-wave';
+    profile: an embedded profile's name or a profile file (None: h200-peer);
+    tile: 'auto', 'm128n256' or 'm64n256'; timeout_s: every cross-rank wait's
+    limit (check_timeouts() raises naming rank, flag and values; eager calls
+    also raise on a later call)."""
+
+    def __init__(self, w13, w2, *, interleaved=False, group=None, tokens_max=None, check_ids=True, topk=None,
+                 num_experts=None, schedule="model-guided", profile=None, tile="auto", timeout_s=10.0):
         super().__init__()
-        if group is not None:
-            import torch.distributed as dist
-            size = dist.get_world_size(group)
-            if size != 1:
-                raise NotImplementedError(f"{MODULE}: group: a group of {size} ranks; expected None or one rank "
-                                          "(expert parallelism over P ranks is the second part of issue 40)")
+        world, rank = _group_shape(group) if group is not None else (1, 0)
         for name, t in (("w13", w13), ("w2", w2)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{MODULE}: {name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -318,10 +339,30 @@ class MoE(torch.nn.Module):
         if tokens_max is not None and (isinstance(tokens_max, bool) or not isinstance(tokens_max, int)
                                        or tokens_max < 1):
             raise ValueError(f"{MODULE}: tokens_max = {tokens_max!r}: expected None or an int >= 1")
+        self._ep = None
+        if world > 1:
+            tokens_max = _positive_int(tokens_max, "tokens_max", "tokens a rank: the expert-parallel buffers are "
+                                       "sized for it")
+            topk = _positive_int(topk, "topk", "experts a token: the expert-parallel buffers are sized for it")
+            if num_experts is None:
+                num_experts = E
+                if E % world:
+                    raise ValueError(f"{MODULE}: w13: E = {E} experts do not split over P = {world} ranks; expected "
+                                     "a multiple of P (or this rank's experts with num_experts=E)")
+                E_loc = E // world
+                w13, w2 = w13[rank * E_loc:(rank + 1) * E_loc], w2[rank * E_loc:(rank + 1) * E_loc]
+            else:
+                _positive_int(num_experts, "num_experts", "all ranks' experts")
+                if num_experts != E * world:
+                    raise ValueError(f"{MODULE}: w13: {E} experts with num_experts = {num_experts} over P = "
+                                     f"{world} ranks; expected num_experts / P = this rank's experts")
+            from xstage.moe_ep import ExpertParallel
+            self._ep = ExpertParallel(group, world, rank, H, two_i // 2, num_experts, topk, tokens_max, schedule,
+                                      profile, tile, timeout_s)
         w13 = w13.detach().to(torch.bfloat16)
         self.register_buffer("w13", w13.contiguous() if interleaved else moe_interleave_w13(w13))
         self.register_buffer("w2", w2.detach().to(torch.bfloat16).contiguous())
-        self.tokens_max, self.check_ids = tokens_max, check_ids
+        self.tokens_max, self.check_ids, self.world, self.rank = tokens_max, check_ids, world, rank
 
     @classmethod
     def from_experts(cls, gate, up, down, **kwargs):
@@ -345,15 +386,45 @@ class MoE(torch.nn.Module):
 
     @property
     def num_experts(self):
-        return self.w13.shape[0]
+        """All ranks' experts (this rank holds num_experts / world of them)."""
+        return self.w13.shape[0] * self.world
 
     def forward(self, x, topk_ids, topk_weights):
+        if self._ep is not None:
+            return self._ep(x, self.w13, self.w2, topk_ids, topk_weights, self.check_ids)
         return _call(MODULE, x, self.w13, self.w2, topk_ids, topk_weights, self.check_ids, self.tokens_max)
 
+    def sizes(self):
+        """Bytes this rank holds for the layer: {'symmetric', 'workspace',
+        'weights', 'total', ...} (moe_ep.moe_ep_sizes). One GPU: the weights
+        only; the scratch of a call comes from torch's caching allocator."""
+        if self._ep is not None:
+            return self._ep.sizes()
+        w = self.w13.numel() * 2 + self.w2.numel() * 2
+        return {"symmetric": 0, "workspace": 0, "weights": w, "total": w}
+
+    def prepare(self):
+        """Expert parallel: makes and exchanges the symmetric buffers now, on
+        the weights' device (collective: every rank calls it), instead of in
+        the first forward. One GPU: nothing to make."""
+        if self._ep is not None:
+            self._ep.prepare(self.w13.device)
+
+    def check_timeouts(self):
+        """Expert parallel: waits for the device and raises RuntimeError if a
+        cross-rank wait of any call so far timed out (naming rank, flag and
+        values) or the device saw bad routing. One GPU: nothing waits on
+        another rank (routing errors: routing_error())."""
+        if self._ep is not None:
+            self._ep.state.check_timeouts(synchronize=True)
+
     def routing_error(self, clear=True):
-        """moe_routing_error on this module's device."""
+        """moe_routing_error on this module's device (one GPU; expert parallel:
+        check_timeouts() reports bad routing the device saw)."""
         return moe_routing_error(self.w13.device, clear)
 
     def extra_repr(self):
         E, two_i, H = self.w13.shape
-        return f"experts={E}, hidden={H}, inter={two_i // 2}, tokens_max={self.tokens_max}, check_ids={self.check_ids}"
+        ep = f", world={self.world}, rank={self.rank}, local_experts={E}" if self._ep is not None else ""
+        return (f"experts={E * self.world}, hidden={H}, inter={two_i // 2}, tokens_max={self.tokens_max}, "
+                f"check_ids={self.check_ids}{ep}")

@@ -16,6 +16,8 @@
 #include "xstage/comm/remote_store.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/moe/moe.hpp"
+#include "xstage/moe/moe_layer.hpp"
+#include "xstage/moe/moe_layer_rank.hpp"
 #include "xstage/moe/moe_local_layer.hpp"
 #include "xstage/ulysses/ulysses.hpp"
 #include "xstage/ulysses/ulysses_fused.hpp"
@@ -85,12 +87,42 @@ xstage::MoeLocalLayerArgs local_layer_args(const int64_t* dims, int flags) {
   return a;
 }
 
+// The expert-parallel layer's options: dims int64[7] = T_max, H, I, E, k, P,
+// tile (-1 automatic, 0 m128n256, 1 m64n256), narrowed after a range check
+// (the library's validation says what each must be). P is returned apart.
+xstage::MoeLayerOptions ep_options(const int64_t* dims, double timeout_s, int* P) {
+  xstage::MoeLayerOptions o;
+  o.shape.name = "custom";
+  o.tokens_max = int(in_range(dims[0], INT32_MIN, INT32_MAX, "moe layer (ep): T_max"));
+  o.shape.hidden = int(in_range(dims[1], INT32_MIN, INT32_MAX, "moe layer (ep): H"));
+  o.shape.inter = int(in_range(dims[2], INT32_MIN, INT32_MAX, "moe layer (ep): I"));
+  o.shape.experts = int(in_range(dims[3], INT32_MIN, INT32_MAX, "moe layer (ep): E"));
+  o.shape.topk = int(in_range(dims[4], INT32_MIN, INT32_MAX, "moe layer (ep): k"));
+  *P = int(in_range(dims[5], 1, INT32_MAX, "moe layer (ep): P"));
+  o.tile = xstage::MoeTile(in_range(dims[6], -1, 1, "moe layer (ep): tile (-1 auto, 0 m128n256, 1 m64n256)"));
+  o.timeout_s = timeout_s;
+  return o;
+}
+
+// A schedule plan as doubles [5] = schedule, runs_as, wave_tiles, l2_share,
+// lag_tiles (MoeSchedule values; the tiles whole numbers).
+constexpr int kLastSchedule = int(xstage::MoeSchedule::model_guided);
+xstage::MoeSchedulePlan plan_from(const double* v) {
+  xstage::MoeSchedulePlan p;
+  p.schedule = xstage::MoeSchedule(in_range(int64_t(v[0]), 0, kLastSchedule, "moe layer (ep): plan schedule"));
+  p.runs_as = xstage::MoeSchedule(in_range(int64_t(v[1]), 0, kLastSchedule, "moe layer (ep): plan runs_as"));
+  p.wave_tiles = int(in_range(int64_t(v[2]), 0, INT32_MAX, "moe layer (ep): plan wave_tiles"));
+  p.l2_share = v[3];
+  p.lag_tiles = int(in_range(int64_t(v[4]), 0, INT32_MAX, "moe layer (ep): plan lag_tiles"));
+  return p;
+}
+
 }  // namespace
 
 extern "C" {
 
 // Bumped whenever a signature below changes; python/xstage/_lib.py checks it.
-int xstage_torch_abi_version() { return 4; }
+int xstage_torch_abi_version() { return 5; }
 
 // O = softmax(scale Q K^T) V, bf16 [B, S, H, D]; strides: int64[12], the (b, s,
 // h) element strides of q, k, v and o. scale: NaN for 1/sqrt(D); kernel: an
@@ -223,6 +255,88 @@ int xstage_torch_moe_layer(const int64_t* dims, int flags, const void* x, const 
 // its int32[6]) holds a bad pair, else 0.
 int xstage_torch_moe_describe_route_error(const int32_t* host_record, char* msg, int msg_len) {
   const std::string m = xstage::describe_moe_route_error(host_record);
+  if (m.empty()) return 0;
+  if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
+  return 1;
+}
+
+// The expert-parallel layer for one rank on caller-owned buffers
+// (xstage/moe/moe_layer_rank.hpp). dims: as ep_options above. layout:
+// int64[kEpLayoutLen] = symmetric_bytes, x_send, routes, counts, combine,
+// flags (offsets in the symmetric allocation); workspace_bytes, topk_ids,
+// topk_weights, records, records_bytes, epoch (offsets in the workspace);
+// rows_cap, tile (0 m128n256, 1 m64n256), weight_bytes; the areas' bytes:
+// x_send, routes, counts, combine, flags, pool_x, pool_h. CPU only.
+constexpr int kEpLayoutLen = 22;
+int xstage_torch_moe_ep_layout(const int64_t* dims, double timeout_s, int64_t* layout, int len, char* err,
+                               int err_len) {
+  return guarded(err, err_len, [&] {
+    if (len != kEpLayoutLen)
+      throw xstage::Error("moe layer (ep): layout: the caller's array holds " + std::to_string(len) +
+                          " int64, expected " + std::to_string(kEpLayoutLen));
+    int P = 1;
+    const xstage::MoeLayerOptions o = ep_options(dims, timeout_s, &P);
+    const xstage::MoeRankLayout l = xstage::moe_rank_layout(o, P);
+    const xstage::MoeLayerSizes z = xstage::moe_layer_sizes(o, P);
+    const size_t v[kEpLayoutLen] = {l.symmetric_bytes, l.x_send, l.routes, l.counts, l.combine, l.flags,
+                                    l.workspace_bytes, l.topk_ids, l.topk_weights, l.records, l.records_bytes,
+                                    l.epoch, size_t(l.rows_cap), size_t(l.tile), l.weight_bytes, z.x_send,
+                                    z.routes, z.counts, z.combine, z.flags, z.pool_x, z.pool_h};
+    for (int i = 0; i < kEpLayoutLen; ++i) layout[i] = int64_t(v[i]);
+  });
+}
+
+// Loads the kernels on the current device and checks it (once, before the first forward).
+int xstage_torch_moe_ep_prepare(const int64_t* dims, double timeout_s, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    int P = 1;
+    const xstage::MoeLayerOptions o = ep_options(dims, timeout_s, &P);
+    xstage::moe_rank_prepare(o, P);
+  });
+}
+
+// plan: double[5] (plan_from's order) for T tokens a rank; schedule: a
+// MoeSchedule value; profile: an embedded profile's name or a file ("" for
+// h200-peer); sms: the GPU's SM count. CPU only.
+int xstage_torch_moe_ep_plan(const int64_t* dims, double timeout_s, int64_t T, int schedule, const char* profile,
+                             int sms, double* plan, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    int P = 1;
+    const xstage::MoeLayerOptions o = ep_options(dims, timeout_s, &P);
+    const xstage::MoeSchedulePlan p = xstage::moe_rank_plan(
+        o, P, int(in_range(T, 0, INT32_MAX, "moe layer (ep): T")),
+        xstage::MoeSchedule(in_range(schedule, 0, kLastSchedule, "moe layer (ep): schedule")),
+        profile == nullptr ? "" : profile, sms);
+    plan[0] = double(int(p.schedule)), plan[1] = double(int(p.runs_as)), plan[2] = p.wave_tiles;
+    plan[3] = p.l2_share, plan[4] = p.lag_tiles;
+  });
+}
+
+// One run of rank `rank`: tables device [5][P] (x_send, routes, counts,
+// combine, flags of every rank); workspace this rank's; w13 bf16 [E/P, 2I,
+// H] interleaved, w2 bf16 [E/P, H, I]; out bf16 [T, H]; the tokens, ids and
+// weights already in their areas; plan double[5].
+int xstage_torch_moe_ep_forward(const int64_t* dims, double timeout_s, int rank, void* const* tables,
+                                void* workspace, int64_t workspace_bytes, const void* w13, const void* w2, void* out,
+                                int64_t T, const double* plan, int sms, void* stream, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    xstage::MoeRankArgs a;
+    a.options = ep_options(dims, timeout_s, &a.P);
+    a.rank = int(in_range(rank, 0, INT32_MAX, "moe layer (ep): rank"));
+    a.tables = tables, a.workspace = workspace;
+    a.workspace_bytes = size_t(in_range(workspace_bytes, 0, INT64_MAX, "moe layer (ep): workspace_bytes"));
+    a.w13 = w13, a.w2 = w2, a.out = out;
+    a.T = int(in_range(T, 0, INT32_MAX, "moe layer (ep): T"));
+    a.plan = plan_from(plan);
+    a.sms = sms;
+    xstage::moe_rank_forward(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
+// Returns 1 with the message in msg when the records block (a host copy)
+// holds a timed-out wait or a bad routing pair, else 0.
+int xstage_torch_moe_ep_describe(const void* host_records, int P, int rank, int E, char* msg, int msg_len) {
+  const std::string m = xstage::moe_rank_describe_records(host_records, P, rank, E);
   if (m.empty()) return 0;
   if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
   return 1;

@@ -107,8 +107,9 @@ __global__ void __launch_bounds__(kRouteThreads) sm90_moe_route(RouteParams p) {
   // L2, not this SM's L1), so the scan reads them through L2.
   cta_exclusive_scan(send_base, p.E, warp_count, [](const int32_t* q) { return __ldcg(q); });
   // Every rank may now read this source's routes and counts.
+  const uint64_t epoch = run_epoch(p.epoch_at, p.epoch);
   for (int r = int(threadIdx.x); r < p.P; r += kRouteThreads)
-    remote::publish_flag(p.flags, r, layer_flag_counts(s), p.epoch);
+    remote::publish_flag(p.flags, r, layer_flag_counts(s), epoch);
 }
 
 }  // namespace

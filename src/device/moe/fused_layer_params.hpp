@@ -81,6 +81,9 @@ struct FusedLayerParams {
   uint64_t* const* flags = nullptr;
   int done_flag = 0, rank0 = 0, local_ranks = 1, world = 1;
   uint64_t epoch = 0;
+  // Device memory holding the epoch (read in place of `epoch`), or null:
+  // as RouteParams::epoch_at (layer_comm_params.hpp).
+  const uint64_t* epoch_at = nullptr;
 
   // Waits inside the kernel (an L2 tile on its expert's L1 tiles, rank = -1;
   // an L1 tile on a block of its rows copied, rank = -2) time out after

@@ -298,7 +298,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // this one).
     const bool lost = remote::wait_given_up(p.timeout_record);
     if (ct == 0 && p.flags != nullptr && !lost)
-      remote::publish_flags(p.flags, p.world, p.done_flag + p.rank0, p.local_ranks, p.epoch);
+      remote::publish_flags(p.flags, p.world, p.done_flag + p.rank0, p.local_ranks,
+                            run_epoch(p.epoch_at, p.epoch));
   }
 }
 

@@ -28,6 +28,9 @@ size_t moe_pull_max_smem_bytes();
 // Grid (ceil(T_max / 8), n): a warp a token.
 int launch_moe_combine(const CombineParams& p, cudaStream_t stream);
 
+// One thread: RunBeginParams (the caller-owned path's epoch and T).
+int launch_moe_run_begin(const RunBeginParams& p, cudaStream_t stream);
+
 // `grid` CTAs, a warp a row.
 int launch_moe_permute(const PermuteParams& p, int grid, cudaStream_t stream);
 
@@ -43,5 +46,6 @@ int preload_moe_wait_flags();
 int preload_moe_pull();
 int preload_moe_combine();
 int preload_moe_permute();
+int preload_moe_run_begin();
 
 }  // namespace xstage::moe

@@ -58,6 +58,11 @@ struct RouteParams {
   RouteInputError* input_error = nullptr;
   int rank0 = 0, n = 1, P = 1, E = 1, E_loc = 1, k = 1, T_max = 1;
   uint64_t epoch = 0;
+  // Device memory holding the run's epoch (read in place of `epoch`), or
+  // null. Caller-owned layers (moe_layer_rank.hpp) keep the epoch on the
+  // device, advanced by launch_moe_run_begin, so that a CUDA graph replay
+  // publishes a new epoch without the host (a captured value would repeat).
+  const uint64_t* epoch_at = nullptr;
 };
 
 // Pull, after a WaitFlagsParams wait for the counts flags of the launch's
@@ -123,6 +128,7 @@ struct WaitFlagsParams {
   uint64_t* const* flags = nullptr;
   int rank0 = 0, n = 1, P = 1, first = 0;
   uint64_t epoch = 0, timeout_ns = 0;
+  const uint64_t* epoch_at = nullptr;  // as RouteParams::epoch_at
   remote::FlagTimeoutRecord* timeout_record = nullptr;
   // Earlier waits of the run (the combine's: the dispatch's and the expert
   // kernel's). Any set, the run is lost already and what this wait would
@@ -130,6 +136,16 @@ struct WaitFlagsParams {
   // leaving its record clear.
   const remote::FlagTimeoutRecord* earlier_records = nullptr;
   int earlier_count = 0;
+};
+
+// The start of a caller-owned run (moe_layer_rank.hpp), one thread:
+// *epoch += 1 (the run's epoch, RouteParams::epoch_at) and tokens[0] = T
+// (the route's and combine's token count), both from the stream, so that
+// a captured graph's replays advance the epoch and need no host copy.
+struct RunBeginParams {
+  uint64_t* epoch = nullptr;
+  int32_t* tokens = nullptr;
+  int T = 0;
 };
 
 // Permute (unfused): dst[row_perm[g]] = src[g] for every row g of the launch's pool.

@@ -11,6 +11,13 @@
 
 namespace xstage::moe {
 
+// The run's epoch: in device memory when the caller keeps it there (a CUDA
+// graph replays kernel parameters unchanged, so a replayed run must read a
+// value the stream advanced: launch_moe_run_begin), else the launch's value.
+__device__ __forceinline__ uint64_t run_epoch(const uint64_t* at, uint64_t value) {
+  return at != nullptr ? *at : value;
+}
+
 // One warp copies `vecs` 16-byte vectors from src to dst. The source is read
 // through L2 (ld.global.cg): it may be another rank's memory or mapped host
 // memory that another agent wrote before the flag this kernel acquired, so

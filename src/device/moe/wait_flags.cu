@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(kWaitThreads) sm90_moe_wait_flags(WaitFlagsPar
         rank = p.rank0 + g / p.P, index = p.first + g % p.P;
         return static_cast<const uint64_t*>(p.flags[rank] + index);
       },
-      p.epoch, p.timeout_ns, p.timeout_record);
+      run_epoch(p.epoch_at, p.epoch), p.timeout_ns, p.timeout_record);
 }
 
 }  // namespace
@@ -38,7 +38,7 @@ int launch_moe_wait_flags(const WaitFlagsParams& p, cudaStream_t stream) {
 
 int preload_moe_layer_comm_kernels() {
   for (int (*f)() : {preload_moe_route, preload_moe_wait_flags, preload_moe_pull, preload_moe_combine,
-                     preload_moe_permute})
+                     preload_moe_permute, preload_moe_run_begin})
     if (const int e = f(); e != 0) return e;
   return 0;
 }

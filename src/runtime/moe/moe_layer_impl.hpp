@@ -11,13 +11,11 @@
 #include "device/moe/layer_comm_params.hpp"
 #include "device/remote/flag_timeout_record.hpp"
 #include "runtime/moe/moe_device_ids.hpp"
+#include "runtime/moe/moe_layer_launch.hpp"
 #include "xstage/comm/world.hpp"
 #include "xstage/moe/moe_layer.hpp"
 
 namespace xstage {
-
-// The timed waits whose records the host reads after a run.
-enum MoeWait : int { kWaitPull = 0, kWaitExperts = 1, kWaitCombine = 2, kWaitCount = 3 };
 
 struct MoeLayer::Impl {
   // The ranks one GPU runs as one launch: every rank of an emulated world,
@@ -73,11 +71,12 @@ struct MoeLayer::Impl {
   T* alloc(int device, size_t count);
 
   // moe_layer_run.cpp
+  // g's pointers and the world's tables, for the launch sequence shared
+  // with the caller-owned path (moe_layer_launch.hpp).
+  MoeLayerLaunch launch_of(Group& g);
   void run(MoeLayerVariant v, const MoeSchedulePlan& plan);
   // copy_rows false: the plan only; the fused kernel copies the rows itself.
   void dispatch(Group& g, bool copy_rows = true);
-  // The timed wait kernel for flags [first + r] (r < P) of each of g's ranks.
-  void wait_flags(Group& g, int first, MoeWait record);
   void experts_fused(Group& g, const MoeSchedulePlan& plan, bool remote);
   void experts_unfused(Group& g);
   void permute_unfused(Group& g);

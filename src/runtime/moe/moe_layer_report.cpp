@@ -14,46 +14,6 @@
 
 namespace xstage {
 
-namespace {
-
-std::string describe_wait(int P, int wait, const remote::FlagTimeoutRecord& r, int rank0, int n) {
-  const std::string values = fmt::format("for {} ns: expected >= {}, saw {} (block {}, thread {})", r.waited_ns,
-                                         r.expected, r.seen, r.block, r.thread);
-  switch (wait) {
-    case kWaitPull:
-      return fmt::format(
-          "MoE layer: dispatch wait timed out: rank {} waited on flag {} (the counts of source {}) {}; "
-          "that source's route kernel never published them (not started, or stuck)",
-          r.rank, r.flag, r.flag - moe::layer_flag_counts(0), values);
-    case kWaitExperts:
-      return r.rank == -2 ? fmt::format("MoE layer: the fused expert kernel of ranks {} .. {} timed out: an L1 tile of "
-                                        "the launch's expert {} waited for a block of its pool rows copied from "
-                                        "the sources' send buffers {}",
-                                        rank0, rank0 + n - 1, r.flag, values)
-                          : fmt::format("MoE layer: the fused expert kernel of ranks {} .. {} timed out: an L2 tile of "
-                                        "the launch's expert {} waited for that expert's L1 tiles done {}",
-                                        rank0, rank0 + n - 1, r.flag, values);
-    default:
-      return fmt::format(
-          "MoE layer: combine wait timed out: rank {} waited on flag {} (the expert rows of rank {}) {}; "
-          "that rank's fused expert kernel never finished",
-          r.rank, r.flag, r.flag - moe::layer_flag_done(P, 0), values);
-  }
-}
-
-std::string describe_input(const moe::RouteInputError& e, int E) {
-  if (e.kind == moe::kRouteIdOutOfRange)
-    return fmt::format(
-        "MoE layer: rank {}, token {}, slot {}: topk id {} is outside 0 .. {} (E - 1); the pair was "
-        "left out",
-        e.rank, e.token, e.slot, e.id, E - 1);
-  return fmt::format(
-      "MoE layer: rank {}, token {}, slot {}: topk id {} repeats an earlier slot's expert (a token's k "
-      "experts must be distinct); the repeat was left out",
-      e.rank, e.token, e.slot, e.id);
-}
-
-}  // namespace
 
 void MoeLayer::check_waits() {
   Impl& m = *impl_;
@@ -65,9 +25,7 @@ void MoeLayer::check_waits() {
     moe::RouteInputError input;
     XSTAGE_CUDA(cudaMemcpy(rec, g.records, sizeof rec, cudaMemcpyDeviceToHost));
     XSTAGE_CUDA(cudaMemcpy(&input, g.input_error, sizeof input, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < kWaitCount && bad.empty(); ++i)
-      if (rec[i].set != 0) bad = describe_wait(m.P, i, rec[i], g.rank0, g.n);
-    if (bad.empty() && input.set != 0) bad = describe_input(input, m.E);
+    if (bad.empty()) bad = describe_moe_records(m.P, g.rank0, g.n, m.E, rec, input);
     // Reported once: the next run starts clean.
     XSTAGE_CUDA(cudaMemset(g.records, 0, sizeof rec));
     XSTAGE_CUDA(cudaMemset(g.input_error, 0, sizeof input));

@@ -22,8 +22,8 @@ namespace {
 
 uint64_t timeout_ns(double s) { return uint64_t(s * 1e9); }
 
-// Warps of the pull and permute kernels take rows grid-stride: enough CTAs to
-// fill the GPU twice over, no more than the rows need.
+// Warps of the permute kernel take rows grid-stride: enough CTAs to fill the
+// GPU twice over, no more than the rows need (the pull's: moe_layer_launch.cpp).
 int copy_grid(int64_t rows, int warps_per_cta, int sms) {
   const int64_t need = (rows + warps_per_cta - 1) / warps_per_cta;
   return int(std::clamp<int64_t>(need, 1, 2 * int64_t(sms)));
@@ -31,79 +31,33 @@ int copy_grid(int64_t rows, int warps_per_cta, int sms) {
 
 }  // namespace
 
-void MoeLayer::Impl::dispatch(Group& g, bool copy_rows) {
+MoeLayerLaunch MoeLayer::Impl::launch_of(Group& g) {
   const int li = w.local_index(g.rank0);
-  auto* flag_table = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
-  moe::RouteParams rp;
-  rp.topk_ids = g.topk_ids, rp.topk_weights = g.topk_weights, rp.tokens = g.tokens;
-  rp.routes = routes->device_table(li), rp.counts = counts->device_table(li), rp.flags = flag_table;
-  rp.pos = g.pos, rp.send_base = g.send_base, rp.done_ctas = g.route_done, rp.input_error = g.input_error;
-  rp.rank0 = g.rank0, rp.n = g.n, rp.P = P, rp.E = E, rp.E_loc = E_loc, rp.k = k, rp.T_max = T_max;
-  rp.epoch = o.test_counts_never_come ? epoch - 1 : epoch;
-  check_cuda(moe::launch_moe_route(rp, g.stream), "MoE layer: route kernel launch", __FILE__, __LINE__);
-
-  moe::PullParams pp;
-  pp.x_send = x_send->device_table(li), pp.routes = rp.routes, pp.counts = rp.counts;
-  pp.pool_x = g.pool_x, pp.row_weight = g.row_weight, pp.row_dest_rank = g.row_dest_rank;
-  pp.row_dest_slot = g.row_dest_slot, pp.row_perm = g.row_perm, pp.offs = g.offs;
-  pp.rank0 = g.rank0, pp.n = g.n, pp.P = P, pp.E_loc = E_loc, pp.k = k, pp.T_max = T_max, pp.H = H;
-  pp.plan = g.pull_plan, pp.rows_cap = rows_cap, pp.copy_rows = copy_rows;
-  pp.epoch = epoch, pp.timeout_ns = timeout_ns(o.timeout_s), pp.timeout_record = g.records + kWaitPull;
-  wait_flags(g, moe::layer_flag_counts(0), kWaitPull);
-  // A warp a row when it copies them, else a lane a row (the plan only).
-  const int64_t warp_rows = copy_rows ? g.n * rows_cap : (g.n * rows_cap + 31) / 32;
-  check_cuda(moe::launch_moe_pull(pp, copy_grid(warp_rows, 16, g.sms), g.stream), "MoE layer: pull kernel launch",
-             __FILE__, __LINE__);
+  MoeLayerLaunch l;
+  l.rank0 = g.rank0, l.n = g.n, l.P = P, l.E = E, l.E_loc = E_loc, l.k = k, l.H = H, l.I = I, l.T_max = T_max;
+  l.rows_cap = rows_cap, l.tile = tile, l.sms = g.sms, l.timeout_ns = timeout_ns(o.timeout_s);
+  l.x_send = x_send->device_table(li), l.routes = routes->device_table(li), l.counts = counts->device_table(li);
+  l.combine = combine->device_table(li);
+  l.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
+  l.w13 = g.w13, l.w2 = g.w2, l.pool_x = g.pool_x, l.h = g.h, l.pool_out = g.pool_out, l.out = g.out;
+  l.offs = g.offs, l.row_dest_rank = g.row_dest_rank, l.row_dest_slot = g.row_dest_slot, l.row_perm = g.row_perm;
+  l.row_weight = g.row_weight, l.topk_ids = g.topk_ids, l.topk_weights = g.topk_weights;
+  l.pos = g.pos, l.send_base = g.send_base, l.tokens = g.tokens, l.route_done = g.route_done;
+  l.pull_plan = g.pull_plan, l.counters = g.counters, l.records = g.records, l.input_error = g.input_error;
+  return l;  // the epoch stays the host's (epoch_at null): run() counts it
 }
 
-void MoeLayer::Impl::wait_flags(Group& g, int first, MoeWait record) {
-  moe::WaitFlagsParams p;
-  p.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(w.local_index(g.rank0)));
-  p.rank0 = g.rank0, p.n = g.n, p.P = P, p.first = first;
-  p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + record;
-  if (record == kWaitCombine) {  // this rank's own rows never come after a failed pull or expert kernel
-    static_assert(kWaitPull == 0 && kWaitExperts == 1 && kWaitCombine == 2, "the earlier records come first");
-    p.earlier_records = g.records, p.earlier_count = kWaitCombine;
-  }
-  check_cuda(moe::launch_moe_wait_flags(p, g.stream), "MoE layer: flag wait kernel launch", __FILE__, __LINE__);
+void MoeLayer::Impl::dispatch(Group& g, bool copy_rows) {
+  enqueue_moe_dispatch(launch_of(g), epoch, copy_rows, o.test_counts_never_come, g.stream);
 }
 
 void MoeLayer::Impl::experts_fused(Group& g, const MoeSchedulePlan& plan, bool remote) {
-  const int li = w.local_index(g.rank0);
-  moe::FusedLayerParams p;
-  p.x_pool = g.pool_x, p.h = g.h, p.w13 = g.w13, p.w2 = g.w2, p.offs = g.offs, p.row_weight = g.row_weight;
-  p.row_dest_rank = g.row_dest_rank, p.row_dest_slot = g.row_dest_slot;
-  p.rows_cap = int(g.n * rows_cap), p.hidden = H, p.inter = I, p.E_run = g.n * E_loc;
-  if (remote) {
-    p.combine = combine->device_table(li);
-    p.flags = reinterpret_cast<uint64_t* const*>(flags->device_table(li));
-    p.done_flag = moe::layer_flag_done(P, 0), p.rank0 = g.rank0, p.local_ranks = g.n, p.world = P;
-    p.epoch = epoch;
-    p.x_send = x_send->device_table(li), p.T_max = T_max;  // the dispatch's rows copied in the kernel
-    p.pull_record = g.records + kWaitPull;
-  } else {
-    p.out_pool = g.pool_out;  // the floor: every store local, no flags
-  }
-  p.schedule = fused_schedule(plan);
-  if (p.schedule == moe::kScheduleExpertWave) {
-    p.wave_tiles = plan.wave_tiles;
-  } else {
-    p.l2_share = float(plan.l2_share);
-    const bool interleaved = plan.schedule == MoeSchedule::interleaved;  // model-guided keeps its lag
-    p.lag_tiles = interleaved ? sched::claim_lag_tiles(plan.lag_tiles, g.sms) : plan.lag_tiles;
-  }
-  p.counters = g.counters;
-  p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitExperts;
   moe::FusedTrace trace;
   if (tracing) {
     XSTAGE_CUDA(cudaMemsetAsync(g.trace, 0, 2 * size_t(g.trace_tiles) * 4 * sizeof(uint64_t), g.stream));
     trace.buf = g.trace, trace.tiles = int(std::min<int64_t>(g.trace_tiles, INT32_MAX));
   }
-  check_cuda(moe::launch_fused_layer(p, fused_tile_id(tile), g.stream, tracing ? &trace : nullptr),
-             fmt::format("MoE layer: fused expert kernel launch (ranks {} .. {}, tile {})", g.rank0, g.rank0 + g.n - 1,
-                         to_string(tile))
-                 .c_str(),
-             __FILE__, __LINE__);
+  enqueue_moe_experts_fused(launch_of(g), epoch, plan, remote, tracing ? &trace : nullptr, g.stream);
 }
 
 void MoeLayer::Impl::experts_unfused(Group& g) {
@@ -204,26 +158,12 @@ void MoeLayer::Impl::exchange_unfused() {
 }
 
 void MoeLayer::Impl::combine_rows(Group& g, bool fused) {
-  const int li = w.local_index(g.rank0);
-  moe::CombineParams p;
-  p.combine = combine->device_table(li), p.out = g.out, p.tokens = g.tokens;
-  if (!fused) p.topk_ids = g.topk_ids, p.pos = g.pos, p.send_base = g.send_base;
-  p.rank0 = g.rank0, p.n = g.n, p.P = P, p.E = E, p.k = k, p.T_max = T_max, p.H = H;
-  p.epoch = epoch, p.timeout_ns = timeout_ns(o.timeout_s), p.timeout_record = g.records + kWaitCombine;
-  // After a failed wait this rank's rows are another run's: the combine leaves
-  // the output as it was (unfused too: its GEMMs and copies ran on them).
-  p.earlier_records = g.records, p.earlier_count = kWaitCombine;
-  if (fused) wait_flags(g, moe::layer_flag_done(P, 0), kWaitCombine);
-  check_cuda(moe::launch_moe_combine(p, g.stream), "MoE layer: combine kernel launch", __FILE__, __LINE__);
+  enqueue_moe_combine(launch_of(g), epoch, fused, g.stream);
 }
 
 void MoeLayer::Impl::run(MoeLayerVariant v, const MoeSchedulePlan& plan) {
   // Checked before anything is enqueued: a run either starts whole or not at all.
-  if (plan.wave_tiles < 0 || plan.lag_tiles < 0 || !(plan.l2_share >= 0 && plan.l2_share <= 1))
-    throw Error(
-        fmt::format("MoE layer: schedule plan ({}): expected wave_tiles >= 0, 0 <= l2_share <= 1, "
-                    "lag_tiles >= 0; got {}, {}, {}",
-                    to_string(plan.schedule), plan.wave_tiles, plan.l2_share, plan.lag_tiles));
+  check_moe_schedule_plan(plan);
   ++epoch;
   for (Group& g : groups) std::fill(std::begin(g.phase_ran), std::end(g.phase_ran), false);
   auto mark = [&](Group& g, int i) { XSTAGE_CUDA(cudaEventRecord(g.phase[size_t(i)], g.stream)); };

@@ -1,0 +1,131 @@
+"""xstage.MoE over a group of P >= 2 ranks (expert parallelism), one GPU a rank:
+    torchrun --nproc-per-node 2 -m pytest python/tests/test_gpu_moe_ep.py
+Every rank holds the same E experts (one seed) and its own tokens; against
+the fp32 reference of the whole layer on the rank's tokens (and as close as
+the torch MoE users write, xstage.reference.moe_torch, gets to it); the same
+bits on a second call; T varying per rank (0 included); CUDA graph replays
+with new tokens and routing; torch.compile(fullgraph=True); T > tokens_max;
+the sizes report; a rank whose peer never runs raises naming rank, flag and
+values. Skips with fewer than 2 ranks or GPUs (fails where
+XSTAGE_REQUIRE_GPU says the machine has them)."""
+import pytest
+import torch
+import torch.distributed as dist
+
+import xstage
+from xstage.reference import moe_torch
+from conftest import require_gpus
+from test_gpu_moe_layer import ref_fp32, rel_err, routing, tokens, weights
+
+BF16 = torch.bfloat16
+SHAPES = [(1024, 512, 16, 4), (2048, 768, 8, 2), (512, 256, 64, 8)]  # H, I, E, k
+
+
+@pytest.fixture
+def pg(group, cuda):
+    P = dist.get_world_size(group)
+    if P < 2:
+        pytest.skip("needs a group of >= 2 ranks: torchrun --nproc-per-node 2 -m pytest "
+                    "python/tests/test_gpu_moe_ep.py")
+    require_gpus(P)
+    return group
+
+
+def setup(pg, H, I, E, k, T_max, **kw):
+    dev = torch.device("cuda", torch.cuda.current_device())
+    w13, w2 = weights(dev, E, H, I, seed=E)  # every rank the same experts
+    moe = xstage.MoE(w13, w2, group=pg, tokens_max=T_max, topk=k, **kw)
+    return dev, w13, w2, moe
+
+
+def inputs(dev, T, H, E, k, seed):
+    rank = dist.get_rank()
+    x = tokens(dev, T, H, seed=1000 * seed + rank)
+    ids, wts = routing(dev, T, E, k, seed=1000 * seed + 17 + rank)
+    return x, ids, wts
+
+
+def check(out, x, w13, w2, ids, wts):
+    assert out.shape == x.shape and out.dtype == BF16
+    if x.shape[0] == 0:
+        return
+    assert torch.isfinite(out).all()
+    want = ref_fp32(x, w13, w2, ids, wts)
+    I = w13.shape[1] // 2
+    baseline = moe_torch(x, w13, w2, ids, wts)
+    assert rel_err(out, want) < max(2 * rel_err(baseline, want), 1e-2), (rel_err(out, want), rel_err(baseline, want))
+    del I
+
+
+@pytest.mark.parametrize("H,I,E,k", SHAPES)
+@pytest.mark.parametrize("schedule", ["model-guided", "interleaved", "expert-wave"])
+def test_matches_the_reference_and_repeats_bit_for_bit(pg, H, I, E, k, schedule):
+    dev, w13, w2, moe = setup(pg, H, I, E, k, 300, schedule=schedule)
+    for seed, T in enumerate([300, 1 + 97 * dist.get_rank(), 0 if dist.get_rank() == 0 else 5, 256]):
+        x, ids, wts = inputs(dev, T, H, E, k, seed)
+        out = moe(x, ids, wts)
+        check(out, x, w13, w2, ids, wts)
+        assert torch.equal(moe(x, ids, wts), out)
+    moe.check_timeouts()
+
+
+def test_cuda_graph_replays_with_new_tokens(pg):
+    H, I, E, k, T = 1024, 512, 16, 4, 200
+    dev, w13, w2, moe = setup(pg, H, I, E, k, T)
+    x, ids, wts = inputs(dev, T, H, E, k, 0)
+    moe(x, ids, wts)  # the buffers, outside capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = moe(x, ids, wts)
+    for seed in range(1, 5):
+        nx, nids, nwts = inputs(dev, T, H, E, k, seed)
+        x.copy_(nx), ids.copy_(nids), wts.copy_(nwts)
+        g.replay()
+        eager = moe(x, ids, wts)  # eager calls and replays interleave: one epoch counter on the device
+        assert torch.equal(static_out, eager)
+        check(eager, x, w13, w2, ids, wts)
+    moe.check_timeouts()
+
+
+def test_torch_compile_fullgraph(pg):
+    H, I, E, k, T = 1024, 512, 16, 4, 128
+    dev, w13, w2, moe = setup(pg, H, I, E, k, T)
+    gate = torch.nn.Linear(H, E, bias=False, device=dev, dtype=BF16)
+    torch.manual_seed(0)
+
+    def block(x):
+        wts, ids = xstage.topk_softmax(gate(x), k, renormalize=True)
+        return moe(x, ids, wts)
+
+    x, _, _ = inputs(dev, T, H, E, k, 3)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(block, fullgraph=True)(x), block(x))
+
+
+def test_limits_and_sizes(pg):
+    H, I, E, k, T = 1024, 512, 16, 4, 64
+    dev, _, _, moe = setup(pg, H, I, E, k, T)
+    x, ids, wts = inputs(dev, T + 1, H, E, k, 0)
+    with pytest.raises(ValueError, match=r"T = 65 tokens \(dimension 0\): expected at most tokens_max = 64"):
+        moe(x, ids, wts)
+    s = moe.sizes()
+    P = dist.get_world_size(pg)
+    assert s["rows_cap"] == P * T * min(k, E // P) and s["total"] > s["symmetric"] > 0
+    bad = ids.clone()
+    bad[3, 1] = E
+    with pytest.raises(ValueError, match=r"topk_ids\[3, 1\] = 16: expected an expert id in 0 .. 15"):
+        moe(x[:T], bad[:T], wts[:T])
+
+
+def test_a_rank_whose_peers_never_run_raises_naming_rank_flag_and_values(pg):
+    H, I, E, k, T = 512, 256, 8, 2, 48  # a shape of its own: buffers no other test shares
+    dev, _, _, moe = setup(pg, H, I, E, k, T, timeout_s=0.5)
+    moe.prepare()  # collective
+    if dist.get_rank() == 0:
+        x, ids, wts = inputs(dev, T, H, E, k, 0)
+        moe(x, ids, wts)
+        with pytest.raises(RuntimeError, match=r"dispatch wait timed out: rank 0 waited on flag \d+ \(the counts of "
+                                               r"source \d+\) for \d+ ns: expected >= 1, saw 0"):
+            moe.check_timeouts()
+    dist.barrier(group=pg)
