@@ -25,8 +25,9 @@ step() {  # name, timeout seconds, command...: log r/<name>.log; status and time
   pack
 }
 echo "commit $commit, $(date -u +%FT%TZ)" >"$R/moe-torch/steps.txt"
-# README's build and the GPU tests of the new code (device.sh writes r/build.log, r/tests-*.log, r/env.txt).
-OUT=$OUT scripts/device.sh build tests:MoeGemm,MoeLocalLayer,GemmFp8 >"$R/moe-torch/device-1.log" 2>&1
+# README's build and the GPU tests of the new code and of the fused layer whose launch sequence moved
+# (device.sh writes r/build.log, r/tests-*.log, r/env.txt).
+OUT=$OUT scripts/device.sh build tests:MoeGemm,MoeLocalLayer,GemmFp8,MoeLayer,FusedLayer >"$R/moe-torch/device-1.log" 2>&1
 cp "$OUT/summary.txt" "$R/moe-torch/device-summary-1.txt"
 echo "device.sh build tests: $SECONDS s" >>"$R/moe-torch/steps.txt"
 pack
@@ -36,12 +37,15 @@ step pytest-moe 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_g
   python/tests/test_gpu_moe_layer.py python/tests/test_cpu_moe_layer.py
 # Issue 40's one-GPU bar: the layer against the torch MoE users write.
 step moe-layer-torch 150 python3 bench/moe_layer_torch.py --out "$R/moe-torch/moe-layer-torch.json"
-# Sanitizers: the grouped GEMMs (tail cases included), the local layer's route/scatter/combine, the FP8 mainloop.
-step sanitize-moe 120 env OUT="$OUT" scripts/device.sh sanitize:moe
+# Sanitizers: the grouped GEMMs (tail cases included), the fused layer, the local layer's route/scatter/combine,
+# the FP8 mainloop, the rank entry point.
+step sanitize-moe 150 env OUT="$OUT" scripts/device.sh sanitize:moe,moe-layer
 for tool in memcheck racecheck synccheck; do
   step "san-$tool-local-fp8" 60 compute-sanitizer --tool "$tool" --error-exitcode 9 build-dev/xstage_gpu_tests \
     --gtest_filter='*MoeLocalLayer*:GemmFp8.*' --gtest_brief=1
 done
+step san-memcheck-rank 60 compute-sanitizer --tool memcheck --error-exitcode 9 build-dev/xstage_gpu_tests \
+  --gtest_filter='MoeLayerRank.*' --gtest_brief=1
 # The real clients: diffusers' HiDream and transformers' Qwen3-MoE / Mixtral with their experts swapped.
 python3 -m pip install -q --no-index --no-deps --target /tmp/moe-deps .whl/*.whl >"$R/moe-deps.log" 2>&1
 step moe-client 150 env PYTHONPATH="$PWD/python:/tmp/moe-deps" python3 bench/moe_client.py --commit "$commit" \
