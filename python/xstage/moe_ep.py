@@ -291,7 +291,7 @@ def check_call(op, x, w13, w2, topk_ids, topk_weights, dims):
 
 
 def _eager(t):
-    return (t.device.type == "cuda" and not is_fake(t) and not torch.compiler.is_compiling()
+    return (t.device.type == "cuda" and not torch.compiler.is_compiling() and not is_fake(t)
             and not torch.cuda.is_current_stream_capturing())
 
 

@@ -180,8 +180,10 @@ def _moe_layer_fake(x, w13, w2, topk_ids, topk_weights):
 
 
 def _eager(t):
-    """Whether values can be read: a real CUDA tensor, outside torch.compile and graph capture."""
-    return (t.device.type == "cuda" and not is_fake(t) and not torch.compiler.is_compiling()
+    """Whether values can be read: a real CUDA tensor, outside torch.compile and graph capture.
+    is_compiling() comes before is_fake(): Dynamo will not trace is_fake (a graph break under
+    torch.compile(fullgraph=True) on the first GPU run), and the short circuit keeps it out of the trace."""
+    return (t.device.type == "cuda" and not torch.compiler.is_compiling() and not is_fake(t)
             and not torch.cuda.is_current_stream_capturing())
 
 
