@@ -13,8 +13,10 @@ sides: a loop of calls timed over >= 50 ms); >= 7 rounds, and the order of
 the sides rotated every round (a fixed order showed a position bias of several
 percent); the SM clock sampled inside each window (moe_vs_torch.sm_clock_now);
 an A/A of the torch baseline against itself (a second graph of the same
-calls) says how far two identical sides differ; outputs checked against each
-other (and ours against itself: the same bits) before timing.
+calls) says how far two identical sides differ, and the graph ratio is taken
+against the faster of the two torch graphs (speedup_graph_first_copy keeps
+the first alone); outputs checked against each other (and ours against
+itself: the same bits) before timing.
 
     PYTHONPATH=python XSTAGE_LIBRARY=build/libxstage_torch.so \\
         python3 bench/moe_layer_torch.py --out moe-layer-torch.json [--quick] [--models a,b] [--tokens 1024,4096]
@@ -110,7 +112,11 @@ def cell(name, H, I, E, k, T, rounds, seed):
                       tflops=flop / statistics.median(v) / 1e9,
                       sm_clock_mhz=statistics.median(clk[s]) if clk[s] else None)
     med = {s: out[s]["median_ms"] for s in sides}
-    out["speedup_graph"] = med["torch"] / med["ours"]
+    # Against the faster of torch's two graphs: on d63d75f's run the second ran up to 10% faster than the
+    # first in every cell although the order turned (results/h200/moe-torch/README.md), so the first alone
+    # would favour us.
+    out["speedup_graph"] = min(med["torch"], med["torch_aa"]) / med["ours"]
+    out["speedup_graph_first_copy"] = med["torch"] / med["ours"]
     out["speedup_eager"] = med["torch_eager"] / med["ours_eager"]
     out["aa_torch"] = med["torch_aa"] / med["torch"]
     return out
@@ -167,8 +173,9 @@ def main():
         for T in tokens:
             c = cell(name, H, I, E, k, T, rounds, a.seed)
             cells.append(c)
+            torch_ms = min(c['torch']['median_ms'], c['torch_aa']['median_ms'])
             print(f"{name:18s} T={T:6d} k={k}  graph: ours {c['ours']['median_ms']:.3f} ms, torch "
-                  f"{c['torch']['median_ms']:.3f} ms, {c['speedup_graph']:.2f}x (A/A {c['aa_torch']:.3f});  eager: "
+                  f"{torch_ms:.3f} ms (the faster copy), {c['speedup_graph']:.2f}x (A/A {c['aa_torch']:.3f});  eager: "
                   f"{c['speedup_eager']:.2f}x;  same bits {c['check']['same_bits']}, rel err vs torch "
                   f"{c['check']['rel_err_vs_torch']:.1e}", flush=True)
             torch.cuda.empty_cache()
