@@ -32,9 +32,9 @@ import weakref
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import is_fake
 
 from xstage import _lib
+from xstage._routing_ids import check_id_values, ids_readable
 
 MODULE = "xstage.MoE"
 # Eager calls copy the records block back once in this many calls (the first
@@ -290,11 +290,6 @@ def check_call(op, x, w13, w2, topk_ids, topk_weights, dims):
         raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {x.device}")
 
 
-def _eager(t):
-    return (t.device.type == "cuda" and not torch.compiler.is_compiling() and not is_fake(t)
-            and not torch.cuda.is_current_stream_capturing())
-
-
 class ExpertParallel:
     """The expert-parallel part of xstage.MoE (moe_local.MoE makes one for a
     group of P > 1 ranks): the layer's dims, the op's state and the calls."""
@@ -318,9 +313,8 @@ class ExpertParallel:
         _states[self.id] = self.state
 
     def __call__(self, x, w13, w2, topk_ids, topk_weights, check_ids):
-        from xstage.moe_local import check_id_values
         check_call(MODULE, x, w13, w2, topk_ids, topk_weights, self.dims)
-        if check_ids and _eager(topk_ids):
+        if check_ids and ids_readable(topk_ids):
             check_id_values(MODULE, topk_ids, self.dims[3])
         return torch.ops.xstage.moe_layer_ep(x, w13, w2, topk_ids, topk_weights, self.id)
 

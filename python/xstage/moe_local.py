@@ -30,9 +30,9 @@ expert-parallel layer instead (moe_ep.py), from the same module.
 import ctypes
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
 from xstage import _lib
+from xstage._routing_ids import check_id_values, ids_readable
 from xstage.moe import L1, L2, _check, _contiguous, moe_interleave_w13
 
 OP = "xstage.moe_layer"
@@ -179,38 +179,11 @@ def _moe_layer_fake(x, w13, w2, topk_ids, topk_weights):
     return x.new_empty((T, H))
 
 
-def _eager(t):
-    """Whether values can be read: a real CUDA tensor, outside torch.compile and graph capture.
-    is_compiling() comes before is_fake(): Dynamo will not trace is_fake (a graph break under
-    torch.compile(fullgraph=True) on the first GPU run), and the short circuit keeps it out of the trace."""
-    return (t.device.type == "cuda" and not torch.compiler.is_compiling() and not is_fake(t)
-            and not torch.cuda.is_current_stream_capturing())
-
-
-def check_id_values(op, topk_ids, E):
-    """ValueError naming the first bad (token, slot) of topk_ids: an id outside
-    [0, E), or one that repeats an earlier slot's id of its token. One
-    synchronisation (the ids are device data); a second to find the culprit."""
-    out_of_range = (topk_ids < 0) | (topk_ids >= E)
-    ordered = topk_ids.sort(dim=1).values
-    repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
-    if not bool(out_of_range.any() | repeated.any()):
-        return
-    if bool(out_of_range.any()):
-        t, j = (int(v) for v in out_of_range.nonzero()[0])
-        raise ValueError(f"{op}: topk_ids[{t}, {j}] = {int(topk_ids[t, j])}: expected an expert id in 0 .. {E - 1}")
-    t = int(repeated.nonzero()[0, 0])
-    row = topk_ids[t].tolist()
-    j = next(j for j in range(len(row)) if row[j] in row[:j])
-    raise ValueError(f"{op}: topk_ids[{t}, {j}] = {row[j]} repeats slot {row.index(row[j])}'s expert: expected "
-                     f"k = {len(row)} distinct experts a token")
-
-
 def _call(op, x, w13, w2, topk_ids, topk_weights, check_ids, tokens_max):
     for name, t in (("x", x), ("w13", w13), ("w2", w2), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
-    read_ids = check_ids and _eager(topk_ids)
+    read_ids = check_ids and ids_readable(topk_ids)
     # The op checks its arguments itself (real and fake implementations); the
     # whole check runs here first where an error inside tracing would lose its
     # type (torch.compile), where the op does not know the limit (tokens_max)
