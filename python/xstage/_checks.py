@@ -40,6 +40,14 @@ def check_cuda(op, t):
         raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {t.device}")
 
 
+def check_one_device(op, names, ts):
+    """The MoE layer's tensors: all on one device, a CUDA one (or meta, for fake tensors)."""
+    if any(t.device != ts[0].device for t in ts):
+        raise ValueError(f"{op}: {', '.join(names)}: expected one device, got {', '.join(str(t.device) for t in ts)}")
+    if ts[0].device.type not in ("cuda", "meta"):
+        raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {ts[0].device}")
+
+
 def check_scale(op, scale):
     if scale is not None and not math.isfinite(scale):
         raise ValueError(f"{op}: scale: expected a finite number or None (1/sqrt(D)), got {scale}")

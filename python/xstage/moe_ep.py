@@ -33,7 +33,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from xstage import _lib
+from xstage import _checks, _lib
 from xstage._routing_ids import check_id_values, ids_readable
 
 MODULE = "xstage.MoE"
@@ -282,12 +282,7 @@ def check_call(op, x, w13, w2, topk_ids, topk_weights, dims):
     if tuple(w13.shape) != (E_loc, 2 * I, H) or tuple(w2.shape) != (E_loc, H, I):
         raise ValueError(f"{op}: w13, w2: expected this rank's experts {(E_loc, 2 * I, H)} and {(E_loc, H, I)}, got "
                          f"{tuple(w13.shape)} and {tuple(w2.shape)}")
-    ts = (x, w13, w2, topk_ids, topk_weights)
-    if any(t.device != x.device for t in ts):
-        raise ValueError(f"{op}: x, w13, w2, topk_ids, topk_weights: expected one device, got "
-                         f"{', '.join(str(t.device) for t in ts)}")
-    if x.device.type not in ("cuda", "meta"):
-        raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {x.device}")
+    _checks.check_one_device(op, ("x", "w13", "w2", "topk_ids", "topk_weights"), (x, w13, w2, topk_ids, topk_weights))
 
 
 class ExpertParallel:

@@ -31,7 +31,7 @@ import ctypes
 
 import torch
 
-from xstage import _lib
+from xstage import _checks, _lib
 from xstage._routing_ids import check_id_values, ids_readable
 from xstage.moe import L1, L2, _check, _contiguous, moe_interleave_w13
 
@@ -91,12 +91,7 @@ def _check_layer(op, x, w13, w2, topk_ids, topk_weights, tokens_max=None):
         raise ValueError(f"{op}: w13: E = {E} experts (dimension 0): expected 1 .. {MAX_EXPERTS}")
     if tokens_max is not None and T > tokens_max:
         raise ValueError(f"{op}: x: T = {T} tokens (dimension 0): expected at most tokens_max = {tokens_max}")
-    ts = (x, w13, w2, topk_ids, topk_weights)
-    if any(t.device != x.device for t in ts):
-        raise ValueError(f"{op}: x, w13, w2, topk_ids, topk_weights: expected one device, got "
-                         f"{', '.join(str(t.device) for t in ts)}")
-    if x.device.type not in ("cuda", "meta"):
-        raise ValueError(f"{op}: expected CUDA tensors, got a tensor on {x.device}")
+    _checks.check_one_device(op, ("x", "w13", "w2", "topk_ids", "topk_weights"), (x, w13, w2, topk_ids, topk_weights))
     _check_gemms(op, T * k, H, two_i, E)
     return T, H, I, E, k
 
