@@ -217,7 +217,10 @@ class _EpState:
         bufs = self.buffers_for(x.device)
         T, H = x.shape
         bufs.x_send[:T].copy_(x)
-        bufs.ids[:T].copy_(topk_ids)
+        # int64 ids are clamped to [-1, E] first: narrowed to int32 as they are, 2^32 + 3 would become a
+        # valid expert; clamped, every out-of-range id stays out of range (the route records it).
+        E = self.dims[3]
+        bufs.ids[:T].copy_(topk_ids.clamp(-1, E) if topk_ids.dtype == torch.int64 else topk_ids)
         bufs.weights[:T].copy_(topk_weights)
         # A rank with no tokens still runs (the others wait for its counts and
         # its expert rows): one row keeps the pointer valid.
@@ -279,6 +282,11 @@ def check_call(op, x, w13, w2, topk_ids, topk_weights, dims):
         if tuple(t.shape) != (T, k):
             raise ValueError(f"{op}: {name}: expected shape [T, k] = {(T, k)} (T of x, the module's topk), got "
                              f"{tuple(t.shape)}")
+    for name, t in (("w13", w13), ("w2", w2)):  # the module's buffers: a model's .to(dtype) casts them too
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or not t.is_contiguous():
+            raise TypeError(f"{op}: {name}: expected a contiguous torch.bfloat16 tensor, got "
+                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
+                            f"{'' if not isinstance(t, torch.Tensor) or t.is_contiguous() else ' (not contiguous)'}")
     if tuple(w13.shape) != (E_loc, 2 * I, H) or tuple(w2.shape) != (E_loc, H, I):
         raise ValueError(f"{op}: w13, w2: expected this rank's experts {(E_loc, 2 * I, H)} and {(E_loc, H, I)}, got "
                          f"{tuple(w13.shape)} and {tuple(w2.shape)}")

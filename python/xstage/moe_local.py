@@ -71,7 +71,8 @@ def _check_layer(op, x, w13, w2, topk_ids, topk_weights, tokens_max=None):
         raise ValueError(f"{op}: topk_ids: expected [T, k] with T = {T} as in x {tuple(x.shape)}, got shape "
                          f"{tuple(topk_ids.shape)}")
     k = topk_ids.shape[1]
-    E = w13.shape[0]
+    if not 1 <= E <= MAX_EXPERTS:
+        raise ValueError(f"{op}: w13: E = {E} experts (dimension 0): expected 1 .. {MAX_EXPERTS}")
     if not 1 <= k <= min(E, MAX_TOPK):
         raise ValueError(f"{op}: topk_ids: k = {k} (dimension 1): expected 1 .. {min(E, MAX_TOPK)} "
                          f"(at most E = {E} and {MAX_TOPK})")
@@ -87,8 +88,8 @@ def _check_layer(op, x, w13, w2, topk_ids, topk_weights, tokens_max=None):
     if tuple(w2.shape) != (E, H, I):
         raise ValueError(f"{op}: w2: expected [E, H, I] = {(E, H, I)} from w13 {tuple(w13.shape)}, got "
                          f"{tuple(w2.shape)}")
-    if not 1 <= E <= MAX_EXPERTS:
-        raise ValueError(f"{op}: w13: E = {E} experts (dimension 0): expected 1 .. {MAX_EXPERTS}")
+    if T * k >= 2**31:  # the routing kernels index rows in 32 bits
+        raise ValueError(f"{op}: x, topk_ids: T x k = {T} x {k} = {T * k} rows: expected fewer than 2^31")
     if tokens_max is not None and T > tokens_max:
         raise ValueError(f"{op}: x: T = {T} tokens (dimension 0): expected at most tokens_max = {tokens_max}")
     _checks.check_one_device(op, ("x", "w13", "w2", "topk_ids", "topk_weights"), (x, w13, w2, topk_ids, topk_weights))
@@ -303,6 +304,8 @@ class MoE(torch.nn.Module):
                 what = "[E, 2I, H]" if name == "w13" else "[E, H, I]"
                 raise ValueError(f"{MODULE}: {name}: expected a {what} tensor, got shape {tuple(t.shape)}")
         E, two_i, H = w13.shape
+        if two_i % 2:
+            raise ValueError(f"{MODULE}: w13: 2I = {two_i} (dimension 1): expected an even number (gate and up rows)")
         if tuple(w2.shape) != (E, H, two_i // 2):
             raise ValueError(f"{MODULE}: w2: expected [E, H, I] = {(E, H, two_i // 2)} from w13 {tuple(w13.shape)}, "
                              f"got {tuple(w2.shape)}")

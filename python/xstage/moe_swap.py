@@ -198,7 +198,9 @@ def replace_moe_experts(model, *, make_experts=None, tokens_max=None, check_ids=
                                     f"call model.to(torch.bfloat16) first), got {p.dtype}")
             from xstage.moe_local import _check_gemms
             _check_gemms(f"{OP}: {name}", 128, H, two_i, E)  # the GEMMs' size rules (meta tensors)
-    replaced = {}
+    # Every replacement is built before any is put in place: a failure while building one (out of memory,
+    # a make_experts that returns no module) leaves the model as it was, too.
+    built = []
     with torch.no_grad():
         for name, m in outer:
             hidream = _is_hidream(m)
@@ -210,6 +212,9 @@ def replace_moe_experts(model, *, make_experts=None, tokens_max=None, check_ids=
                                 "nn.Module called as (x, topk_ids, topk_weights)")
             new = HiDreamMoE(m.gate, m.shared_experts, experts) if hidream else experts
             new.train(m.training)
-            model.set_submodule(name, new)
-            replaced[name] = m
+            built.append((name, m, new))
+    replaced = {}
+    for name, m, new in built:
+        model.set_submodule(name, new)
+        replaced[name] = m
     return replaced

@@ -38,6 +38,24 @@ int guarded(char* err, int err_len, F&& f) {
   return 1;
 }
 
+// A record's description into msg: 1 when the record holds something, else
+// 0. Like guarded, no exception crosses the C boundary: one thrown while
+// describing (formatting, memory) becomes the description.
+template <class F>
+int describe(char* msg, int msg_len, F&& f) {
+  std::string m;
+  try {
+    m = f();
+  } catch (const std::exception& e) {
+    m = std::string("the record could not be described: ") + e.what();
+  } catch (...) {
+    m = "the record could not be described: unknown C++ exception";
+  }
+  if (m.empty()) return 0;
+  if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
+  return 1;
+}
+
 // A value from the caller that must lie in [lo, hi]: an enum's or an int's
 // range, checked before it is cast (a cast of anything else is not a value).
 int64_t in_range(int64_t v, int64_t lo, int64_t hi, const char* what) {
@@ -254,10 +272,7 @@ int xstage_torch_moe_layer(const int64_t* dims, int flags, const void* x, const 
 // Returns 1 with the message in msg when the routing record (a host copy of
 // its int32[6]) holds a bad pair, else 0.
 int xstage_torch_moe_describe_route_error(const int32_t* host_record, char* msg, int msg_len) {
-  const std::string m = xstage::describe_moe_route_error(host_record);
-  if (m.empty()) return 0;
-  if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
-  return 1;
+  return describe(msg, msg_len, [&] { return xstage::describe_moe_route_error(host_record); });
 }
 
 // The expert-parallel layer for one rank on caller-owned buffers
@@ -336,20 +351,14 @@ int xstage_torch_moe_ep_forward(const int64_t* dims, double timeout_s, int rank,
 // Returns 1 with the message in msg when the records block (a host copy)
 // holds a timed-out wait or a bad routing pair, else 0.
 int xstage_torch_moe_ep_describe(const void* host_records, int P, int rank, int E, char* msg, int msg_len) {
-  const std::string m = xstage::moe_rank_describe_records(host_records, P, rank, E);
-  if (m.empty()) return 0;
-  if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
-  return 1;
+  return describe(msg, msg_len, [&] { return xstage::moe_rank_describe_records(host_records, P, rank, E); });
 }
 
 int xstage_ulysses_timeout_record_bytes() { return int(xstage::ulysses_timeout_record_bytes()); }
 
 // Returns 1 with the message in msg when the record (a host copy) says a wait timed out, else 0.
 int xstage_ulysses_describe_timeout(const void* host_record, char* msg, int msg_len) {
-  const std::string m = xstage::describe_ulysses_timeout(host_record);
-  if (m.empty()) return 0;
-  if (msg != nullptr && msg_len > 0) std::snprintf(msg, size_t(msg_len), "%s", m.c_str());
-  return 1;
+  return describe(msg, msg_len, [&] { return xstage::describe_ulysses_timeout(host_record); });
 }
 
 // Names to enum values, with the CLI's words and messages.

@@ -210,7 +210,8 @@ struct Buffers {
   moe::CombineParams combine_params(const Case& c, uint64_t epoch, uint64_t timeout_ns, bool fused) const {
     moe::CombineParams p;
     p.combine = combine->device_table(0), p.out = out, p.tokens = tokens;
-    if (!fused) p.topk_ids = topk_ids, p.pos = pos, p.send_base = send_base;
+    p.topk_ids = topk_ids, p.pos = pos;
+    if (!fused) p.send_base = send_base;
     p.rank0 = 0, p.n = c.P, p.P = c.P, p.E = c.E, p.k = c.k, p.T_max = c.T_max, p.H = c.H;
     p.epoch = epoch, p.timeout_ns = timeout_ns, p.timeout_record = records + 1;
     return p;

@@ -42,14 +42,14 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
   const int li = int(blockIdx.y), s = p.rank0 + li;
   const int T = p.tokens[li];
   if (int(blockIdx.x) * kTokensPerCta >= T) return;  // no token of this rank for the CTA (uniform)
-  const bool fused = p.pos == nullptr;
+  const bool fused = p.send_base == nullptr;
   // The rows never came (fused), or this rank's rows are not this run's (its
   // dispatch or expert kernel's wait failed): the output keeps its last contents.
   if ((fused && remote::wait_given_up(p.timeout_record)) || any_wait_failed(p.earlier_records, p.earlier_count)) return;
   const uint16_t* rows = static_cast<const uint16_t*>(p.combine[s]);
   uint16_t* out = static_cast<uint16_t*>(p.out) + int64_t(li) * p.T_max * p.H;
   const int64_t pairs = int64_t(li) * p.T_max * p.k;
-  const int32_t* send_base = p.send_base + int64_t(li) * (p.E + 1);
+  const int32_t* send_base = fused ? nullptr : p.send_base + int64_t(li) * (p.E + 1);
   const int lane = int(threadIdx.x) & 31;
   const int vecs = p.H / 8;
   for (int t = int(blockIdx.x) * kTokensPerCta + (int(threadIdx.x) >> 5); t < T; t += int(gridDim.x) * kTokensPerCta) {
@@ -67,17 +67,15 @@ __global__ void __launch_bounds__(kCombineThreads) sm90_moe_combine(CombineParam
           const int j = j0 + u;
           have[u] = false;
           if (j >= p.k) continue;
-          int64_t row;
-          if (fused) {
-            row = int64_t(j) * p.T_max + t;
-          } else {
-            const int64_t pair = pairs + int64_t(t) * p.k + j;
-            const int e = p.topk_ids[pair];
-            if (e < 0 || e >= p.E) continue;  // a bad id routed nothing (the route kernel recorded it)
-            const int32_t i = p.pos[pair];
-            if (i < 0) continue;  // a repeated id: only its first slot was routed
-            row = int64_t(send_base[e]) + i;
-          }
+          // A pair the route left out (an id out of range, or one that repeats an earlier slot's: the
+          // route kernel recorded it) has no row of this run: it adds nothing, in both layers. Its slot
+          // of the fused layer's combine buffer still holds an earlier run's row.
+          const int64_t pair = pairs + int64_t(t) * p.k + j;
+          const int e = p.topk_ids[pair];
+          if (e < 0 || e >= p.E) continue;
+          const int32_t i = p.pos[pair];
+          if (i < 0) continue;
+          const int64_t row = fused ? int64_t(j) * p.T_max + t : int64_t(send_base[e]) + i;
           const uint4* src = reinterpret_cast<const uint4*>(rows + row * p.H);
 #pragma unroll
           for (int w = 0; w < kVecs; ++w)

@@ -94,18 +94,19 @@ struct PullParams {
 };
 
 // Combine: out[t] = bf16( sum_{j = 0 .. k-1} float(row j of token t) ), fp32
-// in slot order. Fused (pos == nullptr): row j of t is combine[s] row
-// j * T_max + t, after the wait kernel's timed wait for flag_done(P, r) of
-// every rank r (a set timeout_record: the wait failed, nothing is summed).
-// Unfused: row send_base[s][e] + pos[s][t * k + j] of the flat area (e =
-// topk_ids[s][t * k + j]); the stream order stands in for the flags.
+// in slot order, over the pairs the route kept (e = topk_ids[s][t * k + j]
+// in range, pos[s][t * k + j] >= 0). Fused (send_base == nullptr): row j of
+// t is combine[s] row j * T_max + t, after the wait kernel's timed wait for
+// flag_done(P, r) of every rank r (a set timeout_record: the wait failed,
+// nothing is summed). Unfused: row send_base[s][e] + pos[s][t * k + j] of the
+// flat area; the stream order stands in for the flags.
 struct CombineParams {
   void* const* combine = nullptr;   // table [P]
   void* out = nullptr;              // packed bf16 [n][T_max, H]
   const int32_t* tokens = nullptr;  // [n]
-  const int32_t* topk_ids = nullptr;   // unfused only
-  const int32_t* pos = nullptr;        // unfused only
-  const int32_t* send_base = nullptr;  // unfused only
+  const int32_t* topk_ids = nullptr;   // the route's input: a bad id's pair is left out
+  const int32_t* pos = nullptr;        // the route's: < 0 for a repeated id's pair
+  const int32_t* send_base = nullptr;  // unfused only (null: the fused layer's combine buffer)
   int rank0 = 0, n = 1, P = 1, E = 1, k = 1, T_max = 1, H = 0;
   uint64_t epoch = 0, timeout_ns = 0;
   remote::FlagTimeoutRecord* timeout_record = nullptr;

@@ -9,6 +9,7 @@
 #include "device/moe/fused_layer_launch.hpp"
 #include "device/moe/layer_comm_launch.hpp"
 #include "device/sched/claim_policy.hpp"
+#include "runtime/comm/flag_timeout.hpp"
 #include "runtime/moe/moe_device_ids.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
@@ -99,7 +100,8 @@ void enqueue_moe_experts_fused(const MoeLayerLaunch& l, uint64_t epoch, const Mo
 void enqueue_moe_combine(const MoeLayerLaunch& l, uint64_t epoch, bool fused, cudaStream_t stream) {
   moe::CombineParams p;
   p.combine = l.combine, p.out = l.out, p.tokens = l.tokens;
-  if (!fused) p.topk_ids = l.topk_ids, p.pos = l.pos, p.send_base = l.send_base;
+  p.topk_ids = l.topk_ids, p.pos = l.pos;
+  if (!fused) p.send_base = l.send_base;
   p.rank0 = l.rank0, p.n = l.n, p.P = l.P, p.E = l.E, p.k = l.k, p.T_max = l.T_max, p.H = l.H;
   p.epoch = epoch, p.timeout_ns = l.timeout_ns, p.timeout_record = l.records + kWaitCombine;
   // After a failed wait this rank's rows are another run's: the combine leaves
@@ -120,8 +122,7 @@ void check_moe_schedule_plan(const MoeSchedulePlan& plan) {
 namespace {
 
 std::string describe_wait(int P, int wait, const remote::FlagTimeoutRecord& r, int rank0, int n) {
-  const std::string values = fmt::format("for {} ns: expected >= {}, saw {} (block {}, thread {})", r.waited_ns,
-                                         r.expected, r.seen, r.block, r.thread);
+  const std::string values = timed_out_values(r);
   switch (wait) {
     case kWaitPull:
       return fmt::format(
