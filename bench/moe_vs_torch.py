@@ -215,14 +215,15 @@ def sm_clock_now():
         return None
 
 
-def time_graph(g, reps):
+def time_graph(g, reps, clock=None):
     """Milliseconds a call, and the SM clock read while the replay ran (the clock swings under the power cap,
-    and a kernel that draws more power may run at a lower one)."""
+    and a kernel that draws more power may run at a lower one). clock: how it is read (default sm_clock_now,
+    GPU 0's; a torchrun rank passes its own GPU's)."""
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     g.replay()
     b.record()
-    clk = sm_clock_now()
+    clk = (clock or sm_clock_now)()
     b.synchronize()
     return a.elapsed_time(b) / reps, clk
 
