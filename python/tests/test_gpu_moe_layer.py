@@ -141,7 +141,11 @@ def test_torch_compile_fullgraph(cuda):
     x = tokens(cuda, T, H, 12)
     torch._dynamo.reset()
     got = torch.compile(block, fullgraph=True)(x)
-    assert torch.equal(got, block(x))
+    want = block(x)
+    assert torch.equal(got, want)
+    # Forward only: the gate's weights require grad, the layer's output does not, eager or compiled.
+    wts, ids = xstage.topk_softmax(gate(x), k)
+    assert wts.requires_grad and not want.requires_grad and not moe(x, ids, wts).requires_grad
 
 
 def test_bad_ids_refused_eagerly_and_left_out_on_the_device(cuda):

@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 
 from xstage import _lib
+from xstage._forward_only import detached
 
 L1, L2 = 0, 1
 _NAMES = {L1: "xstage.grouped_mm_swiglu", L2: "xstage.grouped_mm"}
@@ -203,7 +204,7 @@ def grouped_mm_swiglu(x, w13, offs, row_weight=None):
     _tensors(_NAMES[L1], x=x, w13=w13, offs=offs, **_optional(row_weight))
     if torch.compiler.is_compiling():
         _check(L1, x, w13, offs, row_weight)
-    return torch.ops.xstage.moe_l1(x, w13, offs, row_weight)
+    return torch.ops.xstage.moe_l1(*detached(x, w13, offs, row_weight))
 
 
 def grouped_mm(h, w2, offs):
@@ -214,7 +215,7 @@ def grouped_mm(h, w2, offs):
     _tensors(_NAMES[L2], h=h, w2=w2, offs=offs)
     if torch.compiler.is_compiling():
         _check(L2, h, w2, offs, None)
-    return torch.ops.xstage.moe_l2(h, w2, offs)
+    return torch.ops.xstage.moe_l2(*detached(h, w2, offs))
 
 
 def moe_experts(x, w13, w2, offs, row_weight=None):
@@ -224,4 +225,4 @@ def moe_experts(x, w13, w2, offs, row_weight=None):
     _tensors(_EXPERTS, x=x, w13=w13, w2=w2, offs=offs, **_optional(row_weight))
     if torch.compiler.is_compiling():
         _check_experts(x, w13, w2, offs, row_weight)
-    return torch.ops.xstage.moe_experts(x, w13, w2, offs, row_weight)
+    return torch.ops.xstage.moe_experts(*detached(x, w13, w2, offs, row_weight))

@@ -32,6 +32,7 @@ import ctypes
 import torch
 
 from xstage import _checks, _lib
+from xstage._forward_only import detached
 from xstage._routing_ids import check_id_values, ids_readable
 from xstage.moe import L1, L2, _check, _contiguous, moe_interleave_w13
 
@@ -189,7 +190,7 @@ def _call(op, x, w13, w2, topk_ids, topk_weights, check_ids, tokens_max):
         _check_layer(op, x, w13, w2, topk_ids, topk_weights, tokens_max)
     if read_ids:
         check_id_values(op, topk_ids, w13.shape[0])
-    return torch.ops.xstage.moe_layer(x, w13, w2, topk_ids, topk_weights)
+    return torch.ops.xstage.moe_layer(*detached(x, w13, w2, topk_ids, topk_weights))
 
 
 def moe_layer(x, w13, w2, topk_ids, topk_weights, check_ids=True, tokens_max=None):
