@@ -44,7 +44,7 @@ class Ours:
         f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
         self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
-        self.lib.xstage_moe_pick_tile.argtypes = [ctypes.c_int] * 6  # kind, out_store, rows, E, N, sms
+        self.lib.xstage_moe_pick_tile.argtypes = [ctypes.c_int] * 7  # kind, out_store, rows, E, N, K, sms
         self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
         self.lib.xstage_moe_pick_splits.argtypes = [ctypes.c_int] * 6  # rows, E, N, K, tile, sms
         self.err = ctypes.create_string_buffer(512)
@@ -61,7 +61,7 @@ class Ours:
 
     def plan(self, kind, rows, E, N, K, store=None):
         """The heuristic's (tile id, splits) for GEMM `kind` (0 L1, 1 L2) and the output store."""
-        t = self.lib.xstage_moe_pick_tile(kind, self.store if store is None else store, rows, E, N, self.sms)
+        t = self.lib.xstage_moe_pick_tile(kind, self.store if store is None else store, rows, E, N, K, self.sms)
         return t, self.lib.xstage_moe_pick_splits(rows, E, N, K, t, self.sms)
 
     def tile_name(self, kind, rows, E, N, K):

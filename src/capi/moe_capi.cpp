@@ -41,10 +41,10 @@ int xstage_moe_gemm(int kind, const void* a, const void* b, void* c, const int32
 // The tile the heuristic picks (a MoeTile value) for kind (0 L1, 1 L2) and
 // out_store (as in xstage_moe_gemm), as moe_gemm resolves it.
 // A kind other than 0 or 1 gives -2.
-int xstage_moe_pick_tile(int kind, int out_store, int rows_total, int E, int N, int sm_count) {
+int xstage_moe_pick_tile(int kind, int out_store, int rows_total, int E, int N, int K, int sm_count) {
   if (kind != 0 && kind != 1) return -2;
   const auto k = kind == 0 ? xstage::MoeGemmKind::l1_swiglu : xstage::MoeGemmKind::l2;
-  return int(xstage::moe_pick_tile(rows_total, E, N, sm_count,
+  return int(xstage::moe_pick_tile(rows_total, E, N, K, sm_count,
                                    xstage::moe_narrow_tile_built(k, xstage::MoeOutStore(out_store))));
 }
 

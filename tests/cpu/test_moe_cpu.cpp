@@ -17,67 +17,102 @@ using namespace xstage;
 
 TEST(MoeTiles, SmallExpertsTakeTheShortTile) {
   // 32 experts of 64 rows, N = 4096: m64 tiles waste no rows.
-  EXPECT_EQ(moe_pick_tile(32 * 64, 32, 4096, 132), MoeTile::m64n256);
+  EXPECT_EQ(moe_pick_tile(32 * 64, 32, 4096, 2048, 132), MoeTile::m64n256);
   // Many rows an expert: the big tile.
-  EXPECT_EQ(moe_pick_tile(32 * 4096, 32, 4096, 132), MoeTile::m128n256);
+  EXPECT_EQ(moe_pick_tile(32 * 4096, 32, 4096, 2048, 132), MoeTile::m128n256);
+  // Many experts: one split.
+  EXPECT_EQ(moe_pick_splits(128 * 256, 128, 7168, 2048, MoeTile::m128n256, 132), 1);
 }
 
 TEST(MoeTiles, NarrowNTakesTheTileThatPadsLeast) {
-  // N = 384: 128 x 128 tiles cover it exactly, 256-wide ones pad it to 512.
-  EXPECT_EQ(moe_pick_tile(1024, 4, 128 * 3, 132), MoeTile::m128n128);
+  // 64 experts of 256 rows, N = 384: 128 x 128 tiles cover it exactly (3 waves), 256-wide ones pad it to 512
+  // (2 waves of twice the work).
+  EXPECT_EQ(moe_pick_tile(64 * 256, 64, 128 * 3, 4096, 132), MoeTile::m128n128);
 }
 
-TEST(MoeTiles, FewLargeExpertsFillTheMachineWithNarrowerTiles) {
-  // One expert of 256 rows, N = 4096: 2 x 16 tiles of 128 x 256 use 32 of 132
-  // SMs, 2 x 32 of 128 x 128 use 64 in the same one wave.
-  EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132), MoeTile::m128n128);
+// Few tiles: cells of the split study (results/h200/moe/split-study/) where the fitted model's choice is the
+// measured fastest of every tile and split forced.
+TEST(MoeTiles, FewTilesTakeTheStudysFastestTileAndSplits) {
+  struct Case {
+    int rows, E, N, K;
+    bool narrow;
+    MoeTile tile;
+    int splits;
+  } cases[] = {
+      {128, 1, 4096, 640, true, MoeTile::m64n80, 1},       // L2, 1 expert of 128 rows, K = 640: 1.98x torch
+      {128, 1, 1280, 4096, false, MoeTile::m128n128, 4},   // L1 of the same cell: 1.17x (no split: 0.99x)
+      {64, 1, 2048, 7168, false, MoeTile::m64n256, 4},     // L1, 1 expert of 64 rows, K = 7168: 1.38x (2: 1.05x)
+      {64, 1, 7168, 1024, true, MoeTile::m64n80, 1},       // its L2: 1.91x (64 x 256: 1.44x)
+      {2 * 128, 2, 1536, 3072, true, MoeTile::m64n80, 1},  // L2, 2 of 128 rows: 1.21x (128 x 128: 0.96x)
+      {64, 1, 3072, 14336, true, MoeTile::m64n80, 3},      // L2, K = 14336: 1.69x (64 x 256 / 4: 1.18x)
+  };
+  for (const Case& c : cases) {
+    const MoeTile t = moe_pick_tile(c.rows, c.E, c.N, c.K, 132, c.narrow);
+    EXPECT_EQ(t, c.tile) << c.rows << " rows, E " << c.E << ", N " << c.N << ", K " << c.K;
+    EXPECT_EQ(moe_pick_splits(c.rows, c.E, c.N, c.K, t, 132), c.splits) << c.rows << " rows, N " << c.N;
+  }
 }
 
-TEST(MoeTiles, SplitKOnlyWhenTilesLeaveHalfTheSmsIdle) {
-  // Mixtral at P = 8, L2 (one expert, N = 4096, K = 14336), 128 rows: 32 tiles
-  // of 128 x 128 on 132 SMs: 4 splits of 56 k-blocks.
+// The model shapes' few-tile cells, where the earlier sweeps measured the choice (perf-log MoE 3, 4).
+TEST(MoeTiles, FewTilesKeepTheSweepsChoicesOnTheModelShapes) {
+  // Mixtral P = 8, L2 (one expert, N = 4096, K = 14336), 128 rows: 4 splits of 128 x 128 (0.83x to 1.23-1.32x
+  // torch); 256 rows: 2 splits (2.6x).
+  EXPECT_EQ(moe_pick_tile(128, 1, 4096, 14336, 132, true), MoeTile::m128n128);
   EXPECT_EQ(moe_pick_splits(128, 1, 4096, 14336, MoeTile::m128n128, 132), 4);
-  // 256 rows: 64 tiles, two splits keep one wave.
+  EXPECT_EQ(moe_pick_tile(256, 1, 4096, 14336, 132, true), MoeTile::m128n128);
   EXPECT_EQ(moe_pick_splits(256, 1, 4096, 14336, MoeTile::m128n128, 132), 2);
-  // Mixtral at P = 2: 64 tiles at 64 rows (2 splits), 128 at 128 rows (none).
+  // Mixtral P = 2 (4 experts), 64 rows: 2 splits of 64 x 256 (1.09x to 1.38x).
+  EXPECT_EQ(moe_pick_tile(4 * 64, 4, 4096, 14336, 132, true), MoeTile::m64n256);
   EXPECT_EQ(moe_pick_splits(4 * 64, 4, 4096, 14336, MoeTile::m64n256, 132), 2);
-  EXPECT_EQ(moe_pick_splits(4 * 128, 4, 4096, 14336, MoeTile::m128n128, 132), 1);
-  // Many experts: one split.
-  EXPECT_EQ(moe_pick_splits(128 * 256, 128, 7168, 2048, MoeTile::m128n256, 132), 1);
-  // Short K: every range keeps kMoeMinSplitKBlocks k-blocks.
-  EXPECT_EQ(moe_pick_splits(128, 1, 256, 2048, MoeTile::m128n256, 132), 1);
-  EXPECT_EQ(moe_pick_splits(128, 1, 256, 6144, MoeTile::m128n256, 132), 2);
 }
 
-TEST(MoeTiles, FewLongExpertsOnANarrowNTakeTheNarrowTileWhereItIsBuilt) {
-  // HiDream-I1 P = 2, L2 (2 experts, N = 2560), 128 rows: 40 tiles of
-  // 128 x 128 leave 92 SMs idle, 128 tiles of 64 x 80 fill one wave.
-  EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 132, true), MoeTile::m64n80);
-  EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 132, false), MoeTile::m128n128);
-  EXPECT_EQ(moe_pick_splits(2 * 128, 2, 2560, 6912, MoeTile::m64n80, 132), 1);
-  // 64 rows: 64 narrow tiles (then 2 splits) against 20 of 64 x 256.
-  EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2560, 132, true), MoeTile::m64n80);
-  EXPECT_EQ(moe_pick_splits(2 * 64, 2, 2560, 6912, MoeTile::m64n80, 132), 2);
-  // 256 rows: 80 tiles of 128 x 128 fill more than half the SMs: they stay.
-  EXPECT_EQ(moe_pick_tile(2 * 256, 2, 2560, 132, true), MoeTile::m128n128);
-  // 4 such experts at 128 rows: 80 wide tiles, no narrow tile.
-  EXPECT_EQ(moe_pick_tile(4 * 128, 4, 2560, 132, true), MoeTile::m128n128);
-  // Narrow tiles beyond one wave: not taken (1 expert of 512 rows, N = 1280: 8 x 16 = 128 narrow tiles fit,
-  // 3 experts of 256 rows: 3 x 4 x 16 = 192 do not).
-  EXPECT_EQ(moe_pick_tile(512, 1, 1280, 132, true), MoeTile::m64n80);
-  EXPECT_EQ(moe_pick_tile(3 * 256, 3, 1280, 132, true), MoeTile::m128n128);
-  // N = 4096 is no multiple of 80 (the narrow tile is taken only where it is).
-  EXPECT_EQ(moe_pick_tile(256, 1, 4096, 132, true), MoeTile::m128n128);
+TEST(MoeTiles, TheNarrowTileOnlyWhereItIsBuilt) {
+  // HiDream-I1 P = 2, L2 (2 experts, N = 2560), 128 rows: the narrow tile, its tuned case (1.35-1.45x torch
+  // against 0.94-1.15x for the wide tiles, perf-log MoE 6).
+  EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 6912, 132, true), MoeTile::m64n80);
+  EXPECT_NE(moe_pick_tile(2 * 128, 2, 2560, 6912, 132, false), MoeTile::m64n80);
+  // Any N (its columns past N are masked): 272 = 3.4 x 80.
+  EXPECT_EQ(moe_pick_tile(2 * 64, 2, 272, 2048, 132, true), MoeTile::m64n80);
   EXPECT_TRUE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::automatic));
   EXPECT_TRUE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::warp_staged));
   EXPECT_FALSE(moe_narrow_tile_built(MoeGemmKind::l2, MoeOutStore::warp_tma));
   EXPECT_FALSE(moe_narrow_tile_built(MoeGemmKind::l1_swiglu, MoeOutStore::automatic));
 }
 
+// The rule's invariants over a broad grid of sizes: splits only with few tiles, at most kMoeMaxSplits and
+// ceil(K / 64); the narrow tile only where built.
+TEST(MoeTiles, SplitsOnlyWithFewTilesAndWithinTheirLimits) {
+  const int sms = 132;
+  for (int E : {1, 2, 3, 4, 8, 16, 64, 256})
+    for (int m : {1, 17, 32, 64, 100, 128, 256, 512, 4096})
+      for (int N : {48, 272, 1280, 2880, 4096, 14336})
+        for (int K : {64, 640, 2048, 7168, 14336})
+          for (bool narrow : {false, true}) {
+            const MoeTile t = moe_pick_tile(m * E, E, N, K, sms, narrow);
+            const int s = moe_pick_splits(m * E, E, N, K, t, sms);
+            SCOPED_TRACE(::testing::Message() << "E " << E << ", " << m << " rows, N " << N << ", K " << K);
+            if (!narrow) EXPECT_NE(t, MoeTile::m64n80);
+            EXPECT_GE(s, 1);
+            EXPECT_LE(s, std::min(kMoeMaxSplits, (K + 63) / 64));
+            const int64_t wide = int64_t(E) * ((m + 127) / 128) * ((N + 255) / 256);
+            if (2 * wide > sms) EXPECT_EQ(s, 1);
+          }
+}
+
+TEST(MoeTiles, SkewedCountsKeepTheSplitsInOneWave) {
+  // 16 experts of 32 rows on average, N = 512, K = 4096: 32 tiles of 64 x 256, which 4 splits would fill to
+  // 128 items at the mean; Zipf-skewed counts gave 0.85x torch there (split study). The expected cost, which
+  // counts one more m-block an expert at 0.3, takes 2 splits at most.
+  const MoeTile t = moe_pick_tile(16 * 32, 16, 512, 4096, 132);
+  EXPECT_LE(moe_pick_splits(16 * 32, 16, 512, 4096, t, 132), 2);
+}
+
 TEST(MoeTiles, UpTo64RowsAnExpertTakeThe64RowTile) {
-  EXPECT_EQ(moe_pick_tile(64, 1, 4096, 132), MoeTile::m64n256);      // Mixtral P = 8
-  EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2560, 132), MoeTile::m64n256);  // HiDream P = 2
-  EXPECT_EQ(moe_pick_tile(64, 1, 128 * 3, 132), MoeTile::m128n128);  // 256-wide tiles would pad N more
+  // Where the 128 x 256 tiles fill more than half the SMs: 16 experts of 64 rows, N = 4096 (256 of them).
+  EXPECT_EQ(moe_pick_tile(16 * 64, 16, 4096, 2048, 132), MoeTile::m64n256);
+  // Where 256-wide tiles would pad N more (N = 384: 512 against 384) the cost model decides: 128 experts, 256
+  // tiles of 64 x 256 in 2 waves against 384 of 128 x 128 in 3.
+  EXPECT_EQ(moe_pick_tile(128 * 64, 128, 128 * 3, 2048, 132), MoeTile::m64n256);
 }
 
 TEST(MoeW13, InterleaveTakesGateAndUpInGroupsOfEight) {
@@ -224,24 +259,15 @@ TEST(MoeArgs, SplitWorkspaceCountsThePartialNBlock) {
 }
 
 TEST(MoeTiles, NoMultipleOfTheTileWidthCountsTheLastNBlockAsATile) {
-  // N = 2880: 12 n-blocks of 256 (the last 64 columns), 23 of 128.
-  // One expert of 128 rows: 23 tiles of 128 x 128, 4 splits on K = 14336 (56 k-blocks a range).
-  EXPECT_EQ(moe_pick_splits(128, 1, 2880, 14336, MoeTile::m128n128, 132), 4);
-  // 48 columns are one n-block: one tile an expert, K = 6144 (96 k-blocks) split in 2 ranges of 48.
-  EXPECT_EQ(moe_pick_splits(128, 1, 48, 6144, MoeTile::m128n256, 132), 2);
   // Many experts: the tiles fill the SMs, no split.
   EXPECT_EQ(moe_pick_splits(128 * 64, 64, 2880, 1400, MoeTile::m128n256, 132), 1);
   // Up to 64 rows an expert, 64 x 256 where it pads N no more than 128-wide tiles: 3008 pads to 3072 either
-  // way. 2880 pads to 3072 against 2944: the cost model, which takes 64 x 256 too here (8 experts: 96 tiles
-  // in one wave, against 184 of 128 x 128 in two).
-  EXPECT_EQ(moe_pick_tile(64 * 8, 8, 3008, 132), MoeTile::m64n256);
-  EXPECT_EQ(moe_pick_tile(64 * 8, 8, 2880, 132), MoeTile::m64n256);
+  // way. 2880 pads to 3072 against 2944: the cost model, which takes 64 x 256 too here (64 experts: 768 tiles
+  // in 6 waves, against 1472 of 128 x 128 in 12).
+  EXPECT_EQ(moe_pick_tile(64 * 64, 64, 3008, 2048, 132), MoeTile::m64n256);
+  EXPECT_EQ(moe_pick_tile(64 * 64, 64, 2880, 2048, 132), MoeTile::m64n256);
   // Many rows on many experts: the big tile, as on the model shapes.
-  EXPECT_EQ(moe_pick_tile(64 * 1024, 64, 2880, 132), MoeTile::m128n256);
-  // The narrow tile only where 80 divides N (its tuned case): 2880 = 36 x 80 does (2 experts of 64 rows:
-  // 46 tiles of 128 x 128, 72 of 64 x 80), 272 does not.
-  EXPECT_EQ(moe_pick_tile(2 * 64, 2, 2880, 132, true), MoeTile::m64n80);
-  EXPECT_NE(moe_pick_tile(2 * 64, 2, 272, 132, true), MoeTile::m64n80);
+  EXPECT_EQ(moe_pick_tile(64 * 1024, 64, 2880, 1400, 132), MoeTile::m128n256);
 }
 
 TEST(MoeArgs, TileNames) {

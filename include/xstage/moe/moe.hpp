@@ -75,26 +75,27 @@ struct MoeGemmArgs {
 // The split-K workspace these arguments need (0 when they resolve to one split).
 size_t moe_workspace_bytes(const MoeGemmArgs& a);
 
-// The tile heuristic (docs/design/moe.md): up to 64 rows an expert the
-// 64 x 256 tile (when its 256 columns pad N no more than 128 would); else,
-// for each wide compiled shape, the expected tiles (n-blocks rounded up)
-// with rows_total / E rows an expert, the waves of `sm_count` CTAs they
-// take, and a cost per tile of
-// BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N) (work plus a per-operand-row
-// load cost, so that small tiles pay for their lower data reuse); the
-// cheapest wins, ties to the larger tile. narrow (L2 with the staged store,
-// the one build of m64n80): where that pick leaves at least half the SMs
-// idle, m64n80 instead if 80 divides N and its tiles are more and fit one wave.
-MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow = false);
+// The tile and split heuristic (docs/design/moe.md), from the host's sizes
+// only (rows_total / E rows an expert; the offsets stay on the device).
+// Where the 128 x 256 tiles fill more than half the SMs: up to 64 rows an
+// expert the 64 x 256 tile (when its 256 columns pad N no more than 128
+// would); else, for each wide compiled shape, the expected tiles (n-blocks
+// rounded up), the waves of `sm_count` CTAs they take, and a cost per tile of
+// BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N); the cheapest wins, ties to the
+// larger tile; no split. Where they fill at most half (few tiles): tile and
+// split-K together, the cheapest by a cost model fitted to a split study of
+// every tile and split forced (bench/fit_moe_split_rule.py), over every tile
+// built for the GEMM (m64n80 only where `narrow`: L2 with the staged store)
+// and 1 to kMoeMaxSplits splits, at 0.7 of its cost at the mean rows plus
+// 0.3 of it with one more m-block an expert (skewed counts).
+MoeTile moe_pick_tile(int rows_total, int E, int N, int K, int sm_count, bool narrow = false);
 // Whether m64n80 is built for this GEMM and output store (`narrow` above).
 inline bool moe_narrow_tile_built(MoeGemmKind kind, MoeOutStore store) {
   return kind == MoeGemmKind::l2 && (store == MoeOutStore::automatic || store == MoeOutStore::warp_staged);
 }
-// Split-K for `tile` (docs/design/moe.md), fitted to a sweep of forced tiles
-// and splits on one H200: 1 unless the expected tiles leave at least half the
-// SMs idle; then as many splits as keep one wave, each range at least
-// kMoeMinSplitKBlocks k-blocks of 64 columns, at most kMoeMaxSplits.
-inline constexpr int kMoeMinSplitKBlocks = 48, kMoeMaxSplits = 4;
+// Split-K for `tile`: 1 unless few tiles (above); then the cheapest allowed
+// factor for that tile by the same cost model.
+inline constexpr int kMoeMaxSplits = 4;
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count);
 
 // Throws xstage::Error naming the first bad field.

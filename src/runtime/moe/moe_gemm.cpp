@@ -176,7 +176,7 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
 
 MoeTile moe_resolved_tile(const MoeGemmArgs& a) {
   if (a.tile != MoeTile::automatic) return a.tile;
-  return moe_pick_tile(a.rows_total, a.E, a.N, device_sms(), moe_narrow_tile_built(a.kind, a.out_store));
+  return moe_pick_tile(a.rows_total, a.E, a.N, a.K, device_sms(), moe_narrow_tile_built(a.kind, a.out_store));
 }
 
 namespace {

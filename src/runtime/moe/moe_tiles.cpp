@@ -50,42 +50,79 @@ MoeTile pick_wide(double rows_per_expert, int E, int N, int sm_count) {
   }
   return best;
 }
+
+// Few tiles: the 128 x 256 tiles at the mean rows fill at most half the SMs.
+// There neither the HBM nor the tensor cores are kept busy, and the tile and
+// the split-K factor are chosen together by a cost model (below); elsewhere
+// the wide tile and no split.
+bool few_tiles(double rows_per_expert, int E, int N, int sm_count) {
+  return 2 * expected_tiles(rows_per_expert, E, N, shape_of(MoeTile::m128n256)) <= sm_count;
+}
+
+// The few-tile cost model, in microseconds on an H200, fitted by
+// bench/fit_moe_split_rule.py to the split study of every tile and split
+// forced on the development grid's 47 few-tile cells
+// (results/h200/moe/split-study/: the fit, its terms, how well it chooses).
+// m_blocks x n-blocks x splits work items of kb k-blocks each in w waves: a
+// fixed cost an item and a k-block, the operand loads of a k-block (slower a
+// CTA as more CTAs load), its tensor-core work, split-K's fixed cost and
+// partial bytes, the epilogue.
+double few_tile_cost(int64_t m_blocks, int N, int K, const Shape& s, int splits, int sm_count) {
+  constexpr double c[7] = {0.474, 0.09724, 0.163, 0.5072, 6.008, 15.89, 4.538};
+  const double items = double(m_blocks) * double(n_blocks(N, s.bn)) * splits;
+  const double kb = std::ceil(std::ceil(K / 64.0) / splits);
+  const double w = std::ceil(items / sm_count);
+  const double busy = std::min(items, double(sm_count)) / sm_count;
+  const double area = double(s.bm) * s.bn / 32768.0;
+  const double split = splits > 1 ? 1.0 : 0.0;
+  return c[0] * w + c[1] * w * kb + c[2] * w * kb * (s.bm + s.bn) / 256.0 * busy + c[3] * w * kb * area +
+         c[4] * split + c[5] * split * items * area / sm_count + c[6] * w * area;
+}
+
+// The expected cost: 0.7 of the cost at the mean rows plus 0.3 of it at
+// skewed counts, one more m-block an expert than the mean gives (E - 1 in
+// all). The host knows the mean only, and a split that fills one wave at the
+// mean spills into a second where the counts are skewed. Why 0.3:
+// bench/fit_moe_split_rule.py's docstring.
+double expected_cost(double rows_per_expert, int E, int N, int K, const Shape& s, int splits, int sm_count) {
+  const int64_t mean = int64_t(E) * int64_t(std::ceil(rows_per_expert / s.bm));
+  constexpr double skewed = 0.3;
+  return (1 - skewed) * few_tile_cost(mean, N, K, s, splits, sm_count) +
+         skewed * few_tile_cost(mean + E - 1, N, K, s, splits, sm_count);
+}
+
+struct Plan {
+  MoeTile tile;
+  int splits;
+};
+// The cheapest allowed (tile, splits) by the cost model; `only` restricts the
+// tile (automatic: every tile built for the GEMM; m64n80 where `narrow`).
+Plan few_tile_plan(double rows_per_expert, int E, int N, int K, int sm_count, bool narrow, MoeTile only) {
+  Plan best{MoeTile::m128n256, 1};
+  double best_cost = -1;
+  for (const Shape& s : kShapes) {
+    if (only != MoeTile::automatic ? s.tile != only : s.tile == MoeTile::m64n80 && !narrow) continue;
+    for (int splits = 1; splits <= std::min(kMoeMaxSplits, (K + 63) / 64); ++splits) {
+      const double cost = expected_cost(rows_per_expert, E, N, K, s, splits, sm_count);
+      if (best_cost < 0 || cost < best_cost) best = {s.tile, splits}, best_cost = cost;
+    }
+  }
+  return best;
+}
 }  // namespace
 
-MoeTile moe_pick_tile(int rows_total, int E, int N, int sm_count, bool narrow) {
+MoeTile moe_pick_tile(int rows_total, int E, int N, int K, int sm_count, bool narrow) {
   const double rows_per_expert = E > 0 ? double(rows_total) / E : 0;
-  const MoeTile wide = pick_wide(rows_per_expert, E, N, sm_count);
-  // Few long experts: when the wide tiles leave at least half the SMs idle
-  // (where split-K would start), the 64 x 80 tile puts more CTAs on the weight
-  // stream with fewer split-K partials or none, as long as its tiles fit one
-  // wave (they are split as any tile, moe_pick_splits)
-  // (HiDream-I1 P = 2 L2 at 64 and 128 rows an expert: 1.35-1.45x torch
-  // against 0.94-1.15x for the wide tiles with or without splits; at 256
-  // rows, 80 tiles of 128 x 128, it is slower: docs/design/moe.md).
-  // (Only where 80 divides N: the tuned case; elsewhere untried.)
-  const Shape n = shape_of(MoeTile::m64n80);
-  if (narrow && N % n.bn == 0 && E > 0 && sm_count > 0) {
-    const int64_t wide_tiles = expected_tiles(rows_per_expert, E, N, shape_of(wide));
-    const int64_t narrow_tiles = expected_tiles(rows_per_expert, E, N, n);
-    if (2 * wide_tiles <= sm_count && narrow_tiles > wide_tiles && narrow_tiles <= sm_count) return MoeTile::m64n80;
-  }
-  return wide;
+  if (E > 0 && N > 0 && K > 0 && sm_count > 0 && few_tiles(rows_per_expert, E, N, sm_count))
+    return few_tile_plan(rows_per_expert, E, N, K, sm_count, narrow, MoeTile::automatic).tile;
+  return pick_wide(rows_per_expert, E, N, sm_count);
 }
 
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
-  const Shape s = shape_of(tile);
-  const int bm = s.bm, bn = s.bn;
-  if (E < 1 || bn == 0 || N < 1 || sm_count < 1) return 1;
-  const int64_t m_blocks = (int64_t(rows_total) / E + bm - 1) / bm;
-  const int64_t tiles = std::max<int64_t>(1, int64_t(E) * m_blocks * n_blocks(N, bn));
-  // Split only when the tiles leave at least half the SMs idle: with fewer
-  // CTAs than that, neither the HBM nor the tensor cores are kept busy (the
-  // sweep: Mixtral at P = 2, 64 rows, 64 tiles of 64 x 256: 2 splits 1.0-1.2x
-  // faster; at 128 rows, 128 tiles: splitting into two waves is slower).
-  if (2 * tiles > sm_count) return 1;
-  const int64_t fill = sm_count / tiles;                      // splits that keep one wave
-  const int64_t deep = (K + 63) / 64 / kMoeMinSplitKBlocks;  // each range long enough
-  return int(std::max<int64_t>(1, std::min<int64_t>({fill, deep, kMoeMaxSplits})));
+  if (E < 1 || N < 1 || K < 1 || sm_count < 1 || shape_of(tile).bn == 0) return 1;
+  const double rows_per_expert = double(rows_total) / E;
+  if (!few_tiles(rows_per_expert, E, N, sm_count)) return 1;
+  return few_tile_plan(rows_per_expert, E, N, K, sm_count, true, tile).splits;
 }
 
 MoeOutStore moe_pick_out_store(MoeGemmKind kind, MoeTile tile) {
