@@ -23,7 +23,7 @@ def load(paths):
         rec = json.load(open(p))
         meta = meta or {k: rec.get(k) for k in ("commit", "device", "date", "command", "protocol")}
         cells += rec["cells"]
-    return cells, meta
+    return with_ratios(cells), meta
 
 
 def k_of(cell, gemm):
@@ -33,6 +33,25 @@ def k_of(cell, gemm):
 def percentile(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
+
+
+def torch_over(r, side):
+    """torch / side, torch the faster of its two graphs (as bench/moe_grid.py now writes "speedup"), recomputed
+    from the times so that files written before read the same way."""
+    t = r["times"]
+    return min(t["torch"]["median_ms"], t["torch_again"]["median_ms"]) / t[side]["median_ms"]
+
+
+def with_ratios(cells):
+    for c in cells:
+        for g in GEMMS:
+            r = c.get(g)
+            if r and "times" in r:
+                if "ours" in r["times"]:
+                    r["speedup"] = torch_over(r, "ours")
+                if "cublas_bmm" in r["times"]:
+                    r["cublas_bmm_over_torch"] = torch_over(r, "cublas_bmm")
+    return cells
 
 
 def summarise(cells):
