@@ -100,10 +100,14 @@ def geomean(v):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("study")
+    ap.add_argument("studies", nargs="+", help="split-study JSON files (their cells together)")
     ap.add_argument("--skew-weight", type=float, default=0.3)
     args = ap.parse_args()
-    study = json.load(open(args.study))
+    study = None
+    for path in args.studies:
+        rec = json.load(open(path))
+        study = study or dict(rec, cells=[])
+        study["cells"] += rec["cells"]
     X, skewed, y, key = samples(study)
     coef = fit(X, y)
     pred = X @ coef

@@ -32,14 +32,14 @@ from moe_grid import calls_per_window  # noqa: E402
 SPLITS = (1, 2, 3, 4, 6, 8)
 
 
-def few_tile_cells(seed, sms, band="few"):
+def few_tile_cells(seed, sms, band="few", source="drawn"):
     """The drawn cells whose 128 x 256 tiles at the mean rows number fewer than sms / 2 in either GEMM (band
     "few"), or, band "one-wave", those with sms / 2 to sms of them in either GEMM and not fewer in the other: where
     the rule takes the wide tile at one wave, which skewed counts spill into a second."""
     g = grid_cells.grid(seed, 160, 100 * 2**30)
     out = []
     for c in g["cells"]:
-        if not c["source"].startswith("drawn"):
+        if not c["source"].startswith(source):
             continue
         m, E, H, I = c["rows_per_expert"], c["experts"], c["hidden"], c["inter"]
         tiles = [E * math.ceil(m / 128) * math.ceil(n / 256) for n in (2 * I, H)]
@@ -70,14 +70,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--band", choices=("few", "one-wave"), default="few")
+    ap.add_argument("--source", choices=("drawn", "table"), default="drawn", help="the grid's drawn or table cells")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     ours = mt.Ours(a.lib)
-    cells = few_tile_cells(a.seed, ours.sms, a.band)
+    cells = few_tile_cells(a.seed, ours.sms, a.band, a.source)
     rec = dict(tool="bench/moe_split_study.py", commit=a.commit, command=" ".join(sys.argv),
                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), device=torch.cuda.get_device_name(0),
-               sms=ours.sms, band=a.band, protocol=dict(window_ms=a.window_ms, rounds=a.rounds, splits=SPLITS), cells=[])
+               sms=ours.sms, band=a.band, source=a.source, protocol=dict(window_ms=a.window_ms, rounds=a.rounds, splits=SPLITS), cells=[])
     t_end = time.time() + a.budget_s
     for c in cells:
         if time.time() > t_end:
