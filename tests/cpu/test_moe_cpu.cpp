@@ -53,6 +53,19 @@ TEST(MoeTiles, FewTilesTakeTheStudysFastestTileAndSplits) {
   }
 }
 
+// One wave of 128 x 256 tiles at the mean: 128 x 128 halves what skewed counts spill (split study, one-wave band).
+TEST(MoeTiles, OneWaveOfWideTilesOnSeveralExpertsTakesTheHalfTile) {
+  // 4 experts of 128 rows, N = 7168: 112 tiles of 128 x 256 at the mean; Zipf counts made them 140 (0.92x torch,
+  // 128 x 128: 1.17x).
+  EXPECT_EQ(moe_pick_tile(4 * 128, 4, 7168, 4096, 132), MoeTile::m128n128);
+  // One expert has no skew: 1024 rows, N = 4096, 128 tiles stay 128 x 256.
+  EXPECT_EQ(moe_pick_tile(1024, 1, 4096, 14336, 132), MoeTile::m128n256);
+  // Up to 64 rows an expert the 64-row tile stands (16 experts, N = 2048: 128 wide tiles).
+  EXPECT_EQ(moe_pick_tile(16 * 64, 16, 2048, 4096, 132), MoeTile::m64n256);
+  // Past one wave the wide rule stands (8 experts of 512 rows, N = 4096: 512 tiles).
+  EXPECT_EQ(moe_pick_tile(8 * 512, 8, 4096, 4096, 132), MoeTile::m128n256);
+}
+
 // The model shapes' few-tile cells, where the earlier sweeps measured the choice (perf-log MoE 3, 4).
 TEST(MoeTiles, FewTilesKeepTheSweepsChoicesOnTheModelShapes) {
   // Mixtral P = 8, L2 (one expert, N = 4096, K = 14336), 128 rows: 4 splits of 128 x 128 (0.83x to 1.23-1.32x

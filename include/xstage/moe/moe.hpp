@@ -82,7 +82,10 @@ size_t moe_workspace_bytes(const MoeGemmArgs& a);
 // would); else, for each wide compiled shape, the expected tiles (n-blocks
 // rounded up), the waves of `sm_count` CTAs they take, and a cost per tile of
 // BLOCK_M * BLOCK_N + 64 * (BLOCK_M + BLOCK_N); the cheapest wins, ties to the
-// larger tile; no split. Where they fill at most half (few tiles): tile and
+// larger tile; no split; but 128 x 128 where the 128 x 256 tiles would fill
+// one wave at the mean (more than half the SMs, at most all) on more than one
+// expert of more than 64 rows: skewed counts, which the host cannot see,
+// would spill them into a second. Where they fill at most half (few tiles): tile and
 // split-K together, the cheapest by a cost model fitted to a split study of
 // every tile and split forced (bench/fit_moe_split_rule.py), over every tile
 // built for the GEMM (m64n80 only where `narrow`: L2 with the staged store)
