@@ -29,6 +29,10 @@ struct BlockScales {
   int a_pitch = 0, b_pitch = 0;
   int a_row0 = 0;  // the consumer warpgroup's first row of A
   int col0 = 0;    // its first output column (a row of B)
+  // The scale arrays' extents: rows of A and 128-column blocks of B. A
+  // partial tile's rows and columns past them (TMA's zero fill, never stored)
+  // read the last row's or block's scale rather than past the arrays.
+  int a_rows = 0, b_blocks = 0;
 
   // acc (=, first k-block; else +=) tmp x scales, for the thread's fragment:
   // rows a_row0 + 16 w + g and + 8 (w: the warp in its warpgroup, g = lane /
@@ -37,11 +41,13 @@ struct BlockScales {
   __device__ __forceinline__ void apply(float (&acc)[WN / 8][4], const float (&tmp)[WN / 8][4], int kb, bool first,
                                         int warp, int lane) const {
     const int row = a_row0 + 16 * warp + (lane >> 2);
-    const float sa0 = __ldg(a + int64_t(row) * a_pitch + kb), sa1 = __ldg(a + int64_t(row + 8) * a_pitch + kb);
+    const int r0 = min(row, a_rows - 1), r1 = min(row + 8, a_rows - 1);
+    const float sa0 = __ldg(a + int64_t(r0) * a_pitch + kb), sa1 = __ldg(a + int64_t(r1) * a_pitch + kb);
 #pragma unroll
     for (int nb = 0; nb < WN / 8; ++nb) {
-      // 128 columns a B scale: 16 n-blocks share one (nb * 8 / 128 is a constant after unrolling).
-      const float sb = __ldg(b + int64_t((col0 + nb * 8) / 128) * b_pitch + kb);
+      // 128 columns a B scale: 16 n-blocks share one.
+      const int blk = min((col0 + nb * 8) / 128, b_blocks - 1);
+      const float sb = __ldg(b + int64_t(blk) * b_pitch + kb);
       const float s0 = sa0 * sb, s1 = sa1 * sb;
       if (first) {
         acc[nb][0] = tmp[nb][0] * s0, acc[nb][1] = tmp[nb][1] * s0;
