@@ -2,6 +2,7 @@
 // five variants, checks. Kernels: src/device/ulysses/ (launch.hpp); the
 // pipelined variant's streams and plans: ulysses_pipeline.hpp.
 #include "xstage/ulysses/ulysses.hpp"
+#include "xstage/ulysses/ulysses_fused.hpp"
 
 #include <cuda_runtime.h>
 
@@ -20,6 +21,7 @@
 #include "device/fill/fill_random.hpp"
 #include "device/remote/diagnostics.hpp"
 #include "device/ulysses/launch.hpp"
+#include "runtime/comm/flag_timeout.hpp"
 #include "runtime/ulysses/ulysses_pipeline.hpp"
 #include "util/npy.hpp"
 #include "xstage/attention/attention.hpp"
@@ -556,14 +558,11 @@ void UlyssesAttention::check_receivers() const {
                    w[4]);
       }
     }
-    remote::FlagTimeoutRecord r;
     XSTAGE_CUDA(cudaSetDevice(g.device));
-    XSTAGE_CUDA(cudaMemcpy(&r, g.timeout_record, sizeof(r), cudaMemcpyDeviceToHost));
+    const remote::FlagTimeoutRecord r = fetch_timeout_record(g.timeout_record);
     if (r.set == 0) continue;
     XSTAGE_CUDA(cudaMemset(g.timeout_record, 0, sizeof(r)));  // reported once
-    throw Error(fmt::format("ulysses: flag timeout: rank {} waited on flag {} for {} ns: expected >= {}, saw {} "
-                            "(block {}, thread {} of the fused kernel's receiver wait)",
-                            r.rank, r.flag, r.waited_ns, r.expected, r.seen, r.block, r.thread));
+    throw Error(describe_ulysses_timeout(&r));
   }
 }
 

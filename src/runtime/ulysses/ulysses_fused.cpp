@@ -11,6 +11,7 @@
 #include "device/attention/attention_launch.hpp"
 #include "device/remote/flag_timeout_record.hpp"
 #include "device/ulysses/launch.hpp"
+#include "runtime/comm/flag_timeout.hpp"
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/ulysses/ulysses_layout.hpp"
@@ -149,9 +150,9 @@ size_t ulysses_timeout_record_bytes() { return sizeof(remote::FlagTimeoutRecord)
 std::string describe_ulysses_timeout(const void* host_record) {
   const auto& r = *static_cast<const remote::FlagTimeoutRecord*>(host_record);
   if (r.set == 0) return "";
-  return fmt::format("ulysses: flag timeout: rank {} waited on flag {} for {} ns: expected >= {}, saw {} (block {}, "
-                     "thread {} of the fused kernel's receiver wait); that launch's output is incomplete",
-                     r.rank, r.flag, r.waited_ns, r.expected, r.seen, r.block, r.thread);
+  return fmt::format("ulysses: flag timeout: rank {} waited on flag {} {} in the fused kernel's receiver wait; that "
+                     "launch's output is incomplete",
+                     r.rank, r.flag, timed_out_values(r));
 }
 
 }  // namespace xstage
