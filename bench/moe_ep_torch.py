@@ -34,7 +34,6 @@ median. Runbook (2 x H200, docs/RESULTS.md "Not measured"):
 Writes JSON (device, driver, torch, commit, date, command, every cell) from rank 0 and prints a table.
 """
 import argparse
-import datetime
 import json
 import math
 import os
@@ -46,14 +45,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from moe_layer_torch import driver, geomean, git  # noqa: E402
+import moe_protocol as protocol  # noqa: E402
+from moe_protocol import geomean, rel  # noqa: E402
 from moe_models import MODELS  # noqa: E402  (name, hidden, inter, experts, top-k)
 from moe_vs_torch import graph_of, time_graph  # noqa: E402
 
 import xstage  # noqa: E402
 
 TOKENS = [2048, 4096]
-WINDOW_MS = 50.0
+WINDOW_MS = protocol.WINDOW_MS  # --quick shortens it
 _nvml = []
 
 
@@ -155,23 +155,11 @@ class Vdev:
 
 
 def eager_window(fn, est_ms):
-    n = max(1, math.ceil(WINDOW_MS / max(est_ms, 1e-3)))
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    clk = sm_clock_now()
-    b.synchronize()
-    return a.elapsed_time(b) / n, clk
+    return protocol.eager_window(fn, est_ms, WINDOW_MS, sm_clock_now)
 
 
 def graph_window(g, reps):
     return time_graph(g, reps, clock=sm_clock_now)  # this rank's GPU's clock
-
-
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
 
 
 def slowest(v, group):
@@ -249,29 +237,11 @@ def cell(group, name, H, I, E, k, T, rounds, seed, vdev):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="moe-ep-torch.json")
-    ap.add_argument("--models", default=None, help="comma-separated model names (default: the five of section 7)")
-    ap.add_argument("--tokens", default=None, help="comma-separated tokens a rank (default: 2048,4096)")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--seed", type=int, default=1)
+    protocol.add_arguments(ap, "moe-ep-torch.json", "the five of section 7", "2048,4096 a rank")
     ap.add_argument("--vdev", action="store_true", help="the all_to_all_vdev_2d side alone (NVSHMEM backend)")
-    ap.add_argument("--quick", action="store_true", help="one small model at T = 256, 2 rounds, 5 ms windows "
-                    "(a test of the script, not a measurement)")
     a = ap.parse_args()
     global WINDOW_MS
-    shapes, tokens, rounds = MODELS, TOKENS, a.rounds
-    if a.quick:
-        shapes, tokens, rounds, WINDOW_MS = [("quick", 512, 256, 8, 2)], [256], 2, 5.0
-    if a.models:
-        want = a.models.split(",")
-        unknown = [m for m in want if m not in [s[0] for s in MODELS]]
-        if unknown:
-            sys.exit(f"moe_ep_torch.py: --models {','.join(unknown)}: expected names of {[s[0] for s in MODELS]}")
-        shapes = [s for s in MODELS if s[0] in want]
-    if a.tokens:
-        tokens = [int(t) for t in a.tokens.split(",")]
-    if rounds < 7 and not a.quick:
-        sys.exit(f"moe_ep_torch.py: --rounds {rounds}: expected >= 7 (the protocol's minimum)")
+    shapes, tokens, rounds, WINDOW_MS = protocol.choose(a, "moe_ep_torch.py", MODELS, TOKENS)
     if "WORLD_SIZE" not in os.environ:
         sys.exit("moe_ep_torch.py: run under torchrun (torchrun --nproc-per-node 2 bench/moe_ep_torch.py ...)")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -304,11 +274,7 @@ def main():
             v = [c[key] for c in cells if key in c]
             summary[key] = dict(geomean=geomean(v), min=min(v))
         summary["aa_torch_range"] = [min(c["aa_torch"] for c in cells), max(c["aa_torch"] for c in cells)]
-        doc = dict(device=torch.cuda.get_device_name(), driver=driver(), torch=torch.__version__, P=P,
-                   commit=git("rev-parse", "HEAD"), dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
-                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   command=" ".join([sys.executable] + sys.argv), window_ms=WINDOW_MS, rounds=rounds, quick=a.quick,
-                   vdev=a.vdev, summary=summary, cells=cells)
+        doc = dict(protocol.provenance(a, rounds, WINDOW_MS), P=P, vdev=a.vdev, summary=summary, cells=cells)
         with open(a.out, "w") as f:
             json.dump(doc, f, indent=1)
         print(f"summary: {json.dumps(summary)} -> {a.out}")

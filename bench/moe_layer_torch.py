@@ -23,18 +23,18 @@ itself: the same bits) before timing.
 Writes JSON (device, driver, commit, date, the command, every cell) and prints a table.
 """
 import argparse
-import datetime
 import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import moe_protocol as protocol  # noqa: E402
 from moe_models import MODELS  # noqa: E402  (name, hidden, inter, experts, top-k)
+from moe_protocol import geomean, rel  # noqa: E402
 from moe_vs_torch import graph_of, sm_clock_now, time_graph  # noqa: E402
 
 import xstage  # noqa: E402
@@ -43,7 +43,7 @@ from xstage.reference import moe_torch  # noqa: E402
 # RESULTS section 7's models, plus DeepSeek-V4-Flash (moe_known_shapes in include/xstage/moe/moe_layer.hpp).
 SHAPES = MODELS + [("deepseek-v4-flash", 4096, 2048, 256, 6)]
 TOKENS = [1024, 4096, 16384]
-WINDOW_MS = 50.0
+WINDOW_MS = protocol.WINDOW_MS  # --quick shortens it
 
 
 def problem(name, H, I, E, k, T, seed):
@@ -56,21 +56,8 @@ def problem(name, H, I, E, k, T, seed):
     return x, w13, w2, ids, wts
 
 
-def rel(a, b):
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
-
-
 def eager_window(fn, est_ms):
-    """Milliseconds a call of fn called back to back from the host for >= WINDOW_MS, and the clock inside."""
-    n = max(1, math.ceil(WINDOW_MS / max(est_ms, 1e-3)))
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    clk = sm_clock_now()
-    b.synchronize()
-    return a.elapsed_time(b) / n, clk
+    return protocol.eager_window(fn, est_ms, WINDOW_MS, sm_clock_now)
 
 
 def cell(name, H, I, E, k, T, rounds, seed):
@@ -122,50 +109,12 @@ def cell(name, H, I, E, k, T, rounds, seed):
     return out
 
 
-def git(*args):
-    try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except Exception:
-        return "unknown"
-
-
-def driver():
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[0]
-    except Exception:
-        return "unknown"
-
-
-def geomean(v):
-    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="moe-layer-torch.json")
-    ap.add_argument("--models", default=None, help="comma-separated model names (default: all six)")
-    ap.add_argument("--tokens", default=None, help="comma-separated T (default: 1024,4096,16384)")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="one small model at T = 256, 2 rounds, 5 ms windows "
-                    "(a test of the script, not a measurement)")
+    protocol.add_arguments(ap, "moe-layer-torch.json", "all six", "1024,4096,16384")
     a = ap.parse_args()
     global WINDOW_MS
-    shapes, tokens, rounds = SHAPES, TOKENS, a.rounds
-    if a.quick:
-        shapes, tokens, rounds, WINDOW_MS = [("quick", 512, 256, 8, 2)], [256], 2, 5.0
-    if a.models:
-        want = a.models.split(",")
-        unknown = [m for m in want if m not in [s[0] for s in SHAPES]]
-        if unknown:
-            sys.exit(f"moe_layer_torch.py: --models {','.join(unknown)}: expected names of {[s[0] for s in SHAPES]}")
-        shapes = [s for s in SHAPES if s[0] in want]
-    if a.tokens:
-        tokens = [int(t) for t in a.tokens.split(",")]
-    if rounds < 7 and not a.quick:
-        sys.exit(f"moe_layer_torch.py: --rounds {rounds}: expected >= 7 (the protocol's minimum)")
+    shapes, tokens, rounds, WINDOW_MS = protocol.choose(a, "moe_layer_torch.py", SHAPES, TOKENS)
     if not torch.cuda.is_available():
         sys.exit("moe_layer_torch.py: needs a CUDA GPU")
     cells = []
@@ -184,11 +133,7 @@ def main():
                    min_graph=min(c["speedup_graph"] for c in cells), min_eager=min(c["speedup_eager"] for c in cells),
                    aa_torch_range=[min(c["aa_torch"] for c in cells), max(c["aa_torch"] for c in cells)],
                    all_same_bits=all(c["check"]["same_bits"] for c in cells))
-    doc = dict(device=torch.cuda.get_device_name(0), driver=driver(), torch=torch.__version__,
-               commit=git("rev-parse", "HEAD"), dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
-               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               command=" ".join([sys.executable] + sys.argv), window_ms=WINDOW_MS, rounds=rounds, quick=a.quick,
-               summary=summary, cells=cells)
+    doc = dict(protocol.provenance(a, rounds, WINDOW_MS), summary=summary, cells=cells)
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
     print(f"geomean ours/torch: graph {summary['geomean_graph']:.3f}x (min {summary['min_graph']:.2f}x), eager "
