@@ -204,7 +204,7 @@ def grouped_mm_swiglu(x, w13, offs, row_weight=None):
     _tensors(_NAMES[L1], x=x, w13=w13, offs=offs, **_optional(row_weight))
     if torch.compiler.is_compiling():
         _check(L1, x, w13, offs, row_weight)
-    return torch.ops.xstage.moe_l1(*detached(x, w13, offs, row_weight))
+    return torch.ops.xstage.moe_l1(*detached(_NAMES[L1], x, w13, offs, row_weight))
 
 
 def grouped_mm(h, w2, offs):
@@ -215,7 +215,7 @@ def grouped_mm(h, w2, offs):
     _tensors(_NAMES[L2], h=h, w2=w2, offs=offs)
     if torch.compiler.is_compiling():
         _check(L2, h, w2, offs, None)
-    return torch.ops.xstage.moe_l2(*detached(h, w2, offs))
+    return torch.ops.xstage.moe_l2(*detached(_NAMES[L2], h, w2, offs))
 
 
 def moe_experts(x, w13, w2, offs, row_weight=None):
@@ -225,4 +225,4 @@ def moe_experts(x, w13, w2, offs, row_weight=None):
     _tensors(_EXPERTS, x=x, w13=w13, w2=w2, offs=offs, **_optional(row_weight))
     if torch.compiler.is_compiling():
         _check_experts(x, w13, w2, offs, row_weight)
-    return torch.ops.xstage.moe_experts(*detached(x, w13, w2, offs, row_weight))
+    return torch.ops.xstage.moe_experts(*detached(_EXPERTS, x, w13, w2, offs, row_weight))

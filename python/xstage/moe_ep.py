@@ -320,7 +320,7 @@ class ExpertParallel:
         check_call(MODULE, x, w13, w2, topk_ids, topk_weights, self.dims)
         if check_ids and ids_readable(topk_ids):
             check_id_values(MODULE, topk_ids, self.dims[3])
-        return torch.ops.xstage.moe_layer_ep(*detached(x, w13, w2, topk_ids, topk_weights), self.id)
+        return torch.ops.xstage.moe_layer_ep(*detached(MODULE, x, w13, w2, topk_ids, topk_weights), self.id)
 
     def prepare(self, device):
         """Makes the buffers now (collective) rather than in the first call."""

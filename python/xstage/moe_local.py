@@ -190,7 +190,7 @@ def _call(op, x, w13, w2, topk_ids, topk_weights, check_ids, tokens_max):
         _check_layer(op, x, w13, w2, topk_ids, topk_weights, tokens_max)
     if read_ids:
         check_id_values(op, topk_ids, w13.shape[0])
-    return torch.ops.xstage.moe_layer(*detached(x, w13, w2, topk_ids, topk_weights))
+    return torch.ops.xstage.moe_layer(*detached(op, x, w13, w2, topk_ids, topk_weights))
 
 
 def moe_layer(x, w13, w2, topk_ids, topk_weights, check_ids=True, tokens_max=None):

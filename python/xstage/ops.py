@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from xstage import _checks, _lib
+from xstage._forward_only import detached
 
 OP = "xstage.attention"
 KERNEL_AUTO = 0  # xstage::AttentionKernel::automatic: the default kernel for D
@@ -46,4 +47,4 @@ def attention(q, k, v, scale=None):
     aligned (else copied first). Forward only (no autograd)."""
     _checks.check_qkv(OP, q, k, v)
     _checks.check_scale(OP, scale)
-    return torch.ops.xstage.attention(q, k, v, None if scale is None else float(scale), KERNEL_AUTO)
+    return torch.ops.xstage.attention(*detached(OP, q, k, v), None if scale is None else float(scale), KERNEL_AUTO)

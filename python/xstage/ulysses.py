@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from xstage import _checks, _lib, layout
+from xstage._forward_only import detached
 
 OP = "xstage.UlyssesAttention"
 _ALIGN = 256  # bytes between the parts of a symmetric buffer
@@ -285,7 +286,7 @@ class UlyssesAttention(torch.nn.Module):
         S = layout.global_length(OP, S_r, P, rank, seq_len)
         _checks.check_scale(OP, scale)
         scale = None if scale is None else float(scale)
-        qh, kh, vh = layout.seq_to_heads([q, k, v], S, P, rank, self.group)
+        qh, kh, vh = detached(OP, *layout.seq_to_heads([q, k, v], S, P, rank, self.group))
         if self.fused:
             return torch.ops.xstage.ulysses_attention(qh, kh, vh, self._id, P, rank, scale)
         o = torch.ops.xstage.attention(qh, kh, vh, scale, self.kernel)

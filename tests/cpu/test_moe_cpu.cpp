@@ -69,19 +69,18 @@ TEST(MoeTiles, OneWaveOfWideTilesOnSeveralExpertsTakesTheHalfTile) {
 // The model shapes' few-tile cells, where the earlier sweeps measured the choice (perf-log MoE 3, 4).
 TEST(MoeTiles, FewTilesKeepTheSweepsChoicesOnTheModelShapes) {
   // Mixtral P = 8, L2 (one expert, N = 4096, K = 14336), 128 rows: 4 splits of 128 x 128 (0.83x to 1.23-1.32x
-  // torch); 256 rows: 2 splits (2.6x).
+  // torch; the table study: 1.28x, 3 splits 1.31x).
   EXPECT_EQ(moe_pick_tile(128, 1, 4096, 14336, 132, true), MoeTile::m128n128);
   EXPECT_EQ(moe_pick_splits(128, 1, 4096, 14336, MoeTile::m128n128, 132), 4);
-  EXPECT_EQ(moe_pick_tile(256, 1, 4096, 14336, 132, true), MoeTile::m128n128);
-  EXPECT_EQ(moe_pick_splits(256, 1, 4096, 14336, MoeTile::m128n128, 132), 2);
-  // Mixtral P = 2 (4 experts), 64 rows: 2 splits of 64 x 256 (1.09x to 1.38x).
+  // Mixtral P = 2 (4 experts), 64 rows: 2 splits of 64 x 256 (1.09x to 1.38x in the sweeps; the table study
+  // measured them at 1.37x and one split at 1.45x: near choices, the model's margin between them small).
   EXPECT_EQ(moe_pick_tile(4 * 64, 4, 4096, 14336, 132, true), MoeTile::m64n256);
   EXPECT_EQ(moe_pick_splits(4 * 64, 4, 4096, 14336, MoeTile::m64n256, 132), 2);
 }
 
 TEST(MoeTiles, TheNarrowTileOnlyWhereItIsBuilt) {
   // HiDream-I1 P = 2, L2 (2 experts, N = 2560), 128 rows: the narrow tile, its tuned case (1.35-1.45x torch
-  // against 0.94-1.15x for the wide tiles, perf-log MoE 6).
+  // against 0.94-1.15x for the wide tiles, perf-log MoE 11).
   EXPECT_EQ(moe_pick_tile(2 * 128, 2, 2560, 6912, 132, true), MoeTile::m64n80);
   EXPECT_NE(moe_pick_tile(2 * 128, 2, 2560, 6912, 132, false), MoeTile::m64n80);
   // Any N (its columns past N are masked): 272 = 3.4 x 80.

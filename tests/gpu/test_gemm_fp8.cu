@@ -156,15 +156,18 @@ TEST(GemmFp8, BlockScaledMainloopMatchesTheReference128x128) {
   XSTAGE_NEED_GPUS(1);
   check_block_scaled<Tile128x128>(256, 384, 592, 381);  // K = 4 k-blocks + 80: a zero-filled tail
   check_block_scaled<Tile128x128>(128, 128, 128, 382);  // one k-block
-  // Partial tiles: rows past M and columns past N read the last scale row / block, not past the arrays
-  // (compute-sanitizer's memcheck sees a read past them).
+  // A partial m-tile and n-tile: rows past M read the last row's scale, not past the array (the B blocks start
+  // at multiples of 128 here, so the B clamp is the 64 x 256 case's; only compute-sanitizer's memcheck sees a
+  // read past the arrays: the values it would read multiply TMA's zero fill).
   check_block_scaled<Tile128x128>(200, 336, 592, 384);
 }
 
 TEST(GemmFp8, BlockScaledMainloopMatchesTheReference64x256) {
   XSTAGE_NEED_GPUS(1);
   check_block_scaled<Tile64x256>(192, 512, 1008, 383);  // each warpgroup's 128 columns its own B scale block
-  check_block_scaled<Tile64x256>(70, 272, 1008, 385);    // partial tiles
+  // Partial tiles: the second n-tile's second warpgroup (columns 384-511) lies wholly past N = 272, past B's scale
+  // blocks.
+  check_block_scaled<Tile64x256>(70, 272, 1008, 385);
 }
 
 }  // namespace

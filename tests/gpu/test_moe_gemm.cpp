@@ -86,7 +86,7 @@ const CliCase kCliCases[] = {
     {"narrow_hidream_ep2", "--model hidream-i1 --ep 2 --rows-per-expert 130 --uneven --routing-weights --seed 22 "
                            "--tile-l2 m64n80"},
     {"narrow_hidream_ep2_split_k", "--model hidream-i1 --ep 2 --rows-per-expert 40 --uneven --seed 23 "
-                                   "--tile-l2 m64n80"},  // 64 tiles: 2 splits
+                                   "--tile-l2 m64n80"},  // 64 tiles, no split (tail_split_k splits this tile)
     {"narrow_hidream_ep2_auto", "--model hidream-i1 --ep 2 --rows-per-expert 128 --seed 24"},
     {"narrow_small_counts", "--hidden 640 --inter 192 --counts 1,0,65,127,0,3 --seed 25 --tile-l2 m64n80"},
     // Shapes no tile width divides (N a multiple of 16, K of 8), every output store: hidden 2880 (L2's N: 11
@@ -103,8 +103,8 @@ const CliCase kCliCases[] = {
     {"tail_short_k", "--hidden 48 --inter 24 --counts 1,0,65,127,0,3 --routing-weights --seed 34"},
     {"tail_short_k_bulk", "--hidden 48 --inter 24 --counts 1,0,65,127,0,3 --seed 35 --out-store bulk"},
     {"tail_short_k_tma", "--hidden 48 --inter 24 --counts 1,0,65,127,0,3 --seed 36 --out-store tma"},
-    {"tail_split_k", "--hidden 272 --inter 6152 --counts 70,1 --seed 37"},  // L2: 6 tiles of 128 x 128, 2 splits
-    {"tail_split_k_tma", "--hidden 272 --inter 6152 --counts 70,1 --seed 38 --out-store tma --tile-l2 m128n256"},
+    {"tail_split_k", "--hidden 272 --inter 6152 --counts 70,1 --seed 37"},  // L2: 8 tiles of 64 x 80, 4 splits
+    {"tail_split_k_tma", "--hidden 272 --inter 6152 --counts 70,1 --seed 38 --out-store tma --tile-l2 m128n256"},  // 4 splits
     {"tail_narrow", "--hidden 272 --inter 136 --counts 1,0,65,127,0,3 --seed 39 --tile-l2 m64n80"},
     {"tail_many_experts", "--hidden 80 --inter 40 --experts 300 --rows-per-expert 3 --uneven --seed 40"},
     {"tail_one_expert", "--hidden 16 --inter 8 --counts 333 --seed 41"},

@@ -14,6 +14,7 @@
 // k-block and thread). Loading them with the stage, by TMA, as the FP8
 // GEMMs that ship do, would take them off the consumers' path; this is the
 // first, checked form.
+#include <climits>
 #include <cstdint>
 
 namespace xstage::gemm {
@@ -31,8 +32,9 @@ struct BlockScales {
   int col0 = 0;    // its first output column (a row of B)
   // The scale arrays' extents: rows of A and 128-column blocks of B. A
   // partial tile's rows and columns past them (TMA's zero fill, never stored)
-  // read the last row's or block's scale rather than past the arrays.
-  int a_rows = 0, b_blocks = 0;
+  // read the last row's or block's scale rather than past the arrays. Unset:
+  // no clamp (whole tiles only).
+  int a_rows = INT_MAX, b_blocks = INT_MAX;
 
   // acc (=, first k-block; else +=) tmp x scales, for the thread's fragment:
   // rows a_row0 + 16 w + g and + 8 (w: the warp in its warpgroup, g = lane /

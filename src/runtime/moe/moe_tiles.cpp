@@ -113,11 +113,11 @@ Plan few_tile_plan(double rows_per_expert, int E, int N, int K, int sm_count, bo
 // One wave of 128 x 256 tiles at the mean rows (more than half the SMs, at
 // most all): skewed counts spill them into a second wave, as the host cannot
 // see. 128 x 128 tiles halve what spills. The split study's one-wave band
-// (41 cell-GEMMs of 2 to 32 experts above 64 rows, drawn and table,
+// (32 cell-GEMMs of 2 to 32 experts above 64 rows, drawn and table,
 // results/h200/moe/split-study/): against the 128 x 256 tile, 0.970x
-// geomean on uniform counts (min 0.917x, every cell still >= 1.00x torch),
-// 1.151x on Zipf-skewed ones (the worst cell from 0.925x torch to 1.108x).
-// One expert has no skew: the wide rule stands there.
+// geomean on uniform counts (worst cell 0.917x) and 1.151x on Zipf-skewed
+// ones (the lowest torch / ours from 0.925x to 1.108x). One expert has no
+// skew: the wide rule stands there.
 bool skew_spills_one_wave(double rows_per_expert, int E, int N, int sm_count) {
   return E > 1 && rows_per_expert > 64 &&
          expected_tiles(rows_per_expert, E, N, shape_of(MoeTile::m128n256)) <= sm_count;
