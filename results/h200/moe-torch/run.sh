@@ -8,23 +8,7 @@
 #   OUT=... DEADLINE_S=560 results/h200/moe-torch/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
-export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
-OUT=${OUT:-/tmp/xstage-out}
-R=$OUT/r
-mkdir -p "$R/moe-torch"
-deadline=$((SECONDS + ${DEADLINE_S:-560}))
-commit=$(cat COMMIT 2>/dev/null || git rev-parse --short=12 HEAD)
-left() { echo $((deadline - SECONDS)); }
-pack() { tar -czf "$OUT/results.tar.gz" -C "$OUT" r; }
-step() {  # name, timeout seconds, command...: log r/<name>.log; status and time in r/moe-torch/steps.txt
-  local name=$1 limit=$2 t0=$SECONDS; shift 2
-  ((limit > $(left))) && limit=$(left)
-  if ((limit < 10)); then echo "$name skipped: no time left" >>"$R/moe-torch/steps.txt"; return; fi
-  timeout "$limit" "$@" >"$R/$name.log" 2>&1
-  echo "$name rc=$? $((SECONDS - t0)) s (limit $limit s)" >>"$R/moe-torch/steps.txt"
-  pack
-}
-echo "commit $commit, $(date -u +%FT%TZ)" >"$R/moe-torch/steps.txt"
+DEADLINE_S=${DEADLINE_S:-560} TOPIC=moe-torch . scripts/runbook_steps.sh
 # README's build and the GPU tests of the new code and of the fused layer whose launch sequence moved
 # (device.sh writes r/build.log, r/tests-*.log, r/env.txt).
 OUT=$OUT scripts/device.sh build tests:${RUN_TESTS:-MoeGemm,MoeLocalLayer,GemmFp8,MoeLayer,FusedLayer} >"$R/moe-torch/device-1.log" 2>&1

@@ -7,24 +7,7 @@
 #   OUT=... DEADLINE_S=540 results/h200/moe/split-study/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../../.." || exit 1
-export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
-OUT=${OUT:-/tmp/xstage-out}
-R=$OUT/r
-mkdir -p "$R/moe-grid"
-deadline=$((SECONDS + ${DEADLINE_S:-540}))
-commit=$(cat COMMIT 2>/dev/null || git rev-parse --short=12 HEAD)
-steps=$R/moe-grid/steps.txt
-left() { echo $((deadline - SECONDS)); }
-pack() { tar -czf "$OUT/results.tar.gz" -C "$OUT" r; }
-step() {  # name, timeout seconds, command...: log r/<name>.log; status and time in steps.txt
-  local name=$1 limit=$2 t0=$SECONDS; shift 2
-  ((limit > $(left))) && limit=$(left)
-  if ((limit < 10)); then echo "$name skipped: no time left" >>"$steps"; return; fi
-  timeout "$limit" "$@" >"$R/$name.log" 2>&1
-  echo "$name rc=$? $((SECONDS - t0)) s (limit $limit s)" >>"$steps"
-  pack
-}
-echo "commit $commit, $(date -u +%FT%TZ)" >"$steps"
+DEADLINE_S=${DEADLINE_S:-540} TOPIC=moe-grid . scripts/runbook_steps.sh
 OUT=$OUT scripts/device.sh build tests:${RUN_TESTS:-MoeGemm,GemmFp8,MoeLayer,FusedLayer,MoeLocalLayer} \
   >"$R/device-1.log" 2>&1
 cp "$OUT/summary.txt" "$R/device-summary-1.txt" 2>/dev/null
