@@ -3,9 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -13,15 +13,49 @@
 
 namespace xstage::detail {
 
+namespace {
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+}  // namespace
+
+std::optional<DescriptorName> parse_descriptor_name(std::string_view path) {
+  std::string_view fd;
+  DescriptorName name;
+  if (path.starts_with("/dev/fd/")) {
+    fd = path.substr(8);
+  } else if (path.starts_with("/proc/")) {
+    const std::string_view rest = path.substr(6);
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos || !rest.substr(slash).starts_with("/fd/")) return std::nullopt;
+    const std::string_view who = rest.substr(0, slash);
+    if (who != "self" && who != "thread-self") {
+      if (!all_digits(who)) return std::nullopt;
+      name.pid = std::string(who);
+    }
+    fd = rest.substr(slash + 4);
+  } else {
+    return std::nullopt;
+  }
+  if (!all_digits(fd)) return std::nullopt;
+  name.fd = std::string(fd);
+  return name;
+}
+
 std::optional<int> own_descriptor(const std::string& path) {
   if (path == "-" || path == "/dev/stdout") return 1;
   if (path == "/dev/stdin") return 0;
   if (path == "/dev/stderr") return 2;
-  static const std::regex fd_name(R"((?:/dev/fd|/proc/(self|thread-self|([0-9]+))/fd)/([0-9]{1,9}))");
-  std::smatch m;
-  if (!std::regex_match(path, m, fd_name)) return std::nullopt;
-  if (m[2].matched && std::stol(m[2].str()) != long(::getpid())) return std::nullopt;
-  return std::stoi(m[3].str());
+  const std::optional<DescriptorName> name = parse_descriptor_name(path);
+  if (!name || name->fd.size() > 9) return std::nullopt;
+  if (!name->pid.empty()) {
+    // Another process's descriptor is a file to reopen; so is a pid past any this process can have.
+    const size_t first = std::min(name->pid.find_first_not_of('0'), name->pid.size());
+    const std::string_view digits = std::string_view(name->pid).substr(first);
+    if (digits.size() > 18 || std::stol(std::string(digits.empty() ? "0" : digits)) != long(::getpid()))
+      return std::nullopt;
+  }
+  return std::stoi(name->fd);
 }
 
 DescriptorAccess descriptor_access(int fd) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <streambuf>
 #include <string>
+#include <string_view>
 
 namespace xstage::detail {
 
@@ -20,6 +21,16 @@ namespace xstage::detail {
 // /proc/self/fd/N, /proc/thread-self/fd/N and /proc/<this pid>/fd/N; none for
 // any other name (another process's descriptor is a file to reopen).
 std::optional<int> own_descriptor(const std::string& path);
+
+// A descriptor's name by its parts: /dev/fd/N, or /proc/P/fd/N where P is
+// self, thread-self or a process id; digits as written (any count). None for
+// any other name. Parsed by hand: the library takes no C++ regular
+// expressions, which crashed inside a PyTorch process (test_layering.cpp).
+struct DescriptorName {
+  std::string pid;  // the process id's digits; empty for /dev/fd, self and thread-self
+  std::string fd;   // N's digits
+};
+std::optional<DescriptorName> parse_descriptor_name(std::string_view path);
 
 // How a descriptor is open: whether it is open at all, and for reading or
 // writing (fcntl F_GETFL).

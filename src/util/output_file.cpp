@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -39,8 +38,8 @@ struct Destination {
 // under /dev and /proc are what stat() says they are (/dev/null a device,
 // /dev/shm/x a file, /proc/version a file no one may write).
 bool names_a_descriptor(const fs::path& p) {
-  static const std::regex descriptor(R"(/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|thread-self|[0-9]+)/fd/[0-9]+)");
-  return std::regex_match(p.string(), descriptor);
+  const std::string s = p.string();
+  return s == "/dev/stdout" || s == "/dev/stderr" || parse_descriptor_name(s).has_value();
 }
 
 // Follows symlinks by hand (a dangling link names the file to create), so

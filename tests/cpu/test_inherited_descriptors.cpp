@@ -13,8 +13,10 @@
 
 #include "cli_runner.hpp"
 #include "scratch_files.hpp"
+#include "util/descriptor.hpp"
 #include "util/input_file.hpp"
 #include "util/output_file.hpp"
+#include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -141,4 +143,43 @@ TEST(InheritedDescriptors, WriterWritesThroughTheDescriptorAndLeavesItOpen) {
                 " is open only for reading; expected one open for writing (as by the shell's " + std::to_string(ro) +
                 ">FILE)");
   ::close(ro);
+}
+
+// The names, parsed by hand (no std::regex in the library: test_layering.cpp).
+TEST(InheritedDescriptors, NamesAreParsedByTheirParts) {
+  using xstage::detail::own_descriptor;
+  using xstage::detail::parse_descriptor_name;
+  const std::string me = std::to_string(::getpid());
+  EXPECT_EQ(own_descriptor("-"), 1);
+  EXPECT_EQ(own_descriptor("/dev/stderr"), 2);
+  EXPECT_EQ(own_descriptor("/dev/fd/7"), 7);
+  EXPECT_EQ(own_descriptor("/proc/self/fd/12"), 12);
+  EXPECT_EQ(own_descriptor("/proc/thread-self/fd/3"), 3);
+  EXPECT_EQ(own_descriptor("/proc/" + me + "/fd/4"), 4);
+  EXPECT_EQ(own_descriptor("/proc/0" + me + "/fd/4"), 4);  // as the number reads
+  EXPECT_EQ(own_descriptor("/proc/" + me + "1/fd/4"), std::nullopt);  // another process
+  EXPECT_EQ(own_descriptor("/proc/99999999999999999999999/fd/4"), std::nullopt);  // no such pid, no throw
+  EXPECT_EQ(own_descriptor("/dev/fd/1234567890"), std::nullopt);  // more than 9 digits
+  for (const char* bad : {"/dev/fd/", "/dev/fd/3x", "/dev/fd/-3", "/proc/self/fd/", "/proc/self/fdx/3", "/proc/me/fd/3",
+                          "/proc//fd/3", "/proc/self", "/dev/fd", "dev/fd/3", "/dev/fd/3/", "/proc/self/fd/3/4"}) {
+    EXPECT_EQ(parse_descriptor_name(bad), std::nullopt) << bad;
+    EXPECT_EQ(own_descriptor(bad), std::nullopt) << bad;
+  }
+  const auto n = parse_descriptor_name("/proc/123/fd/45");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->pid, "123");
+  EXPECT_EQ(n->fd, "45");
+}
+
+TEST(DeviceInfo, DriverVersionIsTheFirstDottedNumber) {
+  using xstage::first_version_number;
+  EXPECT_EQ(first_version_number("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build "
+                                 " (dvs-builder@U22)  Thu Oct 16\nGCC version:  gcc version 13.3.0"),
+            "580.159.04");
+  EXPECT_EQ(first_version_number("v 12 535.54 x"), "535.54");
+  EXPECT_EQ(first_version_number("1.2.3.4"), "1.2.3");
+  EXPECT_EQ(first_version_number("a12.b 7.x 8.9."), "8.9");
+  EXPECT_EQ(first_version_number("x1234.5"), "1234.5");
+  EXPECT_EQ(first_version_number("no version. 3."), "");
+  EXPECT_EQ(first_version_number(""), "");
 }

@@ -55,3 +55,32 @@ TEST(Layering, LibraryIncludesNoHarnessOrCommandHeader) {
   for (const auto& b : bad) list += "\n  " + b;
   EXPECT_TRUE(bad.empty()) << "library files include harness or command headers:" << list;
 }
+
+// The libraries that Python loads (libxstage_torch.so: the library;
+// libxstage_moe.so: the library and the harness) take no std::regex: on the
+// GPU machine, compiling one inside a PyTorch process crashed (SIGSEGV in
+// the regex compiler's bracket matcher, under device_info: the first
+// expert-parallel xstage.MoE call; results/h200/moe-torch/ep-shared-gpu/).
+// The command line, its own process, may.
+TEST(Layering, NoStdRegexInWhatPythonLoads) {
+  const fs::path root = XSTAGE_SOURCE_DIR;
+  std::vector<std::string> bad;
+  int files = 0;
+  for (const char* folder : {"include/xstage", "src/runtime", "src/device", "src/model", "src/sim", "src/fit",
+                             "src/layout", "src/util", "src/capi", "src/harness"}) {
+    ASSERT_TRUE(fs::is_directory(root / folder)) << folder;
+    for (const auto& entry : fs::recursive_directory_iterator(root / folder)) {
+      if (!entry.is_regular_file() || !is_source(entry.path())) continue;
+      ++files;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n)
+        if (line.find("<regex>") != std::string::npos || line.find("std::regex") != std::string::npos)
+          bad.push_back(fs::relative(entry.path(), root).string() + ":" + std::to_string(n) + ": " + line);
+    }
+  }
+  EXPECT_GT(files, 100);
+  std::string list;
+  for (const auto& b : bad) list += "\n  " + b;
+  EXPECT_TRUE(bad.empty()) << "std::regex in a library Python loads:" << list;
+}

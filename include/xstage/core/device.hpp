@@ -2,6 +2,7 @@
 // What GPU (if any) this process sees. Safe to call on a machine without a GPU
 // or without a driver: it then reports zero devices.
 #include <string>
+#include <string_view>
 
 namespace xstage {
 
@@ -17,6 +18,10 @@ struct DeviceInfo {
 
 int cuda_device_count();  // 0 where there is no usable GPU
 DeviceInfo device_info(int index);
+
+// The first "A.B" or "A.B.C" of decimal digits in s ("" if none): the driver's
+// version in /proc/driver/nvidia/version.
+std::string first_version_number(std::string_view s);
 
 // Throws xstage::Error "<what>: <cuda error string> (<file>:<line>)" on failure.
 void check_cuda(int status, const char* what, const char* file, int line);

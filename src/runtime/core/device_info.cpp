@@ -3,8 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <fstream>
-#include <regex>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -27,14 +27,35 @@ int cuda_device_count() {
   return n;
 }
 
+std::string first_version_number(std::string_view s) {
+  auto digits_from = [&](size_t i) {
+    size_t j = i;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
+    return j;
+  };
+  for (size_t i = 0; i < s.size();) {
+    if (s[i] < '0' || s[i] > '9') {
+      ++i;
+      continue;
+    }
+    const size_t run_end = digits_from(i);
+    // A run of digits, a dot and digits: the version; a second dot and digits extend it.
+    if (run_end + 1 < s.size() && s[run_end] == '.' && digits_from(run_end + 1) > run_end + 1) {
+      size_t end = digits_from(run_end + 1);
+      if (end + 1 < s.size() && s[end] == '.' && digits_from(end + 1) > end + 1) end = digits_from(end + 1);
+      return std::string(s.substr(i, end - i));
+    }
+    i = run_end;
+  }
+  return "";
+}
+
 namespace {
 std::string driver_version() {
   std::ifstream f("/proc/driver/nvidia/version");
   std::stringstream ss;
   ss << f.rdbuf();
-  std::smatch m;
-  const std::string s = ss.str();
-  if (std::regex_search(s, m, std::regex(R"((\d+\.\d+(\.\d+)?))"))) return m[1];
+  if (std::string v = first_version_number(ss.str()); !v.empty()) return v;
   int v = 0;
   if (cudaDriverGetVersion(&v) == cudaSuccess) return fmt::format("cuda-driver-api-{}", v);
   return "unknown";
