@@ -5,10 +5,6 @@ XSTAGE_REQUIRE_GPU (scripts/device.sh sets it to the machine's GPU count)
 says the machine has as many as the test needs: there it fails. The process group is made once per
 session: NCCL over every rank under torchrun, else NCCL over one rank on a GPU
 machine, else gloo over one rank (CPU tests only trace with fake tensors).
-XSTAGE_TEST_SHARE_GPU=1 under torchrun puts ranks on GPU LOCAL_RANK modulo the
-GPUs there are, over gloo (NCCL refuses two ranks on one GPU): the multi-rank
-tests then run as processes that time-slice one GPU, which checks the
-multi-rank code on a one-GPU machine but says nothing of its speed.
 """
 import datetime
 import os
@@ -17,22 +13,6 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-
-
-def sharing_gpus():
-    """Whether the torchrun ranks share GPUs (XSTAGE_TEST_SHARE_GPU=1; see the module's docstring)."""
-    return os.environ.get("XSTAGE_TEST_SHARE_GPU", "") == "1" and "WORLD_SIZE" in os.environ
-
-
-def rank_gpu():
-    """This process's GPU: LOCAL_RANK, modulo the GPUs there are where ranks share them."""
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    return local % torch.cuda.device_count() if sharing_gpus() else local
-
-
-def require_rank_gpus(n):
-    """One GPU a rank for n ranks, or one GPU in all where ranks share them."""
-    require_gpus(1 if sharing_gpus() else n)
 
 
 def require_gpus(n=1):
@@ -58,7 +38,7 @@ def library_or_skip():
 @pytest.fixture
 def cuda():
     require_gpus(1)
-    torch.cuda.set_device(rank_gpu())
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device("cuda", torch.cuda.current_device())
 
 
@@ -75,13 +55,10 @@ def group():
         timeout = datetime.timedelta(seconds=120)
         if "WORLD_SIZE" in os.environ:  # torchrun
             world = int(os.environ["WORLD_SIZE"])
-            require_rank_gpus(world)
-            torch.cuda.set_device(rank_gpu())
-            if sharing_gpus():
-                dist.init_process_group("gloo", timeout=timeout)
-            else:
-                dist.init_process_group("nccl", timeout=timeout,
-                                        device_id=torch.device("cuda", torch.cuda.current_device()))
+            require_gpus(world)
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("nccl", timeout=timeout,
+                                    device_id=torch.device("cuda", torch.cuda.current_device()))
         elif torch.cuda.is_available():
             dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
                                     timeout=timeout, device_id=torch.device("cuda", 0))

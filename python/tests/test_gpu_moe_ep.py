@@ -7,16 +7,14 @@ bits on a second call; T varying per rank (0 included); CUDA graph replays
 with new tokens and routing; torch.compile(fullgraph=True); T > tokens_max;
 the sizes report; a rank whose peer never runs raises naming rank, flag and
 values. Skips with fewer than 2 ranks or GPUs (fails where
-XSTAGE_REQUIRE_GPU says the machine has them). On one GPU, two processes
-time-slicing it over gloo (conftest.py):
-    XSTAGE_TEST_SHARE_GPU=1 torchrun --nproc-per-node 2 -m pytest python/tests/test_gpu_moe_ep.py"""
+XSTAGE_REQUIRE_GPU says the machine has them)."""
 import pytest
 import torch
 import torch.distributed as dist
 
 import xstage
 from xstage.reference import moe_torch
-from conftest import require_rank_gpus
+from conftest import require_gpus
 from test_gpu_moe_layer import ref_fp32, rel_err, routing, tokens, weights
 
 BF16 = torch.bfloat16
@@ -29,7 +27,7 @@ def pg(group, cuda):
     if P < 2:
         pytest.skip("needs a group of >= 2 ranks: torchrun --nproc-per-node 2 -m pytest "
                     "python/tests/test_gpu_moe_ep.py")
-    require_rank_gpus(P)
+    require_gpus(P)
     return group
 
 

@@ -108,19 +108,17 @@ def _offset_in_allocation(tensor, handle, group, world, rank):
 
 
 class _EpBuffers:
-    """One shape's buffers on one group, made once (collectively): the
-    symmetric allocation [x_send | routes | counts | combine | flags], this
-    rank's workspace (both zeroed before the rendezvous), the [5][P] device
-    table of every rank's areas, and the records' host copy."""
+    """One shape's buffers of one rank: the symmetric allocation [x_send |
+    routes | counts | combine | flags] (given, zeroed), this rank's workspace
+    (zeroed), the kernels loaded, the records' host copy; then connect()
+    with the [5][P] device table of every rank's areas. make_buffers() does
+    both over a process group."""
 
-    def __init__(self, group, world, rank, device, dims, timeout_s):
-        import torch.distributed._symmetric_memory as symm_mem
-
+    def __init__(self, world, rank, device, dims, timeout_s, sym):
         self.dims, self.timeout_s, self.rank, self.world = tuple(dims), float(timeout_s), rank, world
         lo = self.layout = layout(dims, timeout_s)
         T_max, H, _, _, k = dims[:5]
-        self.sym = symm_mem.empty(lo["symmetric_bytes"], dtype=torch.uint8, device=device)
-        self.sym.zero_()
+        self.sym = sym
         self.workspace = torch.zeros(lo["workspace_bytes"], dtype=torch.uint8, device=device)
         self.x_send = self._view(self.sym, lo["x_send"], T_max * H * 2, torch.bfloat16, (T_max, H))
         self.ids = self._view(self.workspace, lo["topk_ids"], T_max * k * 4, torch.int32, (T_max, k))
@@ -131,20 +129,21 @@ class _EpBuffers:
         self.records_pending = False
         self.calls = 0
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.tables = None
         dims_ptr, keep = _lib.i64_array(list(dims))
         with torch.cuda.device(device):
             _lib.call("xstage_torch_moe_ep_prepare", dims_ptr, self.timeout_s)
-        # Every rank's areas are zero before any rank enters the rendezvous,
-        # which returns once all have entered: no flag or row lands in
-        # memory that is still to be zeroed.
-        torch.cuda.current_stream(device).synchronize()
-        self.handle = symm_mem.rendezvous(self.sym, group)
-        base = _offset_in_allocation(self.sym, self.handle, group, world, rank)
-        areas = [lo[a] for a in ("x_send", "routes", "counts", "combine", "flags")]
-        self.tables = torch.tensor([[p + base + a for p in self.handle.buffer_ptrs] for a in areas],
-                                   dtype=torch.int64).to(device)
-        torch.cuda.current_stream(device).synchronize()
         del keep
+
+    def area_tables(self, bases):
+        """The [5][P] int64 device table of every rank's areas from the ranks'
+        symmetric buffers' addresses (bases[p])."""
+        lo = self.layout
+        areas = [lo[a] for a in ("x_send", "routes", "counts", "combine", "flags")]
+        return torch.tensor([[p + a for p in bases] for a in areas], dtype=torch.int64).to(self.sym.device)
+
+    def connect(self, tables):
+        self.tables = tables
 
     @staticmethod
     def _view(t, offset, nbytes, dtype, shape):
@@ -157,6 +156,25 @@ class _EpBuffers:
         return ""
 
 
+def make_buffers(group, world, rank, device, dims, timeout_s):
+    """A rank's _EpBuffers over a process group (collective): the symmetric
+    allocation from torch symmetric memory, exchanged by its rendezvous."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    sym = symm_mem.empty(layout(dims, timeout_s)["symmetric_bytes"], dtype=torch.uint8, device=device)
+    sym.zero_()
+    bufs = _EpBuffers(world, rank, device, dims, timeout_s, sym)
+    # Every rank's areas are zero before any rank enters the rendezvous,
+    # which returns once all have entered: no flag or row lands in
+    # memory that is still to be zeroed.
+    torch.cuda.current_stream(device).synchronize()
+    bufs.handle = symm_mem.rendezvous(sym, group)
+    base = _offset_in_allocation(sym, bufs.handle, group, world, rank)
+    bufs.connect(bufs.area_tables([p + base for p in bufs.handle.buffer_ptrs]))
+    torch.cuda.current_stream(device).synchronize()
+    return bufs
+
+
 class _EpState:
     """What the op needs of a module: group, rank, sizes, schedule choices;
     the buffers it has used; plans by token count."""
@@ -167,15 +185,23 @@ class _EpState:
         self.buffers = None
         self.plans = {}
 
+    def key(self, device):
+        return (self.group.group_name, device.index) + self.dims + (self.timeout_s,)
+
+    def use_buffers(self, bufs, device):
+        """Buffers made and connected by the caller (several ranks emulated in
+        one process: python/tests/test_gpu_moe_ep_emulated.py)."""
+        _BUFFERS[self.key(device)] = bufs
+
     def buffers_for(self, device):
-        key = (self.group.group_name, device.index) + self.dims + (self.timeout_s,)
+        key = self.key(device)
         bufs = _BUFFERS.get(key)
         if bufs is None:
             if torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
                     f"{MODULE}: the first call makes and exchanges the layer's symmetric buffers, a collective "
                     "that cannot run under CUDA graph capture: call the module once before capturing")
-            bufs = _BUFFERS[key] = _EpBuffers(self.group, self.world, self.rank, device, self.dims, self.timeout_s)
+            bufs = _BUFFERS[key] = make_buffers(self.group, self.world, self.rank, device, self.dims, self.timeout_s)
         self.buffers = bufs
         return bufs
 
