@@ -140,7 +140,8 @@ class Vdev:
         (T, k), name = ids.shape, self.g.group_name
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)
-        self.in_splits.copy_(torch.bincount(flat, minlength=self.E))
+        # Counts on the device: bincount reads the ids' range on the host, which graph capture refuses.
+        self.in_splits.zero_().scatter_add_(0, flat.long(), torch.ones_like(flat, dtype=torch.int64))
         self.inp[:T * k].copy_(x.index_select(0, order // k))
         torch.ops.symm_mem.all_to_all_vdev_2d(self.inp, self.out, self.in_splits, self.out_so, name,
                                               major_align=self.ALIGN)

@@ -138,3 +138,26 @@ def test_a_rank_whose_peer_never_runs_raises_naming_rank_flag_and_values(emulate
     with pytest.raises(RuntimeError, match=r"dispatch wait timed out: rank 0 waited on flag \d+ \(the counts of "
                                            r"source 1\) for \d+ ns: expected >= 1, saw 0"):
         moes[0].check_timeouts()
+
+
+def test_bad_input_on_one_rank_raises_there_and_leaves_the_ranks_in_step(emulated):
+    dev = emulated
+    H, I, E, k, T = 1024, 512, 16, 4, 80
+    w13, w2, moes = setup(dev, H, I, E, k, T, timeout_s=5.0)
+    streams = [torch.cuda.Stream() for _ in range(P)]
+    ins = [inputs(dev, T, H, E, k, 6, r) for r in range(P)]
+    bad = ins[0][1].clone()
+    bad[5, 2] = E
+
+    def rank0_bad():
+        with pytest.raises(ValueError, match=r"topk_ids\[5, 2\] = 16: expected an expert id in 0 \.\. 15"):
+            moes[0](ins[0][0], bad, ins[0][2])  # rank 0 still takes part, with no tokens
+        return None
+
+    _, out1 = run_ranks([rank0_bad, lambda: moes[1](*ins[1])], streams)
+    check(out1, *ins[1][:1], w13, w2, *ins[1][1:])  # rank 1's pairs on rank 0's experts were served
+    outs = run_ranks([lambda m=m, a=a: m(*a) for m, a in zip(moes, ins)], streams)  # the next call, in step
+    for r in range(P):
+        check(outs[r], *ins[r][:1], w13, w2, *ins[r][1:])
+    for m in moes:
+        m.check_timeouts()

@@ -179,6 +179,25 @@ def test_bad_ids_refused_eagerly_and_left_out_on_the_device(cuda):
     assert unchecked.routing_error() is None  # read and cleared
 
 
+def test_a_first_call_under_inference_mode_leaves_a_record_later_calls_can_clear(cuda, monkeypatch):
+    # Serving code often runs its first call under torch.inference_mode(); the device's routing record made
+    # then is cleared in place by routing_error(), inside inference mode or not.
+    from xstage import moe_local
+    monkeypatch.setattr(moe_local, "_RECORDS", {})  # as in a fresh process: the first call makes the record
+    T, H, I, E, k = 40, 256, 128, 4, 2
+    w13, w2 = weights(cuda, E, H, I, 21)
+    x = tokens(cuda, T, H, 22)
+    ids, wts = routing(cuda, T, E, k, 23)
+    moe = xstage.MoE(w13, w2, check_ids=False)
+    bad = ids.clone()
+    bad[3, 0] = E
+    with torch.inference_mode():
+        moe(x, bad, wts)
+    msg = moe.routing_error()  # clears the record in place, outside inference mode
+    assert msg is not None and "topk_ids[3, 0]" in msg, msg
+    assert moe.routing_error() is None
+
+
 def test_no_tokens_and_tokens_max(cuda):
     w13, w2 = weights(cuda, 2, 256, 128, 16)
     moe = xstage.MoE(w13, w2, tokens_max=64)

@@ -159,3 +159,16 @@ def test_a_new_shape_under_capture_is_refused(pg):
         with torch.cuda.graph(g):
             torch.ops.xstage.ulysses_attention(qh, qh, qh, fused._id, P, rank, None)
     torch.cuda.synchronize()
+
+
+def test_a_first_call_under_inference_mode_leaves_buffers_later_calls_can_write(pg):
+    # Serving code often runs its first (warm-up) call under torch.inference_mode(); the shape's buffers made
+    # then are written in place by every later call, inside inference mode or not.
+    prob = Problem(pg, 1, 1111, 4, 64, seed=11)  # a shape no other test uses: its buffers are made here
+    fused = xstage.UlyssesAttention(pg)
+    with torch.inference_mode():
+        first = fused(*prob.shards, seq_len=prob.S)
+    again = fused(*prob.shards, seq_len=prob.S)
+    fused.check_timeouts()  # clears the timeout record in place too
+    assert torch.equal(first, again)
+    check(pg, prob, again)

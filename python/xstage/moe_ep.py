@@ -201,7 +201,11 @@ class _EpState:
                 raise RuntimeError(
                     f"{MODULE}: the first call makes and exchanges the layer's symmetric buffers, a collective "
                     "that cannot run under CUDA graph capture: call the module once before capturing")
-            bufs = _BUFFERS[key] = make_buffers(self.group, self.world, self.rank, device, self.dims, self.timeout_s)
+            # Plain tensors even when the first call is under torch.inference_mode(): later calls outside it
+            # copy into them in place, which inference tensors refuse.
+            with torch.inference_mode(False):
+                bufs = _BUFFERS[key] = make_buffers(self.group, self.world, self.rank, device, self.dims,
+                                                    self.timeout_s)
         self.buffers = bufs
         return bufs
 
@@ -309,7 +313,16 @@ def check_call(op, x, w13, w2, topk_ids, topk_weights, dims):
         if tuple(t.shape) != (T, k):
             raise ValueError(f"{op}: {name}: expected shape [T, k] = {(T, k)} (T of x, the module's topk), got "
                              f"{tuple(t.shape)}")
-    for name, t in (("w13", w13), ("w2", w2)):  # the module's buffers: a model's .to(dtype) casts them too
+    check_weights(op, w13, w2, dims)
+    _checks.check_one_device(op, ("x", "w13", "w2", "topk_ids", "topk_weights"), (x, w13, w2, topk_ids, topk_weights))
+
+
+def check_weights(op, w13, w2, dims):
+    """The module's buffers (a model's .to(dtype) casts them too): bf16,
+    contiguous, this rank's experts' shapes; TypeError or ValueError."""
+    _, H, I, E, _, P = dims[:6]
+    E_loc = E // P
+    for name, t in (("w13", w13), ("w2", w2)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or not t.is_contiguous():
             raise TypeError(f"{op}: {name}: expected a contiguous torch.bfloat16 tensor, got "
                             f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}"
@@ -317,7 +330,6 @@ def check_call(op, x, w13, w2, topk_ids, topk_weights, dims):
     if tuple(w13.shape) != (E_loc, 2 * I, H) or tuple(w2.shape) != (E_loc, H, I):
         raise ValueError(f"{op}: w13, w2: expected this rank's experts {(E_loc, 2 * I, H)} and {(E_loc, H, I)}, got "
                          f"{tuple(w13.shape)} and {tuple(w2.shape)}")
-    _checks.check_one_device(op, ("x", "w13", "w2", "topk_ids", "topk_weights"), (x, w13, w2, topk_ids, topk_weights))
 
 
 class ExpertParallel:
@@ -343,10 +355,34 @@ class ExpertParallel:
         _states[self.id] = self.state
 
     def __call__(self, x, w13, w2, topk_ids, topk_weights, check_ids):
-        check_call(MODULE, x, w13, w2, topk_ids, topk_weights, self.dims)
-        if check_ids and ids_readable(topk_ids):
-            check_id_values(MODULE, topk_ids, self.dims[3])
+        try:
+            check_call(MODULE, x, w13, w2, topk_ids, topk_weights, self.dims)
+            if check_ids and ids_readable(topk_ids):
+                check_id_values(MODULE, topk_ids, self.dims[3])
+        except (TypeError, ValueError):
+            self._keep_in_step(w13, w2)
+            raise
         return torch.ops.xstage.moe_layer_ep(*detached(MODULE, x, w13, w2, topk_ids, topk_weights), self.id)
+
+    def _keep_in_step(self, w13, w2):
+        """Before a rank's bad input raises: the call the other ranks wait for,
+        with no tokens of this rank (its experts still serve theirs). A rank
+        that skipped a call would leave every later call of the group waiting
+        on an epoch it never reaches. Eager calls only (a trace or a capture
+        that raises does not run); not with bad weights, which the module's
+        ranks share."""
+        try:
+            check_weights(MODULE, w13, w2, self.dims)
+        except (TypeError, ValueError):
+            return
+        if w13.device.type != "cuda" or w2.device != w13.device or torch.compiler.is_compiling() \
+                or torch.cuda.is_current_stream_capturing():
+            return
+        H, k = self.dims[1], self.dims[4]
+        dev = w13.device
+        none = torch.empty((0, H), dtype=torch.bfloat16, device=dev)
+        torch.ops.xstage.moe_layer_ep(none, w13.detach(), w2.detach(), torch.empty((0, k), dtype=torch.int32, device=dev),
+                                      torch.empty((0, k), dtype=torch.float32, device=dev), self.id)
 
     def prepare(self, device):
         """Makes the buffers now (collective) rather than in the first call."""

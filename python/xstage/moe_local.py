@@ -137,7 +137,9 @@ def _record(device):
     (a capture with none yet runs without one: call once eagerly first)."""
     rec = _RECORDS.get(device)
     if rec is None and not torch.cuda.is_current_stream_capturing():
-        rec = _RECORDS[device] = torch.zeros(8, dtype=torch.int32, device=device)
+        # A plain tensor even under torch.inference_mode(): moe_routing_error clears it in place, maybe outside.
+        with torch.inference_mode(False):
+            rec = _RECORDS[device] = torch.zeros(8, dtype=torch.int32, device=device)
     return rec
 
 
@@ -290,7 +292,10 @@ class MoE(torch.nn.Module):
     profile: an embedded profile's name or a profile file (None: h200-peer);
     tile: 'auto', 'm128n256' or 'm64n256'; timeout_s: every cross-rank wait's
     limit (check_timeouts() raises naming rank, flag and values; eager calls
-    also raise on a later call)."""
+    also raise on a later call). Bad input on one rank (ids, shapes, dtypes)
+    raises a ValueError or TypeError there after that rank has taken part in
+    the call with no tokens of its own: the other ranks' call completes and
+    every rank's next call is in step."""
 
     def __init__(self, w13, w2, *, interleaved=False, group=None, tokens_max=None, check_ids=True, topk=None,
                  num_experts=None, schedule="model-guided", profile=None, tile="auto", timeout_s=10.0):

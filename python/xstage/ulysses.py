@@ -149,7 +149,10 @@ class _FusedState:
                     f"{OP}: the first call with shape B = {B}, S = {S}, H = {H}, D = {D} makes and exchanges "
                     "this shape's symmetric buffers, a collective that cannot run under CUDA graph capture: "
                     "call the module once with this shape before capturing")
-            bufs = _BUFFERS[key] = _Buffers(self, q.device, B, S, H, D)
+            # Plain tensors even when the first call is under torch.inference_mode(): later calls outside it
+            # write into them in place, which inference tensors refuse.
+            with torch.inference_mode(False):
+                bufs = _BUFFERS[key] = _Buffers(self, q.device, B, S, H, D)
         self.buffers[key] = bufs
         return bufs
 
