@@ -184,6 +184,7 @@ class _EpState:
         self.dims, self.schedule, self.profile, self.timeout_s = tuple(dims), schedule, profile, float(timeout_s)
         self.buffers = None
         self.plans = {}
+        self.dims_ptr, self._dims_keep = _lib.i64_array(list(self.dims))  # made once: every call passes it
 
     def key(self, device):
         return (self.group.group_name, device.index) + self.dims + (self.timeout_s,)
@@ -212,39 +213,46 @@ class _EpState:
     def plan(self, T, sms):
         got = self.plans.get(T)
         if got is None:
-            dims_ptr, keep = _lib.i64_array(list(self.dims))
             out = (ctypes.c_double * 5)()
-            _lib.call("xstage_torch_moe_ep_plan", dims_ptr, self.timeout_s, T, self.schedule,
+            _lib.call("xstage_torch_moe_ep_plan", self.dims_ptr, self.timeout_s, T, self.schedule,
                       (self.profile or "").encode(), sms, out)
             if len(self.plans) >= 4096:  # a server's token counts vary without end: start over
                 self.plans.clear()
             got = self.plans[T] = out
-            del keep
         return got
 
     def check_timeouts(self, synchronize=True):
         """Raises RuntimeError naming rank, flag and values if a wait of any
         call so far timed out (or bad routing reached the device); reported
         once, then cleared. synchronize=False: only a record already back."""
+        msg = self.take_report(synchronize)
+        if msg:
+            raise RuntimeError(msg)
+
+    def take_report(self, synchronize):
+        """check_timeouts' message, or "" (cleared once taken)."""
         bufs = self.buffers
         if bufs is None:
-            return
+            return ""
         if synchronize:
             torch.cuda.synchronize(bufs.records.device)
             bufs.records_host.copy_(bufs.records)
         elif not (bufs.records_pending and bufs.records_event.query()):
-            return
+            return ""
         bufs.records_pending = False
         msg = bufs.message(self.dims[3], bufs.records_host)
-        if msg:
-            bufs.records.zero_()
-            bufs.records_host.zero_()
-            raise RuntimeError(f"{MODULE}: {msg}")
+        if not msg:
+            return ""
+        bufs.records.zero_()
+        bufs.records_host.zero_()
+        return f"{MODULE}: {msg}"
 
     def forward(self, x, w13, w2, topk_ids, topk_weights):
         capturing = torch.cuda.is_current_stream_capturing()
-        if not capturing:
-            self.check_timeouts(synchronize=False)
+        # An earlier call's timeout is raised after this call has run: a rank
+        # that raised first would skip a call the others make, and every later
+        # wait of the group would then be an epoch apart.
+        late = "" if capturing else self.take_report(synchronize=False)
         bufs = self.buffers_for(x.device)
         T, H = x.shape
         bufs.x_send[:T].copy_(x)
@@ -257,10 +265,9 @@ class _EpState:
         # its expert rows): one row keeps the pointer valid.
         out = torch.empty((max(T, 1), H), dtype=torch.bfloat16, device=x.device)
         plan = self.plan(T, bufs.sms)
-        dims_ptr, keep = _lib.i64_array(list(self.dims))
         stream = torch.cuda.current_stream(x.device)
         with torch.cuda.device(x.device):
-            _lib.call("xstage_torch_moe_ep_forward", dims_ptr, self.timeout_s, self.rank, bufs.tables.data_ptr(),
+            _lib.call("xstage_torch_moe_ep_forward", self.dims_ptr, self.timeout_s, self.rank, bufs.tables.data_ptr(),
                       bufs.workspace.data_ptr(), bufs.workspace.numel(), w13.data_ptr(), w2.data_ptr(),
                       out.data_ptr(), T, plan, bufs.sms, stream.cuda_stream)
         if not capturing:
@@ -269,7 +276,8 @@ class _EpState:
                 bufs.records_host.copy_(bufs.records, non_blocking=True)
                 bufs.records_event.record(stream)
                 bufs.records_pending = True
-        del keep
+        if late:
+            raise RuntimeError(late)
         return out[:T]
 
 
