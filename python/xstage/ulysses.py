@@ -99,6 +99,9 @@ class _Buffers:
             return ""
         self.record_pending = False
         msg = _describe_timeout(self.record_host)
+        if msg:  # reported once, as check_timeouts does: cleared, so the next copy does not report it again
+            self.record.zero_()
+            self.record_host.zero_()
         return msg
 
 
@@ -161,6 +164,12 @@ class _FusedState:
         (its output is then incomplete). synchronize: wait for the device first;
         then a timeout is reported once (the record is cleared, as the C++
         runtime does), so later calls are not blamed for it."""
+        msg = self.take_report(synchronize)
+        if msg:
+            raise RuntimeError(msg)
+
+    def take_report(self, synchronize):
+        """check_timeouts' message, or "" (cleared once taken)."""
         for bufs in self.buffers.values():
             if synchronize:
                 torch.cuda.synchronize(bufs.record.device)
@@ -172,7 +181,8 @@ class _FusedState:
             else:
                 msg = bufs.timeout_message()
             if msg:
-                raise RuntimeError(f"{OP}: {msg}")
+                return f"{OP}: {msg}"
+        return ""
 
     def fused(self, q, k, v, scale):
         B, S, S_kv, Hl, D = _checks.check_qkv(OP, q, k, v)
@@ -182,8 +192,9 @@ class _FusedState:
         _checks.check_scale(OP, scale)
         H = Hl * self.world
         capturing = torch.cuda.is_current_stream_capturing()
-        if not capturing:
-            self.check_timeouts(synchronize=False)
+        # An earlier call's timeout is raised after this call has run: a rank
+        # that raised first would skip a call (and an epoch) the others make.
+        late = "" if capturing else self.take_report(synchronize=False)
         bufs = self.buffers_for(q, B, S, H, D)
         q, qs = _checks.kernel_layout(q)
         k, ks = _checks.kernel_layout(k)
@@ -211,6 +222,8 @@ class _FusedState:
                 bufs.record_event.record(stream)
                 bufs.record_pending = True
         del shape_keep, strides_keep
+        if late:
+            raise RuntimeError(late)
         return out
 
 
