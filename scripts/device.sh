@@ -448,8 +448,8 @@ stage_torch() {  # install, tests on one GPU and on every GPU, README's example,
   fi
   export PYTHONPATH=$site/xs:$site/deps${PYTHONPATH:+:$PYTHONPATH}
   timed torch-tests 240 python3 -m pytest -q -p no:cacheprovider --timeout 150 python/tests
-  timed torch-tests-x$ngpu 240 torchrun --nproc-per-node "$ngpu" -m pytest -q -p no:cacheprovider --timeout 150 \
-    python/tests/test_gpu_ulysses.py
+  timed torch-tests-x$ngpu 420 torchrun --nproc-per-node "$ngpu" -m pytest -q -p no:cacheprovider --timeout 150 \
+    python/tests/test_gpu_ulysses.py python/tests/test_gpu_moe_ep.py
   awk '/^## From PyTorch/{f=1} f && /^```python/{p=1; next} p && /^```/{exit} p' README.md >/tmp/readme_example.py
   timed torch-readme 120 torchrun --nproc-per-node "$ngpu" /tmp/readme_example.py
   if [ -n "$wheel" ]; then
