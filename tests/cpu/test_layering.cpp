@@ -61,7 +61,9 @@ TEST(Layering, LibraryIncludesNoHarnessOrCommandHeader) {
 // GPU machine, compiling one inside a PyTorch process crashed (SIGSEGV in
 // the regex compiler's bracket matcher, under device_info: the first
 // expert-parallel xstage.MoE call; results/h200/moe-torch/ep-shared-gpu/).
-// The command line, its own process, may.
+// The command line, its own process, may. (The libraries also export their
+// C ABI alone, so that none of their C++ symbols meets torch's: the test
+// capi_exports, scripts/check_exports.sh.)
 TEST(Layering, NoStdRegexInWhatPythonLoads) {
   const fs::path root = XSTAGE_SOURCE_DIR;
   std::vector<std::string> bad;
