@@ -8,6 +8,8 @@ with new tokens and routing; torch.compile(fullgraph=True); T > tokens_max;
 the sizes report; a rank whose peer never runs raises naming rank, flag and
 values. Skips with fewer than 2 ranks or GPUs (fails where
 XSTAGE_REQUIRE_GPU says the machine has them)."""
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -55,35 +57,46 @@ def check(out, x, w13, w2, ids, wts):
     assert rel_err(out, want) < max(2 * rel_err(baseline, want), 1e-2), (rel_err(out, want), rel_err(baseline, want))
 
 
-def every_rank_passed(pg, failures):
-    """Each rank makes all of a test's calls (the layer's device epochs stay
-    in step, so one rank's failure does not time out the tests after it);
-    then every rank fails if any did, with this rank's failures."""
+@contextlib.contextmanager
+def agreed(pg):
+    """A test's body on every rank, then one verdict for all: the failures
+    recorded (and an exception that left the body) are counted across the
+    ranks, and every rank fails if any did, with its own failures. No rank
+    leaves a test early while the others still call the layer (its device
+    epochs would fall out of step) or wait in a collective."""
+    failures = []
+    try:
+        yield failures
+    except Exception as e:  # noqa: BLE001 -- any failure; the verdict below is every rank's
+        failures.append(f"{type(e).__name__}: {e}")
     bad = torch.tensor([len(failures)], dtype=torch.int32, device=torch.cuda.current_device())
     dist.all_reduce(bad, group=pg)
     assert not failures and int(bad) == 0, f"rank {dist.get_rank()}: {failures or 'another rank failed'}"
 
 
-def recorded(failures, what, check_fn, *args):
+def recorded(failures, what, fn, *args):
+    """fn(*args); an exception is recorded as a failure, and the body goes on."""
     try:
-        check_fn(*args)
-    except AssertionError as e:
-        failures.append(f"{what}: {e}")
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001
+        failures.append(f"{what}: {type(e).__name__}: {e}")
+        return None
 
 
 @pytest.mark.parametrize("H,I,E,k", SHAPES)
 @pytest.mark.parametrize("schedule", ["model-guided", "interleaved", "expert-wave"])
 def test_matches_the_reference_and_repeats_bit_for_bit(pg, H, I, E, k, schedule):
     dev, w13, w2, moe = setup(pg, H, I, E, k, 300, schedule=schedule)
-    failures = []
-    for seed, T in enumerate([300, 1 + 97 * dist.get_rank(), 0 if dist.get_rank() == 0 else 5, 256]):
-        x, ids, wts = inputs(dev, T, H, E, k, seed)
-        out = moe(x, ids, wts)
-        recorded(failures, f"T = {T}", check, out, x, w13, w2, ids, wts)
-        if not torch.equal(moe(x, ids, wts), out):
-            failures.append(f"T = {T}: a second call differs")
-    moe.check_timeouts()
-    every_rank_passed(pg, failures)
+    with agreed(pg) as failures:
+        for seed, T in enumerate([300, 1 + 97 * dist.get_rank(), 0 if dist.get_rank() == 0 else 5, 256]):
+            x, ids, wts = inputs(dev, T, H, E, k, seed)
+            out = recorded(failures, f"T = {T}, first call", moe, x, ids, wts)
+            again = recorded(failures, f"T = {T}, second call", moe, x, ids, wts)
+            if out is not None and again is not None:
+                recorded(failures, f"T = {T}", check, out, x, w13, w2, ids, wts)
+                if not torch.equal(again, out):
+                    failures.append(f"T = {T}: a second call differs")
+        moe.check_timeouts()
 
 
 def test_cuda_graph_replays_with_new_tokens(pg):
@@ -95,17 +108,18 @@ def test_cuda_graph_replays_with_new_tokens(pg):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         static_out = moe(x, ids, wts)
-    failures = []
-    for seed in range(1, 5):
-        nx, nids, nwts = inputs(dev, T, H, E, k, seed)
-        x.copy_(nx), ids.copy_(nids), wts.copy_(nwts)
-        g.replay()
-        eager = moe(x, ids, wts)  # eager calls and replays interleave: one epoch counter on the device
-        if not torch.equal(static_out, eager):
-            failures.append(f"seed {seed}: the replay differs from the eager call")
-        recorded(failures, f"seed {seed}", check, eager, x, w13, w2, ids, wts)
-    moe.check_timeouts()
-    every_rank_passed(pg, failures)
+    with agreed(pg) as failures:
+        for seed in range(1, 5):
+            nx, nids, nwts = inputs(dev, T, H, E, k, seed)
+            x.copy_(nx), ids.copy_(nids), wts.copy_(nwts)
+            g.replay()
+            # eager calls and replays interleave: one epoch counter on the device
+            eager = recorded(failures, f"seed {seed}, eager call", moe, x, ids, wts)
+            if eager is not None:
+                if not torch.equal(static_out, eager):
+                    failures.append(f"seed {seed}: the replay differs from the eager call")
+                recorded(failures, f"seed {seed}", check, eager, x, w13, w2, ids, wts)
+        moe.check_timeouts()
 
 
 def test_torch_compile_fullgraph(pg):
@@ -121,8 +135,12 @@ def test_torch_compile_fullgraph(pg):
 
     x, _, _ = inputs(dev, T, H, E, k, 3)
     torch._dynamo.reset()
-    compiled, eager = torch.compile(block, fullgraph=True)(x), block(x)  # both calls on every rank
-    every_rank_passed(pg, [] if torch.equal(compiled, eager) else ["compiled and eager outputs differ"])
+    with agreed(pg) as failures:
+        compiled = recorded(failures, "compiled call", torch.compile(block, fullgraph=True), x)
+        eager = recorded(failures, "eager call", block, x)  # both calls on every rank
+        if compiled is not None and eager is not None and not torch.equal(compiled, eager):
+            failures.append("compiled and eager outputs differ")
+        moe.check_timeouts()
 
 
 def test_limits_and_sizes(pg):
@@ -138,6 +156,7 @@ def test_limits_and_sizes(pg):
     bad[3, 1] = E
     with pytest.raises(ValueError, match=r"topk_ids\[3, 1\] = 16: expected an expert id in 0 .. 15"):
         moe(x[:T], bad[:T], wts[:T])
+    moe.check_timeouts()  # each refused call was still made on every rank, with no tokens: in step
 
 
 def test_a_rank_whose_peers_never_run_raises_naming_rank_flag_and_values(pg):
@@ -159,35 +178,38 @@ def test_a_first_call_under_inference_mode_leaves_buffers_later_calls_can_write(
     H, I, E, k, T = 1024, 512, 16, 4, 96  # a tokens_max no other test uses: the buffers are made here
     dev, w13, w2, moe = setup(pg, H, I, E, k, T)
     x, ids, wts = inputs(dev, T, H, E, k, 5)
-    with torch.inference_mode():
-        first = moe(x, ids, wts)
-    again = moe(x, ids, wts)  # copies into the buffers in place, outside inference mode
-    moe.check_timeouts()
-    failures = [] if torch.equal(first, again) else ["the call outside inference mode differs"]
-    recorded(failures, "output", check, again, x, w13, w2, ids, wts)
-    every_rank_passed(pg, failures)
+    with agreed(pg) as failures:
+        with torch.inference_mode():
+            first = recorded(failures, "the call under inference mode", moe, x, ids, wts)
+        # copies into the buffers in place, outside inference mode
+        again = recorded(failures, "the call outside inference mode", moe, x, ids, wts)
+        if first is not None and again is not None:
+            if not torch.equal(first, again):
+                failures.append("the call outside inference mode differs")
+            recorded(failures, "output", check, again, x, w13, w2, ids, wts)
+        moe.check_timeouts()
 
 
 def test_bad_input_on_one_rank_raises_there_and_leaves_the_ranks_in_step(pg):
     H, I, E, k, T = 1024, 512, 16, 4, 80  # a tokens_max no other test uses: the buffers are made here
     dev, w13, w2, moe = setup(pg, H, I, E, k, T, timeout_s=5.0)
     x, ids, wts = inputs(dev, T, H, E, k, 6)
-    failures = []
-    if dist.get_rank() == 0:
-        bad = ids.clone()
-        bad[5, 2] = E
-        try:
-            moe(x, bad, wts)
-            failures.append("bad ids on rank 0 did not raise")
-        except ValueError as e:
-            if "topk_ids[5, 2] = 16" not in str(e):
-                failures.append(f"the message: {e}")
-    else:
-        # rank 0 still takes part (with no tokens): these tokens' pairs on rank 0's experts are served
-        recorded(failures, "the other ranks' call", check, moe(x, ids, wts), x, w13, w2, ids, wts)
-    recorded(failures, "the next call", check, moe(x, ids, wts), x, w13, w2, ids, wts)  # every rank, in step
-    try:
+    with agreed(pg) as failures:
+        if dist.get_rank() == 0:
+            bad = ids.clone()
+            bad[5, 2] = E
+            try:
+                moe(x, bad, wts)
+                failures.append("bad ids on rank 0 did not raise")
+            except ValueError as e:
+                if "topk_ids[5, 2] = 16" not in str(e):
+                    failures.append(f"the message: {e}")
+        else:
+            # rank 0 still takes part (with no tokens): these tokens' pairs on rank 0's experts are served
+            out = recorded(failures, "the other ranks' call", moe, x, ids, wts)
+            if out is not None:
+                recorded(failures, "the other ranks' output", check, out, x, w13, w2, ids, wts)
+        out = recorded(failures, "the next call", moe, x, ids, wts)  # every rank, in step
+        if out is not None:
+            recorded(failures, "the next output", check, out, x, w13, w2, ids, wts)
         moe.check_timeouts()
-    except RuntimeError as e:
-        failures.append(f"a wait timed out: {e}")
-    every_rank_passed(pg, failures)

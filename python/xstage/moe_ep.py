@@ -367,30 +367,39 @@ class ExpertParallel:
             check_call(MODULE, x, w13, w2, topk_ids, topk_weights, self.dims)
             if check_ids and ids_readable(topk_ids):
                 check_id_values(MODULE, topk_ids, self.dims[3])
-        except (TypeError, ValueError):
-            self._keep_in_step(w13, w2)
+        except (TypeError, ValueError) as e:
+            late = self._keep_in_step(w13, w2)
+            if late:  # an earlier call's timeout, reported by the call made here: beside the input's error
+                e.add_note(late)
             raise
         return torch.ops.xstage.moe_layer_ep(*detached(MODULE, x, w13, w2, topk_ids, topk_weights), self.id)
 
     def _keep_in_step(self, w13, w2):
         """Before a rank's bad input raises: the call the other ranks wait for,
-        with no tokens of this rank (its experts still serve theirs). A rank
-        that skipped a call would leave every later call of the group waiting
-        on an epoch it never reaches. Eager calls only (a trace or a capture
-        that raises does not run); not with bad weights, which the module's
-        ranks share."""
+        with no tokens of this rank (its experts still serve theirs), so that
+        this layer's call completes on every rank. (Where the exception then
+        leaves the model's forward, the later layers' calls on the other
+        ranks wait in vain: docs/design/python.md.) Eager calls only (a trace
+        or a capture that raises does not run); not with bad weights, which
+        the module's ranks share. Returns an earlier call's timeout report
+        that this call raised, or ""."""
         try:
             check_weights(MODULE, w13, w2, self.dims)
         except (TypeError, ValueError):
-            return
+            return ""
         if w13.device.type != "cuda" or w2.device != w13.device or torch.compiler.is_compiling() \
                 or torch.cuda.is_current_stream_capturing():
-            return
+            return ""
         H, k = self.dims[1], self.dims[4]
         dev = w13.device
         none = torch.empty((0, H), dtype=torch.bfloat16, device=dev)
-        torch.ops.xstage.moe_layer_ep(none, w13.detach(), w2.detach(), torch.empty((0, k), dtype=torch.int32, device=dev),
-                                      torch.empty((0, k), dtype=torch.float32, device=dev), self.id)
+        try:
+            torch.ops.xstage.moe_layer_ep(none, w13.detach(), w2.detach(),
+                                          torch.empty((0, k), dtype=torch.int32, device=dev),
+                                          torch.empty((0, k), dtype=torch.float32, device=dev), self.id)
+        except RuntimeError as late:
+            return str(late)
+        return ""
 
     def prepare(self, device):
         """Makes the buffers now (collective) rather than in the first call."""

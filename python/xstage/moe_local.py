@@ -292,10 +292,12 @@ class MoE(torch.nn.Module):
     profile: an embedded profile's name or a profile file (None: h200-peer);
     tile: 'auto', 'm128n256' or 'm64n256'; timeout_s: every cross-rank wait's
     limit (check_timeouts() raises naming rank, flag and values; eager calls
-    also raise on a later call). Bad input on one rank (ids, shapes, dtypes)
-    raises a ValueError or TypeError there after that rank has taken part in
-    the call with no tokens of its own: the other ranks' call completes and
-    every rank's next call is in step."""
+    also raise on a later call, after making it). Bad input on one rank
+    (ids, shapes, dtypes) raises a ValueError or TypeError there after that
+    rank has taken part in the call with no tokens of its own, so this call
+    completes on the other ranks; their later layers then wait for a rank
+    that left the forward (each wait times out): treat it as fatal for the
+    step on every rank."""
 
     def __init__(self, w13, w2, *, interleaved=False, group=None, tokens_max=None, check_ids=True, topk=None,
                  num_experts=None, schedule="model-guided", profile=None, tile="auto", timeout_s=10.0):
