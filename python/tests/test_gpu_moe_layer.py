@@ -55,6 +55,18 @@ def ref_fp32(x, w13, w2, ids, wts):
     return out
 
 
+def check_layer_output(out, x, w13, w2, ids, wts):
+    """A layer's bf16 output on its tokens against the fp32 reference, as close
+    as the torch MoE users write (xstage.reference.moe_torch) gets to it."""
+    assert out.shape == x.shape and out.dtype == BF16
+    if x.shape[0] == 0:
+        return
+    assert torch.isfinite(out).all()
+    want = ref_fp32(x, w13, w2, ids, wts)
+    baseline = moe_torch(x, w13, w2, ids, wts)
+    assert rel_err(out, want) < max(2 * rel_err(baseline, want), 1e-2), (rel_err(out, want), rel_err(baseline, want))
+
+
 def poison(device, nbytes=1 << 28):
     """Fill what torch's caching allocator hands out next with NaN: a row the
     layer forgets to write stays NaN."""
