@@ -100,7 +100,7 @@ def main():
             heur_tile, heur_splits = ours.plan(kind, rows, E, n, K)
             for tile, name in enumerate(mt.TILES):
                 bm, bn = mt.TILE_SHAPE[tile]
-                if tile == mt.NARROW and kind == 0:
+                if (tile == mt.NARROW and kind == 0) or tile == mt.PINGPONG:  # the ping-pong tile: short-K study
                     continue
                 tiles = E * math.ceil(rows / E / bm) * math.ceil(n / bn)
                 for s in SPLITS:

@@ -69,10 +69,11 @@ class Ours:
         return TILES[t] + (f"/k{s}" if s > 1 else "")
 
 
-TILES = ["m128n256", "m64n256", "m128n128", "m64n80"]
+TILES = ["m128n256", "m64n256", "m128n128", "m64n80", "m128n128pp"]
 STORES = {"auto": -1, "staged": 0, "bulk": 1, "tma": 2}
-TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80)}
+TILE_SHAPE = {0: (128, 256), 1: (64, 256), 2: (128, 128), 3: (64, 80), 4: (128, 128)}
 NARROW = 3  # m64n80: L2 with the staged store only (include/xstage/moe/moe.hpp)
+PINGPONG = 4  # m128n128pp: the staged store only, no split-K
 
 
 def interleave_w13(w13):
@@ -381,6 +382,8 @@ def sweep_phase(ours, rows_list, rounds, seed, stores, waves=1, models=None, til
                         continue
                     for st in stores or ["auto"]:
                         if t == NARROW and (kind == 0 or st not in ("auto", "staged")):
+                            continue
+                        if t == PINGPONG and (sp > 1 or st not in ("auto", "staged")):
                             continue
                         key = f"{TILES[t]}/k{sp}" + (f"/{st}" if stores else "")
                         fns[key] = (lambda t=t, sp=sp, kind=kind, a=a, b=b, c=c, N=N, st=st:

@@ -143,6 +143,9 @@ san_moe() {  # the grouped GEMMs: every output store, split-K, the 64 x 80 L2 ti
       san "san-$tool-moe-tail-splitk-$st" $tool $X moe-gemm --hidden 272 --inter 6152 --counts 3,0,70,1 --check \
         --out-store $st
     done
+    # the ping-pong tile: ~300 tiles a GEMM, so every CTA's warpgroups take turns; partial n- and k-blocks
+    san "san-$tool-moe-pingpong" $tool $X moe-gemm --hidden 1040 --inter 264 --counts 3,0,700,1290,1,900,1100 \
+      --routing-weights --check --tile-l1 m128n128pp --tile-l2 m128n128pp
     # the 64 x 80 tile's partial n-block (272 = 3 x 80 + 32)
     san "san-$tool-moe-tail-narrow" $tool $X moe-gemm --hidden 272 --inter 136 --counts 1,0,65,127,0,3 --check \
       --tile-l2 m64n80

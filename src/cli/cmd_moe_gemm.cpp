@@ -213,8 +213,12 @@ void add_moe_gemm_command(CLI::App& app) {
   sub->add_option("--counts", a->counts, "Rows of each local expert (overrides --experts/--ep/--rows-per-expert)")
       ->delimiter(',');
   sub->add_flag("--routing-weights", a->routing_weights, "Scale L1's output by each row's routing weight");
-  sub->add_option("--tile-l1", a->tile_l1, "auto, m128n256, m64n256, m128n128")->capture_default_str();
-  sub->add_option("--tile-l2", a->tile_l2, "auto, m128n256, m64n256, m128n128, m64n80 (staged store only)")
+  sub->add_option("--tile-l1", a->tile_l1,
+                  "auto, m128n256, m64n256, m128n128, m128n128pp (ping-pong: staged store, no split-K)")
+      ->capture_default_str();
+  sub->add_option("--tile-l2", a->tile_l2,
+                  "auto, m128n256, m64n256, m128n128, m64n80 (staged store only), m128n128pp (ping-pong: staged "
+                  "store, no split-K)")
       ->capture_default_str();
   sub->add_option("--out-store", a->out_store,
                   "How the epilogue's output leaves shared memory: auto, staged (16-byte stores from warp "

@@ -201,6 +201,16 @@ TEST(MoeArgs, ValidationNamesTheArgument) {
   EXPECT_NE(msg().find("staged store only"), std::string::npos) << msg();
   a.out_store = MoeOutStore::warp_staged;
   EXPECT_EQ(msg(), "");
+  // The ping-pong tile: both GEMMs, the staged store only, no split-K.
+  a.tile = MoeTile::m128n128pp, a.kind = MoeGemmKind::l1_swiglu;
+  EXPECT_EQ(msg(), "");
+  a.out_store = MoeOutStore::warp_tma;
+  EXPECT_NE(msg().find("m128n128pp with out_store tma: built with the staged store only"), std::string::npos)
+      << msg();
+  a.out_store = MoeOutStore::automatic, a.splits = 2;
+  EXPECT_NE(msg().find("m128n128pp with 2 splits: built without split-K"), std::string::npos) << msg();
+  a.splits = 1;
+  EXPECT_EQ(msg(), "");
 }
 
 namespace {
@@ -232,7 +242,8 @@ TEST(MoeArgs, AcceptsTheShapesTorchGroupedMmTakes) {
   for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2}) {
     for (int N : {16, 48, 272, 400, 2800, 2880, 4096})
       for (int K : {8, 24, 72, 136, 1400, 2880})
-        for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128}) {
+        for (MoeTile t :
+             {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128, MoeTile::m128n128pp}) {
           MoeGemmArgs a = args_of(kind, 300, K, N, 3);
           a.tile = t;
           EXPECT_EQ(validation_message(a), "") << N << " " << K << " " << to_string(t);
@@ -283,14 +294,15 @@ TEST(MoeTiles, NoMultipleOfTheTileWidthCountsTheLastNBlockAsATile) {
 }
 
 TEST(MoeArgs, TileNames) {
-  for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80})
+  for (MoeTile t : {MoeTile::automatic, MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80,
+                    MoeTile::m128n128pp})
     EXPECT_EQ(parse_moe_tile(to_string(t)), t);
   EXPECT_THROW(parse_moe_tile("m64n64"), Error);
 }
 
 TEST(MoeArgs, AutomaticOutStore) {
   EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l2, MoeTile::m128n256), MoeOutStore::warp_tma);
-  for (MoeTile t : {MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80})
+  for (MoeTile t : {MoeTile::m64n256, MoeTile::m128n128, MoeTile::m64n80, MoeTile::m128n128pp})
     EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l2, t), MoeOutStore::warp_staged) << to_string(t);
   EXPECT_EQ(moe_pick_out_store(MoeGemmKind::l1_swiglu, MoeTile::m128n256), MoeOutStore::warp_staged);
 }

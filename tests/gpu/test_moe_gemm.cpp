@@ -108,6 +108,20 @@ const CliCase kCliCases[] = {
     {"tail_narrow", "--hidden 272 --inter 136 --counts 1,0,65,127,0,3 --seed 39 --tile-l2 m64n80"},
     {"tail_many_experts", "--hidden 80 --inter 40 --experts 300 --rows-per-expert 3 --uneven --seed 40"},
     {"tail_one_expert", "--hidden 16 --inter 8 --counts 333 --seed 41"},
+    // The ping-pong tile (each consumer warpgroup on every other tile of its CTA, turn about): both GEMMs,
+    // ragged experts, routing weights, partial n-blocks and k-blocks, K shorter than a k-block, an expert of
+    // one row beside empty ones, and enough tiles that every CTA hands the turn over many times (odd counts
+    // a CTA included: ~800 tiles on the SMs).
+    {"pingpong_qwen3_ep8", "--model qwen3-30b-a3b --ep 8 --rows-per-expert 130 --uneven --routing-weights "
+                           "--seed 42 --tile-l1 m128n128pp --tile-l2 m128n128pp"},
+    {"pingpong_tail_hidden2880_inter1400", "--hidden 2880 --inter 1400 --counts 0,61,1,38,200,3 --routing-weights "
+                                           "--seed 43 --tile-l1 m128n128pp --tile-l2 m128n128pp"},
+    {"pingpong_short_k", "--hidden 48 --inter 24 --counts 1,0,65,127,0,3 --seed 44 --tile-l1 m128n128pp "
+                         "--tile-l2 m128n128pp"},
+    {"pingpong_many_tiles", "--hidden 1040 --inter 264 --experts 37 --rows-per-expert 300 --uneven --seed 45 "
+                            "--routing-weights --tile-l1 m128n128pp --tile-l2 m128n128pp"},
+    {"pingpong_one_expert", "--hidden 16 --inter 8 --counts 333 --seed 46 --tile-l1 m128n128pp "
+                            "--tile-l2 m128n128pp"},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmCli, ::testing::ValuesIn(kCliCases),
                          [](const auto& info) { return std::string(info.param.name); });

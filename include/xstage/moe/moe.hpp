@@ -26,9 +26,11 @@ enum class MoeGemmKind : int { l1_swiglu = 0, l2 = 1 };
 
 // Tile shape, BLOCK_M x BLOCK_N (src/device/moe/moe_params.hpp's TileId values).
 // m64n80 is built for L2 with the staged store only (few long experts on a
-// narrow N, e.g. HiDream-I1's 2 experts of N = 2560).
-enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2, m64n80 = 3 };
-// "auto", "m128n256", "m64n256", "m128n128", "m64n80"; throws xstage::Error otherwise.
+// narrow N, e.g. HiDream-I1's 2 experts of N = 2560). m128n128pp: 128 x 128
+// tiles, each consumer warpgroup on tiles of its own, one's epilogue beside
+// the other's mainloop (ping-pong, for short K); staged store, no split-K.
+enum class MoeTile : int { automatic = -1, m128n256 = 0, m64n256 = 1, m128n128 = 2, m64n80 = 3, m128n128pp = 4 };
+// "auto", "m128n256", "m64n256", "m128n128", "m64n80", "m128n128pp"; throws xstage::Error otherwise.
 MoeTile parse_moe_tile(const std::string& name);
 std::string to_string(MoeTile t);
 int moe_tile_block_m(MoeTile t);

@@ -28,6 +28,11 @@
 
 namespace xstage::gemm {
 
+// mma_halves' default hand-over: none.
+struct NoIssued {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 template <class Cfg>
 struct Sm90Mainloop {
   using Elem = typename Cfg::Elem;
@@ -41,7 +46,7 @@ struct Sm90Mainloop {
   __device__ __forceinline__ Sm90Mainloop(uint8_t* smem_, uint64_t* bars) : smem(smem_), ring(bars) {}
 
   // By one thread, with the kernel's other barrier inits.
-  __device__ __forceinline__ void init() const { ring.init(Cfg::CONSUMER_WARPS); }
+  __device__ __forceinline__ void init() const { ring.init(Cfg::STAGE_READERS); }
 
   // Producer thread: the k-blocks [kb0, kb1) of the tile whose A rows start
   // at a_row and B rows at b_row (rows of the maps' second dimension).
@@ -77,24 +82,41 @@ struct Sm90Mainloop {
                                       int kb0, int kb1, int lane, const Promote& promote = Promote{}) const {
     if constexpr (Promote::kPerBlock) {
       mma_promoted<WN>(it, acc, a_desc0, b_desc0, kb0, kb1, lane, promote);
-      return;
+    } else {
+      mma_halves<WN, 1>(it, reinterpret_cast<float (&)[1][WN / 8][4]>(acc), a_desc0, b_desc0, kb0, kb1, lane);
     }
+  }
+
+  // The same over H row blocks of 64 (a ping-pong warpgroup's own 128-row
+  // tile: acc[h] = A rows 64 h .. 64 h + 63 of the stage times B), each
+  // k-step's wgmmas of all blocks in one group. issued() runs once the last
+  // k-block's wgmmas are issued, before they are waited for: every stage
+  // wait of this tile is behind it by then (the ping-pong turn's hand-over,
+  // grouped_gemm_sm90.cuh).
+  template <int WN, int H, class Issued = NoIssued>
+  __device__ __forceinline__ void mma_halves(uint32_t& it, float (&acc)[H][WN / 8][4], uint64_t a_desc0,
+                                             uint64_t b_desc0, int kb0, int kb1, int lane,
+                                             const Issued& issued = Issued{}) const {
     uint32_t prev_s = 0;
     for (int kb = kb0; kb < kb1; ++kb, ++it) {
       const uint32_t s = ring.wait(it);
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::BLOCK_K / Elem::kMmaK; ++kk)
-        Elem::template mma<WN>(acc, ptx::smem_desc_advance(a_desc0, s * Cfg::STAGE_BYTES + kk * kStepBytes),
-                               ptx::smem_desc_advance(b_desc0, s * Cfg::STAGE_BYTES + kk * kStepBytes),
-                               kb != kb0 || kk != 0);
+#pragma unroll
+        for (int h = 0; h < H; ++h)
+          Elem::template mma<WN>(
+              acc[h], ptx::smem_desc_advance(a_desc0, s * Cfg::STAGE_BYTES + h * 64 * 128 + kk * kStepBytes),
+              ptx::smem_desc_advance(b_desc0, s * Cfg::STAGE_BYTES + kk * kStepBytes), kb != kb0 || kk != 0);
       ptx::wgmma_commit_group();
+      if (kb + 1 == kb1) issued();
       ptx::wgmma_wait_group<1>();
       if (kb > kb0 && lane == 0) ring.release(prev_s);
       prev_s = s;
     }
     ptx::wgmma_wait_group<0>();
-    ptx::fence_operands(acc);
+#pragma unroll
+    for (int h = 0; h < H; ++h) ptx::fence_operands(acc[h]);
     if (lane == 0) ring.release(prev_s);
   }
 

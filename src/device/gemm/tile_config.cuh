@@ -26,19 +26,30 @@ namespace xstage::gemm {
 // MAX_STAGES: the ring's depth at most. A small tile streams its operands
 // (few FLOPs a loaded byte), so it wants more bytes in flight than a wide
 // tile's 4-6 stages hold; the wide tiles fit fewer than 8 anyway.
+// PINGPONG: each consumer warpgroup owns whole tiles, every other tile of
+// the CTA's walk, BLOCK_M / 64 row halves of BLOCK_N columns; their
+// mainloops take turns on the tensor cores and one's epilogue runs while the
+// other computes (short K, where the epilogue is a large part of a tile:
+// docs/perf-log.md, MoE M3). Otherwise both warpgroups share every tile,
+// WG_M x WG_N of it (WGN: 1 puts them one above the other, 2 side by side).
 // The output is bf16 whatever the operands are (the staging sizes below).
-template <class Elem_, int BM, int BN, int WGN, int OUT_COLS_ = 0, bool WARP_TMA_ = false, int MAX_STAGES = 8>
+template <class Elem_, int BM, int BN, int WGN, int OUT_COLS_ = 0, bool WARP_TMA_ = false, int MAX_STAGES = 8,
+          bool PINGPONG_ = false>
 struct TileConfig {
   using Elem = Elem_;
   static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_K = Elem::kBlockK;
   static constexpr int OUT_COLS = OUT_COLS_;
   static constexpr bool BULK_OUT = OUT_COLS > 0;
   static constexpr bool WARP_TMA = WARP_TMA_;
+  static constexpr bool PINGPONG = PINGPONG_;
   static_assert(!(BULK_OUT && WARP_TMA), "one output store");
+  static_assert(!(PINGPONG && (BULK_OUT || WARP_TMA)), "ping-pong tiles leave by the staged store only");
   static_assert(OUT_COLS == 0 || OUT_COLS == BN || 2 * OUT_COLS == BN, "a plain or a SwiGLU tile's columns");
-  static constexpr int WG_N = WGN, WG_M = 2 / WGN;
-  static_assert(WG_M * 64 == BM, "each consumer warpgroup owns 64 rows of the tile");
-  static constexpr int WG_TILE_N = BN / WGN;  // the wgmma N of one warpgroup
+  static constexpr int WG_N = PINGPONG ? 1 : WGN, WG_M = PINGPONG ? 1 : 2 / WGN;
+  static_assert(PINGPONG ? BM % 64 == 0 && BM <= 128 : WG_M * 64 == BM,
+                "each consumer warpgroup owns 64 rows of the tile (ping-pong: 64 or 128 of its own tile)");
+  static constexpr int WG_HALVES = PINGPONG ? BM / 64 : 1;  // 64-row wgmma blocks a warpgroup computes
+  static constexpr int WG_TILE_N = BN / WG_N;  // the wgmma N of one warpgroup
   // wgmma N (a multiple of 8), the TMA box (<= 256 rows), and each warpgroup's
   // B rows starting on an 8-row swizzle atom. (SwiGLU's gate/up pairs of
   // 8-column blocks are the epilogue's requirement: gemm::SwigluEpilogue.)
@@ -46,8 +57,11 @@ struct TileConfig {
   static constexpr int CONSUMER_WGS = 2;
   static constexpr int THREADS = 128 * (1 + CONSUMER_WGS);
   static constexpr int CONSUMER_WARPS = 4 * CONSUMER_WGS;
-  // Registers: the producer keeps few, the consumers hold 64 x WG_TILE_N fp32
-  // accumulators (up to 128 a thread); 40 * 128 + 232 * 256 <= 64 Ki.
+  // The warps that read each stage and free it: one warpgroup's in ping-pong.
+  static constexpr int STAGE_READERS = PINGPONG ? 4 : CONSUMER_WARPS;
+  // Registers: the producer keeps few, the consumers hold WG_HALVES x 64 x
+  // WG_TILE_N fp32 accumulators (up to 128 a thread); 40 * 128 + 232 * 256 <= 64 Ki.
+  static_assert(WG_HALVES * WG_TILE_N <= 256, "at most 128 accumulators a consumer thread");
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 
   static constexpr uint32_t A_BYTES = BM * 128, B_BYTES = BN * 128;  // a 128-byte k-block row each

@@ -19,4 +19,11 @@ using CfgM128N128 = gemm::TileConfig<gemm::Bf16, 128, 128, 1, OUT_COLS, WARP_TMA
 template <int OUT_COLS = 0, bool WARP_TMA = false>
 using CfgM64N80 = gemm::TileConfig<gemm::Bf16, 64, 80, 2, OUT_COLS, WARP_TMA, 12>;
 
+// Short K (a few k-blocks a tile): 128 x 128 tiles, each consumer warpgroup
+// on a tile of its own, so that one tile's epilogue runs while the next
+// one's mainloop computes (gemm/tile_config.cuh, PINGPONG). Staged store
+// only, no split-K (launch_grouped_gemm.cuh).
+template <int OUT_COLS = 0, bool WARP_TMA = false>
+using CfgM128N128Pingpong = gemm::TileConfig<gemm::Bf16, 128, 128, 1, OUT_COLS, WARP_TMA, 8, true>;
+
 }  // namespace xstage::moe

@@ -32,6 +32,15 @@
 //     expert's rows; N a multiple of 16 puts every group wholly below N or
 //     wholly above, so an output column < N / 2 never pairs with a row of
 //     expert e + 1.
+//   - ping-pong tiles (Cfg::PINGPONG, no split-K): consumer warpgroup c owns
+//     the CTA's tiles c, c + 2, c + 4, ... of its walk, all their rows and
+//     columns; its mainloop waits for its turn (the other warpgroup's
+//     mainloop of the previous tile issued) and hands the turn on once its
+//     own last wgmmas are issued, then runs its epilogue while the other
+//     computes. The turns keep the stage ring's uses in walk order: when a
+//     warpgroup waits for a stage, every earlier use of the ring has been
+//     waited for (a wait one ring round ahead of the loads would pass on the
+//     barrier's parity alone). pingpong_consumer below.
 //   - split-K (p.splits > 1, for few tiles on long K): a work item is one
 //     k range of a tile; its CTA writes the fp32 partial to the workspace and
 //     counts itself in; the tile's last CTA sums every partial in split order
@@ -85,6 +94,46 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
     acc[nb][0] = sum.x, acc[nb][1] = sum.y, acc[nb][2] = sum.z, acc[nb][3] = sum.w;
   }
   return true;
+}
+
+// Named barriers of the ping-pong turns: warpgroup c waits on kTurnBar + c
+// (1 is the cooperative epilogue's).
+inline constexpr int kTurnBar = 2;
+
+// The ping-pong consumer warpgroup cwg (0 or 1) over its tiles of the walk
+// (grouped_gemm_sm90.cuh's header). `it` counts every tile's k-blocks, the
+// other warpgroup's too, as the producer's count does.
+template <class Cfg, class Epilogue, class Scheduler, class Mainloop>
+__device__ __forceinline__ void pingpong_consumer(const GroupedGemmParams& p, const Scheduler& sched,
+                                                  const Mainloop& mainloop, uint16_t* stage, int cwg, int k_blocks) {
+  constexpr int BM = Cfg::BLOCK_M, BN = Cfg::BLOCK_N, H = Cfg::WG_HALVES;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const uint64_t a_desc0 = mainloop.a_desc(0), b_desc0 = mainloop.b_desc(0);
+  constexpr int OB = BN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp
+  uint16_t* const c_out = static_cast<uint16_t*>(p.c);
+  const int n_out = p.N / Epilogue::kOutDiv;
+  float acc[H][BN / 8][4];
+  uint32_t it = 0;
+  int j = 0;  // the tile's place in the CTA's walk
+  for (auto w = sched.first(); sched.valid(w); w = sched.next(w), ++j, it += k_blocks) {
+    if ((j & 1) != cwg) continue;
+    const auto c = sched.coord(w);
+    if (j > 0) ptx::named_bar_sync(kTurnBar + cwg, 256);  // the previous tile's mainloop issued
+    const bool hand_on = sched.valid(sched.next(w));      // the other warpgroup has a next tile
+    uint32_t kit = it;
+    mainloop.template mma_halves<BN, H>(kit, acc, a_desc0, b_desc0, 0, k_blocks, lane, [&] {
+      if (hand_on) ptx::named_bar_arrive(kTurnBar + (cwg ^ 1), 256);
+    });
+    const int tile_row = c.row_begin + c.m_block * BM;
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const int row = tile_row + h * 64 + warp * 16;
+      if (H > 1 && tile_row + h * 64 >= c.row_end) break;  // the same in the warpgroup: rows of the next expert
+      const auto out = Epilogue::template outputs<BN / 8>(p.row_weight, acc[h], row, c.row_end, lane);
+      gemm::store_staged_clipped<OB>(stage, gemm::LocalRows{c_out, n_out}, row, c.row_end,
+                                     c.n_block * BN / Epilogue::kOutDiv, n_out, lane, out);
+    }
+  }
 }
 
 // A as 2-D (K, rows_total), B as 2-D (K, E * N); boxes of 64 x BLOCK_M / BLOCK_N.
@@ -142,59 +191,64 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   // ---------------- consumer warpgroups
   ptx::setmaxnreg_inc<Cfg::CONSUMER_REGS>();
   const int cwg = (tid - 128) / 128;
-  const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
-  const int warp = (tid / 32) % 4, lane = tid & 31;
   uint16_t* stage = reinterpret_cast<uint16_t*>(smem + Cfg::OFF_STAGING) + ((tid - 128) / 32) * gemm::kStageWarpElems;
-  uint8_t* out_tile = smem + Cfg::OFF_STAGING;  // BULK_OUT: the whole output tile
-  const uint64_t a_desc0 = mainloop.a_desc(wg_m), b_desc0 = mainloop.b_desc(wg_n);
+  if constexpr (Cfg::PINGPONG) {
+    static_assert(!kSplitK, "ping-pong tiles run without split-K");
+    pingpong_consumer<Cfg, Epilogue>(p, sched, mainloop, stage, cwg, k_blocks);
+  } else {
+    const int wg_m = Cfg::WG_M == 2 ? cwg : 0, wg_n = Cfg::WG_N == 2 ? cwg : 0;
+    const int warp = (tid / 32) % 4, lane = tid & 31;
+    uint8_t* out_tile = smem + Cfg::OFF_STAGING;  // BULK_OUT: the whole output tile
+    const uint64_t a_desc0 = mainloop.a_desc(wg_m), b_desc0 = mainloop.b_desc(wg_n);
 
-  float acc[WN / 8][4];
-  uint32_t it = 0;
-  uint32_t tma_groups = 0;  // WARP_TMA: the warp's box stores so far (store_warp_tma)
-  if constexpr (Cfg::WARP_TMA)
-    if (tid == 128) ptx::tma_prefetch_descriptor(&tm.c);
-  for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
-    const auto c = sched.coord(w);
-    const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
-    mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb0, kb_end, lane);
-    if constexpr (kSplitK)
-      if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
-    const int tile_row = c.row_begin + c.m_block * BM;
-    const int row = tile_row + wg_m * 64 + warp * 16;
-    const auto out = Epilogue::template outputs<WN / 8>(p.row_weight, acc, row, c.row_end, lane);
-    constexpr int OB = WN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp
-    uint16_t* const c_out = static_cast<uint16_t*>(p.c);
-    const int n_out = p.N / Epilogue::kOutDiv;
-    if constexpr (Cfg::WARP_TMA) {
-      uint8_t* boxes = smem + Cfg::OFF_STAGING + ((tid - 128) / 32) * 2 * Cfg::TMA_BOX_BYTES;
-      gemm::store_warp_tma<OB>(boxes, &tm.c, c_out, n_out, row, c.row_end,
-                               (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane, tma_groups, out);
-    } else if constexpr (Cfg::BULK_OUT) {
-      static_assert(Cfg::OUT_COLS == BN / Epilogue::kOutDiv, "the staged tile holds the epilogue's columns");
-      const int ct = tid - 128;
-      // The previous tile's row copies must have read the staged tile before
-      // anyone overwrites it: each sender waits for its own copy, the barrier
-      // for every sender. (Long done by now: a mainloop ran in between.)
-      if (ct < BM) ptx::bulk_wait_group_read_all();
-      ptx::named_bar_sync(1, 256);
-      gemm::stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN / Epilogue::kOutDiv,
-                                                    lane, out);
-      // Generic-proxy writes to shared memory, read next by the TMA unit.
-      ptx::fence_proxy_async_shared();
-      ptx::named_bar_sync(1, 256);
-      gemm::store_tile_bulk<BM, Cfg::OUT_COLS, Cfg::OUT_ROW_BYTES>(out_tile, gemm::LocalRows{c_out, n_out}, tile_row,
-                                                                   c.row_end, c.n_block * Cfg::OUT_COLS, n_out, ct);
-    } else {
-      gemm::store_staged_clipped<OB>(stage, gemm::LocalRows{c_out, n_out}, row, c.row_end,
-                                     (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, n_out, lane, out);
+    float acc[WN / 8][4];
+    uint32_t it = 0;
+    uint32_t tma_groups = 0;  // WARP_TMA: the warp's box stores so far (store_warp_tma)
+    if constexpr (Cfg::WARP_TMA)
+      if (tid == 128) ptx::tma_prefetch_descriptor(&tm.c);
+    for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
+      const auto c = sched.coord(w);
+      const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
+      mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb0, kb_end, lane);
+      if constexpr (kSplitK)
+        if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
+      const int tile_row = c.row_begin + c.m_block * BM;
+      const int row = tile_row + wg_m * 64 + warp * 16;
+      const auto out = Epilogue::template outputs<WN / 8>(p.row_weight, acc, row, c.row_end, lane);
+      constexpr int OB = WN / 8 / Epilogue::kOutDiv;  // output blocks of 8 columns a warp
+      uint16_t* const c_out = static_cast<uint16_t*>(p.c);
+      const int n_out = p.N / Epilogue::kOutDiv;
+      if constexpr (Cfg::WARP_TMA) {
+        uint8_t* boxes = smem + Cfg::OFF_STAGING + ((tid - 128) / 32) * 2 * Cfg::TMA_BOX_BYTES;
+        gemm::store_warp_tma<OB>(boxes, &tm.c, c_out, n_out, row, c.row_end,
+                                 (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, lane, tma_groups, out);
+      } else if constexpr (Cfg::BULK_OUT) {
+        static_assert(Cfg::OUT_COLS == BN / Epilogue::kOutDiv, "the staged tile holds the epilogue's columns");
+        const int ct = tid - 128;
+        // The previous tile's row copies must have read the staged tile before
+        // anyone overwrites it: each sender waits for its own copy, the barrier
+        // for every sender. (Long done by now: a mainloop ran in between.)
+        if (ct < BM) ptx::bulk_wait_group_read_all();
+        ptx::named_bar_sync(1, 256);
+        gemm::stage_tile_rows<OB, Cfg::OUT_ROW_BYTES>(out_tile, wg_m * 64 + warp * 16, wg_n * WN / Epilogue::kOutDiv,
+                                                      lane, out);
+        // Generic-proxy writes to shared memory, read next by the TMA unit.
+        ptx::fence_proxy_async_shared();
+        ptx::named_bar_sync(1, 256);
+        gemm::store_tile_bulk<BM, Cfg::OUT_COLS, Cfg::OUT_ROW_BYTES>(out_tile, gemm::LocalRows{c_out, n_out}, tile_row,
+                                                                     c.row_end, c.n_block * Cfg::OUT_COLS, n_out, ct);
+      } else {
+        gemm::store_staged_clipped<OB>(stage, gemm::LocalRows{c_out, n_out}, row, c.row_end,
+                                       (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, n_out, lane, out);
+      }
     }
+    // Shared memory must outlive the copies that read it; the writes are then
+    // complete before the kernel's end makes them visible to the next launch.
+    if constexpr (Cfg::BULK_OUT)
+      if (tid - 128 < BM) ptx::bulk_wait_group_all();
+    if constexpr (Cfg::WARP_TMA)
+      if (lane == 0) ptx::bulk_wait_group_all();  // each warp's lane 0 issued its boxes' stores
   }
-  // Shared memory must outlive the copies that read it; the writes are then
-  // complete before the kernel's end makes them visible to the next launch.
-  if constexpr (Cfg::BULK_OUT)
-    if (tid - 128 < BM) ptx::bulk_wait_group_all();
-  if constexpr (Cfg::WARP_TMA)
-    if (lane == 0) ptx::bulk_wait_group_all();  // each warp's lane 0 issued its boxes' stores
 }
 
 }  // namespace xstage::moe

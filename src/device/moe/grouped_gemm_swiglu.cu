@@ -14,6 +14,7 @@ TileShape grouped_gemm_tile_shape(int tile) {
     case kTileM64N256: return {64, 256};
     case kTileM128N128: return {128, 128};
     case kTileM64N80: return {64, 80};
+    case kTileM128N128Pingpong: return {128, 128};
     default: return {};
   }
 }

@@ -31,9 +31,14 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   // columns past N are computed and not stored (grouped_gemm_sm90.cuh).
   const int n_blocks = (p.N + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
   Sched::Params sp{p.offs, p.E, p.rows_total, n_blocks, p.splits};
-  // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why).
-  auto* fn = p.splits > 1 ? sm90_grouped_gemm<Cfg, Epilogue, Sched, true>
-                          : sm90_grouped_gemm<Cfg, Epilogue, Sched, false>;
+  // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why);
+  // ping-pong tiles have no split-K one.
+  auto* fn = sm90_grouped_gemm<Cfg, Epilogue, Sched, false>;
+  if constexpr (!Cfg::PINGPONG) {
+    if (p.splits > 1) fn = sm90_grouped_gemm<Cfg, Epilogue, Sched, true>;
+  } else if (p.splits > 1) {
+    return int(cudaErrorInvalidValue);
+  }
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -76,6 +81,11 @@ int launch_grouped_gemm_tile(const GroupedGemmParams& p, int tile, int out_store
       // refuses the other combinations before they get here (moe_gemm.cpp).
       if constexpr (Epilogue::kOutDiv == 1)
         if (out_store == kOutWarpStaged) return launch_grouped_gemm<CfgM64N80<0, false>, Epilogue>(p, stream);
+      return int(cudaErrorInvalidValue);
+    case kTileM128N128Pingpong:
+      // Built with the staged store only (tile_config.cuh: the warpgroups'
+      // own tiles end at different times; the runtime refuses the others).
+      if (out_store == kOutWarpStaged) return launch_grouped_gemm<CfgM128N128Pingpong<0, false>, Epilogue>(p, stream);
       return int(cudaErrorInvalidValue);
     default: return int(cudaErrorInvalidValue);
   }

@@ -44,7 +44,8 @@ enum TileId : int {
   kTileM64N256 = 1,   // warpgroups side by side along N: 64 x 128 each (small experts)
   kTileM128N128 = 2,  // warpgroups stacked along M: 64 x 128 each (more tiles for few, large experts)
   kTileM64N80 = 3,    // warpgroups side by side along N: 64 x 40 each (few long experts, narrow N); L2, staged
-  kTileCount = 4,
+  kTileM128N128Pingpong = 4,  // each warpgroup 128 x 128 tiles of its own, turn about (short K); staged, no split
+  kTileCount = 5,
 };
 
 // How the epilogue's output leaves shared memory (gemm/tile_config.cuh, OUT_COLS).

@@ -12,7 +12,8 @@ namespace xstage {
 
 static_assert(int(MoeTile::m128n256) == moe::kTileM128N256 && int(MoeTile::m64n256) == moe::kTileM64N256 &&
                   int(MoeTile::m128n128) == moe::kTileM128N128 && int(MoeTile::m64n80) == moe::kTileM64N80 &&
-                  moe::kTileCount == int(MoeTile::m64n80) + 1,
+                  int(MoeTile::m128n128pp) == moe::kTileM128N128Pingpong &&
+                  moe::kTileCount == int(MoeTile::m128n128pp) + 1,
               "MoeTile and moe::TileId number the compiled tiles alike");
 static_assert(int(MoeOutStore::warp_staged) == moe::kOutWarpStaged &&
                   int(MoeOutStore::tile_bulk) == moe::kOutTileBulk && int(MoeOutStore::warp_tma) == moe::kOutWarpTma,

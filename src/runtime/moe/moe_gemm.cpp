@@ -87,7 +87,8 @@ MoeTile parse_moe_tile(const std::string& name) {
   if (name == "m64n256") return MoeTile::m64n256;
   if (name == "m128n128") return MoeTile::m128n128;
   if (name == "m64n80") return MoeTile::m64n80;
-  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256, m128n128 or m64n80", name));
+  if (name == "m128n128pp") return MoeTile::m128n128pp;
+  throw Error(fmt::format("--tile {}: expected auto, m128n256, m64n256, m128n128, m64n80 or m128n128pp", name));
 }
 
 std::string to_string(MoeTile t) {
@@ -97,6 +98,7 @@ std::string to_string(MoeTile t) {
     case MoeTile::m64n256: return "m64n256";
     case MoeTile::m128n128: return "m128n128";
     case MoeTile::m64n80: return "m64n80";
+    case MoeTile::m128n128pp: return "m128n128pp";
   }
   return "unknown";
 }
@@ -171,6 +173,15 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
       throw Error(fmt::format("moe gemm {}: tile m64n80 with out_store {}: built with the staged store only; "
                               "expected auto or staged",
                               k, to_string(a.out_store)));
+    if (a.tile == MoeTile::m128n128pp && a.out_store != MoeOutStore::automatic &&
+        a.out_store != MoeOutStore::warp_staged)
+      throw Error(fmt::format("moe gemm {}: tile m128n128pp with out_store {}: built with the staged store only; "
+                              "expected auto or staged",
+                              k, to_string(a.out_store)));
+    if (a.tile == MoeTile::m128n128pp && a.splits > 1)
+      throw Error(fmt::format("moe gemm {}: tile m128n128pp with {} splits: built without split-K; expected splits "
+                              "0 (automatic) or 1",
+                              k, a.splits));
   }
 }
 

@@ -17,7 +17,11 @@ struct Shape {
 constexpr Shape kShapes[] = {{MoeTile::m128n256, 128, 256},
                              {MoeTile::m128n128, 128, 128},
                              {MoeTile::m64n256, 64, 256},
-                             {MoeTile::m64n80, 64, 80}};
+                             {MoeTile::m64n80, 64, 80},
+                             {MoeTile::m128n128pp, 128, 128}};
+// Tiles a rule below may pick by itself: all but the ping-pong one, which is
+// chosen apart (short K) and has no split-K.
+bool cost_ranked(MoeTile t) { return t != MoeTile::m128n128pp; }
 Shape shape_of(MoeTile t) {
   for (const Shape& s : kShapes)
     if (s.tile == t) return s;
@@ -43,7 +47,7 @@ MoeTile pick_wide(double rows_per_expert, int E, int N, int sm_count) {
   MoeTile best = MoeTile::m128n128;
   double best_cost = -1;
   for (const Shape& s : kShapes) {
-    if (s.tile == MoeTile::m64n80) continue;
+    if (s.tile == MoeTile::m64n80 || !cost_ranked(s.tile)) continue;
     const int64_t waves = (expected_tiles(rows_per_expert, E, N, s) + sm_count - 1) / std::max(sm_count, 1);
     const double cost = double(waves) * (double(s.bm) * s.bn + 64.0 * (s.bm + s.bn));
     if (best_cost < 0 || cost < best_cost) best = s.tile, best_cost = cost;
@@ -101,8 +105,10 @@ Plan few_tile_plan(double rows_per_expert, int E, int N, int K, int sm_count, bo
   Plan best{MoeTile::m128n256, 1};
   double best_cost = -1;
   for (const Shape& s : kShapes) {
-    if (only != MoeTile::automatic ? s.tile != only : s.tile == MoeTile::m64n80 && !narrow) continue;
-    for (int splits = 1; splits <= std::min(kMoeMaxSplits, (K + 63) / 64); ++splits) {
+    if (only != MoeTile::automatic ? s.tile != only : (s.tile == MoeTile::m64n80 && !narrow) || !cost_ranked(s.tile))
+      continue;
+    const int max_splits = s.tile == MoeTile::m128n128pp ? 1 : std::min(kMoeMaxSplits, (K + 63) / 64);
+    for (int splits = 1; splits <= max_splits; ++splits) {
       const double cost = expected_cost(rows_per_expert, E, N, K, s, splits, sm_count);
       if (best_cost < 0 || cost < best_cost) best = {s.tile, splits}, best_cost = cost;
     }
