@@ -11,13 +11,29 @@ Every rank holds the same E experts (one seed) and its own tokens; against
 the fp32 reference of the whole layer on the rank's tokens (and as close as
 the torch MoE users write gets to it); the same bits on a second call; T
 varying per rank (0 included); CUDA graph replays interleaved with eager
-calls; a rank whose peer never runs raises naming rank, flag and values."""
-import pytest
-import torch
+calls; a rank whose peer never runs raises naming rank, flag and values.
 
-import xstage
-from xstage import moe_ep, moe_local
-from test_gpu_moe_layer import check_layer_output as check, routing, tokens, weights
+The two ranks' kernels wait for each other on one GPU. A kernel that CUDA
+loads lazily (its default) on its first launch makes the driver synchronise
+the context, and so wait for the other rank's spinning wait kernel, which
+waits for the launch being held up: each first device run timed out after
+10 s there (a dispatch wait, on the second shape). So this file runs with
+eager module loading, set before CUDA starts: pytest imports every test file
+before it runs a test. (One process a GPU, as in use, has no such cycle: a
+load there waits only for its own rank.)"""
+import os
+
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import xstage  # noqa: E402
+from xstage import moe_ep, moe_local  # noqa: E402
+from test_gpu_moe_layer import check_layer_output as check, routing, tokens, weights  # noqa: E402
+
+# Whether the setting above holds: CUDA not started before this file was imported.
+EAGER = os.environ.get("CUDA_MODULE_LOADING") == "EAGER" and not torch.cuda.is_initialized()
 
 P = 2
 SHAPES = [(1024, 512, 16, 4), (2048, 768, 8, 2), (512, 256, 64, 8)]  # H, I, E, k
@@ -32,6 +48,9 @@ class EmulatedGroup:
 
 @pytest.fixture
 def emulated(cuda, monkeypatch):
+    if not EAGER:
+        pytest.skip("two ranks in one process need CUDA_MODULE_LOADING=EAGER before CUDA starts (this file's "
+                    f"docstring); the environment has {os.environ.get('CUDA_MODULE_LOADING')!r}")
     monkeypatch.setattr(moe_local, "_group_shape", lambda group: (P, group.rank))
     yield cuda
     torch.cuda.synchronize()
