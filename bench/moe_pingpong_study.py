@@ -27,27 +27,17 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moe_grid_cells as grid_cells  # noqa: E402
 import moe_vs_torch as mt  # noqa: E402
-from moe_grid import calls_per_window, reference, rel_on  # noqa: E402
+from moe_grid import reference, rel_on, timed_sides  # noqa: E402
 
 PP = mt.TILES.index("m128n128pp")
 COOP = mt.TILES.index("m128n128")
 
 
 def timed(fns, window_ms, rounds):
-    """Median ms a call and the median SM clock (MHz) of each side."""
-    reps = {k: calls_per_window(f, window_ms) for k, f in fns.items()}
-    graphs = {k: mt.graph_of(f, reps[k]) for k, f in fns.items()}
-    names = list(graphs)
-    t = {k: [] for k in names}
-    clk = {k: [] for k in names}
-    for i in range(rounds):
-        for k in names[i % len(names):] + names[:i % len(names)]:
-            ms, mhz = mt.time_graph(graphs[k], reps[k])
-            t[k].append(ms)
-            if mhz is not None:
-                clk[k].append(mhz)
-    return ({k: statistics.median(v) for k, v in t.items()},
-            {k: statistics.median(v) if v else None for k, v in clk.items()})
+    """Median ms a call and the median SM clock (MHz) of each side (bench/moe_grid.py's protocol)."""
+    t = timed_sides(fns, window_ms, rounds)
+    return ({k: v["median_ms"] for k, v in t.items()},
+            {k: statistics.median(v["sm_clock_mhz"]) if v["sm_clock_mhz"] else None for k, v in t.items()})
 
 
 def many_tiles(E, m, n, sms):

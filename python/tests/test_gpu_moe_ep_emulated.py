@@ -17,22 +17,24 @@ The two ranks' kernels wait for each other on one GPU. A kernel that CUDA
 loads lazily (its default) on its first launch makes the driver synchronise
 the context, and so wait for the other rank's spinning wait kernel, which
 waits for the launch being held up: each first device run timed out after
-10 s there (a dispatch wait, on the second shape). So this file runs with
-eager module loading, set before CUDA starts: pytest imports every test file
-before it runs a test. (One process a GPU, as in use, has no such cycle: a
-load there waits only for its own rank.)"""
+10 s there (a dispatch wait, on the second shape). So these tests need
+eager module loading, set before CUDA starts; in any other process (CUDA's
+default, or CUDA started already) the file is one test that runs it again
+in a process of its own with CUDA_MODULE_LOADING=EAGER, so that the setting
+does not change the other tests' process. (One process a GPU, as in use,
+has no such cycle: a load there waits only for its own rank.)"""
 import os
+import subprocess
+import sys
 
-os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import xstage
+from xstage import moe_ep, moe_local
+from test_gpu_moe_layer import check_layer_output as check, routing, tokens, weights
 
-import xstage  # noqa: E402
-from xstage import moe_ep, moe_local  # noqa: E402
-from test_gpu_moe_layer import check_layer_output as check, routing, tokens, weights  # noqa: E402
-
-# Whether the setting above holds: CUDA not started before this file was imported.
+# Whether this process loads eagerly: set so before CUDA started (CUDA reads it once, at its start).
 EAGER = os.environ.get("CUDA_MODULE_LOADING") == "EAGER" and not torch.cuda.is_initialized()
 
 P = 2
@@ -49,8 +51,7 @@ class EmulatedGroup:
 @pytest.fixture
 def emulated(cuda, monkeypatch):
     if not EAGER:
-        pytest.skip("two ranks in one process need CUDA_MODULE_LOADING=EAGER before CUDA starts (this file's "
-                    f"docstring); the environment has {os.environ.get('CUDA_MODULE_LOADING')!r}")
+        pytest.skip("run by test_in_a_process_of_its_own (CUDA_MODULE_LOADING=EAGER: the file's docstring)")
     monkeypatch.setattr(moe_local, "_group_shape", lambda group: (P, group.rank))
     yield cuda
     torch.cuda.synchronize()
@@ -171,3 +172,15 @@ def test_bad_input_on_one_rank_raises_there_and_leaves_the_ranks_in_step(emulate
         check(outs[r], *ins[r][:1], w13, w2, *ins[r][1:])
     for m in moes:
         m.check_timeouts()
+
+
+def test_in_a_process_of_its_own(cuda):
+    """This file's tests, again, in a child process that loads eagerly."""
+    if EAGER:
+        pytest.skip("this process loads eagerly: the tests above ran here")
+    env = dict(os.environ, CUDA_MODULE_LOADING="EAGER")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", __file__, "-k",
+                        "not test_in_a_process_of_its_own"], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"the eager process: rc {r.returncode}\n{r.stdout[-6000:]}\n{r.stderr[-2000:]}"
+    summary = r.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary, r.stdout[-3000:]
