@@ -145,16 +145,27 @@ def test_torch_compile_fullgraph(cuda):
     w13, w2 = weights(cuda, E, H, I, 11)
     moe = xstage.MoE(w13, w2)
     gate = torch.nn.Linear(H, E, bias=False, device=cuda, dtype=BF16)
+    with torch.no_grad():  # seeded here: the global generator's state depends on the tests run before
+        g = torch.Generator(device=cuda).manual_seed(13)
+        gate.weight.copy_(torch.randn(E, H, device=cuda, dtype=BF16, generator=g) * H ** -0.5)
 
     def block(x):
         wts, ids = xstage.topk_softmax(gate(x), k)
         return moe(x, ids, wts) + x
 
+    def layer(x, ids, wts):
+        return moe(x, ids, wts) + x
+
     x = tokens(cuda, T, H, 12)
     torch._dynamo.reset()
+    # The layer compiled without a graph break gives the eager call's bits.
+    wts, ids = xstage.topk_softmax(gate(x), k)
+    assert torch.equal(torch.compile(layer, fullgraph=True)(x, ids, wts), layer(x, ids, wts))
+    # The whole block too, the router included: inductor's softmax may round the routing weights differently
+    # from eager's (it splits the reduction), so rows agree to bf16 rounding, not bit for bit.
     got = torch.compile(block, fullgraph=True)(x)
     want = block(x)
-    assert torch.equal(got, want)
+    assert rel_err(got, want) < 1e-2, rel_err(got, want)
     # Forward only: the gate's weights require grad, the layer's output does not, eager or compiled.
     wts, ids = xstage.topk_softmax(gate(x), k)
     assert wts.requires_grad and not want.requires_grad and not moe(x, ids, wts).requires_grad
