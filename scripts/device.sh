@@ -14,8 +14,8 @@
 #   probe[:TRANSPORTS]    the probe's quick sweep (default host,local; `peer` on 2+ GPUs)
 #   a2a[:BACKENDS]        the all-to-all size sweep (default emulated; peer,nccl on 2+ GPUs)
 #   bench[:TOPICS]        the benchmarks that docs/RESULTS.md's tables come from (default simulator):
-#                         simulator attention moe moe-grid moe-layer moe-sweep duplex visible ulysses
-#                         ulysses-long ulysses-nvlink sdpa pipeline
+#                         simulator attention moe moe-grid moe-short-k moe-layer moe-sweep moe-ep duplex visible
+#                         ulysses ulysses-long ulysses-nvlink sdpa pipeline
 #   torch                 the Python package: install, tests on one GPU and on all, README's
 #                         example, the DiT bench
 # The two-GPU runbook is docs/RESULTS.md's "Not measured"; its stages, e.g.
@@ -270,6 +270,38 @@ bench_moe_grid() {
   timed moe-grid-plot 60 python3 bench/plot_moe_grid.py --out "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.png" \
     "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.json"
   digest moe-grid tail -12 "$R/moe-grid-plot.log"
+}
+# Issue 39's short-K study: the ping-pong tile forced beside the rule and torch on the grid's cells past one
+# wave with K <= 2048 (results/<machine>/moe/short-k/; MOE_SHORTK_S the time it may start new cells).
+bench_moe_short_k() {
+  local d=$R/moe/short-k
+  mkdir -p "$d"
+  clocks_start "$d/clocks-pp.csv"
+  timed moe-short-k "$(( ${MOE_SHORTK_S:-300} + 100 ))" python3 bench/moe_pingpong_study.py \
+    --lib "$B/libxstage_moe.so" --commit "$commit" --budget-s "${MOE_SHORTK_S:-300}" --out "$d/pingpong-study.json"
+  clocks_stop
+  timed moe-short-k-plot 60 python3 bench/plot_moe_pingpong.py "$d/pingpong-study.json" --out "$d/pingpong.png"
+  digest moe-short-k tail -14 "$R/moe-short-k-plot.log"
+}
+# Issue 40's P-rank comparison (bench/moe_ep_torch.py, every GPU a rank; 2+ GPUs): the script's quick test,
+# then the measurement, MOE_EP_ARGS added (the five shapes at T in {2048, 4096} a rank take ~10 minutes: split
+# them over calls, e.g. MOE_EP_ARGS="--tokens 2048"); MOE_EP_VDEV=1 runs the all_to_all_vdev_2d side instead
+# (a run of its own). Results in r/moe-torch/ (results/<machine>/moe-torch/).
+bench_moe_ep() {
+  if ((ngpu < 2)); then note bench-moe-ep skipped "needs 2+ GPUs (a GPU a rank)"; return; fi
+  local d=$R/moe-torch tag=${MOE_EP_ARGS//[^a-z0-9]/}
+  mkdir -p "$d"
+  local run=(env PYTHONPATH=python XSTAGE_LIBRARY="$B/libxstage_torch.so" TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+             NVSHMEM_DISABLE_NVLS=1 torchrun --nproc-per-node "$ngpu" bench/moe_ep_torch.py)
+  timed moe-ep-quick 120 "${run[@]}" --quick --out "$d/moe-ep-torch-quick.json"
+  clocks_start "$d/clocks-moe-ep$tag.csv"
+  if [ "${MOE_EP_VDEV:-0}" = 1 ]; then
+    timed moe-ep 420 "${run[@]}" --vdev --out "$d/moe-ep-vdev$tag.json" ${MOE_EP_ARGS:-}
+  else
+    timed moe-ep 420 "${run[@]}" --out "$d/moe-ep-torch$tag.json" ${MOE_EP_ARGS:-}
+  fi
+  clocks_stop
+  digest moe-ep tail -20 "$R/moe-ep.log"
 }
 bench_moe_layer() {  # the fused MoE layer's quick checked bench with per-tile traces: section 11's pictures
   local d=$R/moe-layer
