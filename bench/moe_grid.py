@@ -93,6 +93,55 @@ def timed_sides(fns, window_ms, rounds):
                     sm_clock_mhz=clk[k]) for k, v in t.items()}
 
 
+def study_problems(cells, seed, budget_s):
+    """The studies' cell loop (bench/moe_*_study.py): for each (cell, gemms) in order until budget_s has passed,
+    the cell's problem on the GPU as a dict (counts, x, w13, w13i, w2, offs, h = torch's L1 output, rows,
+    offs_list, experts = the largest and up to three seeded others, the ones checked), emptied before the next
+    one is made: the caller drops its own references to the tensors by then (a cell may fill most of the GPU)."""
+    t_end = time.time() + budget_s
+    for c, gemms in cells:
+        if time.time() > t_end:
+            print("budget spent: stopping", flush=True)
+            return
+        counts = grid_cells.counts_of(c, seed)
+        x, w13, w13i, w2, offs, _ = mt.make_problem(c["hidden"], c["inter"], counts, False, seed)
+        E = c["experts"]
+        rng = random.Random(seed)
+        by_size = sorted(range(E), key=lambda e: -counts[e])
+        p = dict(counts=counts, x=x, w13=w13, w13i=w13i, w2=w2, offs=offs, h=mt.torch_l1(x, w13, offs, None),
+                 rows=x.shape[0], offs_list=offs.tolist(),
+                 experts=sorted(set(by_size[:1] + rng.sample(range(E), min(3, E)))))
+        yield c, gemms, p
+        p.clear()
+        del x, w13, w13i, w2, offs
+        torch.cuda.empty_cache()
+
+
+def study_gemm(kind, n, pr):
+    """GEMM `kind` (0 L1 + SwiGLU, 1 L2; n its N) of a study_problems cell: its name, input, our weight, the
+    reference's weight, torch's call and the output's columns."""
+    x, w13, offs, h = pr["x"], pr["w13"], pr["offs"], pr["h"]
+    if kind == 0:
+        return "L1+SwiGLU", x, pr["w13i"], w13, (lambda: mt.torch_l1(x, w13, offs, None)), n // 2
+    return "L2", h, pr["w2"], pr["w2"], (lambda: mt.torch_l2(h, pr["w2"], offs)), n
+
+
+def cell_label(c, gemm, K):
+    """A study's line prefix for one GEMM of a cell."""
+    return (f"H={c['hidden']:5d} I={c['inter']:5d} E={c['experts']:3d} m={c['rows_per_expert']:4d} "
+            f"{c['routing']:7s} {gemm:9s} K={K:5d}")
+
+
+def checked_side(call, pr, kind, inp, w_ref, out_cols):
+    """call(o) of ours into a NaN-filled output, once, and its error against the fp32 reference on the cell's
+    checked experts: returns (the side's timed call, the error)."""
+    o = torch.full((pr["rows"], out_cols), float("nan"), device="cuda", dtype=torch.bfloat16)
+    call(o)
+    torch.cuda.synchronize()
+    err = rel_on(o, reference(kind, inp, w_ref, pr["offs_list"], pr["experts"]), pr["offs_list"])
+    return (lambda: call(o)), err
+
+
 def measure_cell(ours, cell, a):
     counts = grid_cells.counts_of(cell, a.seed)
     H, I, E = cell["hidden"], cell["inter"], cell["experts"]

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moe_grid_cells as grid_cells  # noqa: E402
 import moe_vs_torch as mt  # noqa: E402
-from moe_grid import reference, rel_on, timed_sides  # noqa: E402
+from moe_grid import cell_label, checked_side, reference, rel_on, study_gemm, study_problems, timed_sides  # noqa: E402
 
 PP = mt.TILES.index("m128n128pp")
 COOP = mt.TILES.index("m128n128")
@@ -73,50 +73,30 @@ def main():
                sms=ours.sms, protocol=dict(window_ms=a.window_ms, rounds=a.rounds, max_k=a.max_k,
                                            min_rows=a.min_rows, cells_eligible=len(cells)), cells=[])
     print(f"{len(cells)} cells with a GEMM of K <= {a.max_k} on more than one wave of 128 x 256 tiles", flush=True)
-    t_end = time.time() + a.budget_s
-    for c, gemms in cells:
-        if time.time() > t_end:
-            print("budget spent: stopping", flush=True)
-            break
-        counts = grid_cells.counts_of(c, a.seed)
-        H, I, E = c["hidden"], c["inter"], c["experts"]
-        x, w13, w13i, w2, offs, _ = mt.make_problem(H, I, counts, False, a.seed)
-        rows = x.shape[0]
-        h = mt.torch_l1(x, w13, offs, None)
-        offs_list = offs.tolist()
-        rng = random.Random(a.seed)
-        by_size = sorted(range(E), key=lambda e: -counts[e])
-        experts = sorted(set(by_size[:1] + rng.sample(range(E), min(3, E))))
+    for c, gemms, pr in study_problems(cells, a.seed, a.budget_s):
+        E, rows = c["experts"], pr["rows"]
         cell = dict(c, counts_total=rows)
         for kind, n, K in gemms:
-            gemm = "L1+SwiGLU" if kind == 0 else "L2"
-            inp, w, w_ref = (x, w13i, w13) if kind == 0 else (h, w2, w2)
-            t_fn = (lambda: mt.torch_l1(x, w13, offs, None)) if kind == 0 else (lambda: mt.torch_l2(h, w2, offs))
-            out_cols = n // 2 if kind == 0 else n
+            gemm, inp, w, w_ref, t_fn, out_cols = study_gemm(kind, n, pr)
             rule_tile, rule_splits = ours.plan(kind, rows, E, n, K)
             fns = {"torch": t_fn, "torch2": t_fn}
             errs = {}
             for name, tile in (("rule", -1), ("pp", PP), ("coop", COOP)):
-                o = torch.full((rows, out_cols), float("nan"), device="cuda", dtype=torch.bfloat16)
-                f = (lambda kind=kind, inp=inp, w=w, o=o, n=n, tile=tile:
-                     ours.gemm(kind, inp, w, o, offs, None, n, tile=tile))
-                f()
-                torch.cuda.synchronize()
-                errs[name] = rel_on(o, reference(kind, inp, w_ref, offs_list, experts), offs_list)
-                fns[name] = f
-            ref_torch = rel_on(t_fn(), reference(kind, inp, w_ref, offs_list, experts), offs_list)
+                fns[name], errs[name] = checked_side(
+                    lambda o, kind=kind, inp=inp, w=w, n=n, tile=tile: ours.gemm(kind, inp, w, o, pr["offs"], None,
+                                                                                 n, tile=tile),
+                    pr, kind, inp, w_ref, out_cols)
+            ref_torch = rel_on(t_fn(), reference(kind, inp, w_ref, pr["offs_list"], pr["experts"]), pr["offs_list"])
             times, clocks = timed(fns, a.window_ms, a.rounds)
             cell[gemm] = dict(K=K, N=n, k_blocks=(K + 63) // 64, rule=f"{mt.TILES[rule_tile]}/k{rule_splits}",
                               times_ms=times, sm_mhz=clocks, rel_err_fp32=errs, torch_rel_err_fp32=ref_torch,
                               torch_over=dict((k, times["torch"] / times[k]) for k in times))
-            print(f"H={H:5d} I={I:5d} E={E:3d} m={c['rows_per_expert']:4d} {c['routing']:7s} {gemm:9s} K={K:5d} "
-                  f"rule {cell[gemm]['rule']:12s} x{times['torch'] / times['rule']:.3f}  pp x{times['torch'] / times['pp']:.3f}"
+            print(f"{cell_label(c, gemm, K)} rule {cell[gemm]['rule']:12s} x{times['torch'] / times['rule']:.3f}  pp x{times['torch'] / times['pp']:.3f}"
                   f"  coop x{times['torch'] / times['coop']:.3f}  pp/rule {times['rule'] / times['pp']:.3f}  "
                   f"A/A {times['torch'] / times['torch2']:.3f}  err pp {errs['pp']:.1e}", flush=True)
         rec["cells"].append(cell)
         json.dump(rec, open(a.out, "w"), indent=1)
-        del x, w13, w13i, w2, h
-        torch.cuda.empty_cache()
+        del inp, w, w_ref, fns, t_fn  # study_problems frees the tensors
     json.dump(rec, open(a.out, "w"), indent=1)
 
 

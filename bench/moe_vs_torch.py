@@ -41,20 +41,22 @@ class Ours:
         self.lib = ctypes.CDLL(path)
         f = self.lib.xstage_moe_gemm
         f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_void_p,
+        f.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 8 + [ctypes.c_void_p,
                                                                                       ctypes.c_char_p, ctypes.c_int]
         self.lib.xstage_moe_pick_tile.restype = ctypes.c_int
         self.lib.xstage_moe_pick_tile.argtypes = [ctypes.c_int] * 7  # kind, out_store, rows, E, N, K, sms
         self.lib.xstage_moe_pick_splits.restype = ctypes.c_int
         self.lib.xstage_moe_pick_splits.argtypes = [ctypes.c_int] * 6  # rows, E, N, K, tile, sms
+        self.lib.xstage_moe_pick_tail_splits.restype = ctypes.c_int
+        self.lib.xstage_moe_pick_tail_splits.argtypes = [ctypes.c_int] * 6  # rows, E, N, K, tile, sms
         self.err = ctypes.create_string_buffer(512)
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.store = -1  # the output store of "ours": -1 auto (--out-store)
 
-    def gemm(self, kind, a, b, c, offs, w, N, tile=-1, splits=0, store=None):
+    def gemm(self, kind, a, b, c, offs, w, N, tile=-1, splits=0, store=None, tail_splits=0):
         rc = self.lib.xstage_moe_gemm(kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
                                       None if w is None else w.data_ptr(), a.shape[0], a.shape[1], N, offs.numel(),
-                                      tile, splits, self.store if store is None else store,
+                                      tile, splits, tail_splits, self.store if store is None else store,
                                       torch.cuda.current_stream().cuda_stream, self.err, 512)
         if rc != 0:
             raise RuntimeError(self.err.value.decode())
@@ -64,9 +66,14 @@ class Ours:
         t = self.lib.xstage_moe_pick_tile(kind, self.store if store is None else store, rows, E, N, K, self.sms)
         return t, self.lib.xstage_moe_pick_splits(rows, E, N, K, t, self.sms)
 
+    def tail_cap(self, rows, E, N, K, tile):
+        """The heuristic's tail-split cap for that tile (1: none; the kernel splits only a short last wave)."""
+        return self.lib.xstage_moe_pick_tail_splits(rows, E, N, K, tile, self.sms)
+
     def tile_name(self, kind, rows, E, N, K):
         t, s = self.plan(kind, rows, E, N, K)
-        return TILES[t] + (f"/k{s}" if s > 1 else "")
+        tail = self.tail_cap(rows, E, N, K, t) if s == 1 else 1
+        return TILES[t] + (f"/k{s}" if s > 1 else "") + (f"/t{tail}" if tail > 1 else "")
 
 
 TILES = ["m128n256", "m64n256", "m128n128", "m64n80", "m128n128pp"]

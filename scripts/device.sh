@@ -14,7 +14,7 @@
 #   probe[:TRANSPORTS]    the probe's quick sweep (default host,local; `peer` on 2+ GPUs)
 #   a2a[:BACKENDS]        the all-to-all size sweep (default emulated; peer,nccl on 2+ GPUs)
 #   bench[:TOPICS]        the benchmarks that docs/RESULTS.md's tables come from (default simulator):
-#                         simulator attention moe moe-grid moe-short-k moe-layer moe-sweep moe-ep duplex visible
+#                         simulator attention moe moe-grid moe-short-k moe-tail moe-layer moe-sweep moe-ep duplex visible
 #                         ulysses ulysses-long ulysses-nvlink sdpa pipeline
 #   torch                 the Python package: install, tests on one GPU and on all, README's
 #                         example, the DiT bench
@@ -146,6 +146,10 @@ san_moe() {  # the grouped GEMMs: every output store, split-K, the 64 x 80 L2 ti
     # the ping-pong tile: ~300 tiles a GEMM, so every CTA's warpgroups take turns; partial n- and k-blocks
     san "san-$tool-moe-pingpong" $tool $X moe-gemm --hidden 1040 --inter 264 --counts 3,0,700,1290,1,900,1100 \
       --routing-weights --check --tile-l1 m128n128pp --tile-l2 m128n128pp
+    # the tail split: 71 m-blocks of 128 x 256 tiles; L2 2 n-blocks (142 tiles: a tail of 10 on 132 SMs, split 4
+    # ways), L1 6 n-blocks (426 = 3 x 132 + 30, split 4 ways); K tails (712 = 11 x 64 + 8; 272 = 4 x 64 + 16)
+    san "san-$tool-moe-tail-split" $tool $X moe-gemm --hidden 272 --inter 712 --counts 3000,0,2500,3400 --check \
+      --routing-weights --tile-l1 m128n256 --tile-l2 m128n256 --tail-splits 4
     # the 64 x 80 tile's partial n-block (272 = 3 x 80 + 32)
     san "san-$tool-moe-tail-narrow" $tool $X moe-gemm --hidden 272 --inter 136 --counts 1,0,65,127,0,3 --check \
       --tile-l2 m64n80
@@ -282,6 +286,18 @@ bench_moe_short_k() {
   clocks_stop
   timed moe-short-k-plot 60 python3 bench/plot_moe_pingpong.py "$d/pingpong-study.json" --out "$d/pingpong.png"
   digest moe-short-k tail -14 "$R/moe-short-k-plot.log"
+}
+# Issue 39's wave-quantisation study: the tail split (its caps) beside whole tiles and torch on the grid's
+# GEMMs of 1-16 waves (results/<machine>/moe/tail-split/; MOE_TAIL_S the time it may start new cells,
+# MOE_TAIL_SKIP the cells of its order a previous call measured).
+bench_moe_tail() {
+  local d=$R/moe/tail-split skip=${MOE_TAIL_SKIP:-0}
+  mkdir -p "$d"
+  clocks_start "$d/clocks-tail-$skip.csv"
+  timed moe-tail "$(( ${MOE_TAIL_S:-360} + 100 ))" python3 bench/moe_tail_study.py --lib "$B/libxstage_moe.so" \
+    --commit "$commit" --budget-s "${MOE_TAIL_S:-360}" --skip "$skip" --out "$d/tail-study-$skip.json"
+  clocks_stop
+  digest moe-tail tail -6 "$R/moe-tail.log"
 }
 # Issue 40's P-rank comparison (bench/moe_ep_torch.py, every GPU a rank; 2+ GPUs): the script's quick test,
 # then the measurement, MOE_EP_ARGS added (the five shapes at T in {2048, 4096} a rank take ~10 minutes: split

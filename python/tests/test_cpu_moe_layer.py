@@ -197,7 +197,7 @@ def test_a_group_of_one_rank(group):
 # ---- the library's checks of the launch (xstage_torch_moe_layer*), without a GPU
 
 def _sizes_call(dims, flags=0):
-    out_ptr, _ = _lib.i64_array([0, 0, 0])
+    out_ptr, _ = _lib.i64_array([0, 0, 0, 0])
     dims_ptr, _keep = _lib.i64_array(dims)
     _lib.call("xstage_torch_moe_layer_sizes", dims_ptr, flags, out_ptr)
 

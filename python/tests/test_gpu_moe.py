@@ -133,6 +133,17 @@ def test_another_stream_and_a_cuda_graph(cuda):
     assert torch.equal(static_y, xstage.moe_experts(x2, w13i, w2, offs, wt))
 
 
+def assert_graph_replays(fn, eager, replays=3):
+    """fn captured in a CUDA graph gives eager's bits on every replay (a workspace left ready by the last)."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = fn()
+    for _ in range(replays):
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, eager)
+
+
 def test_split_k_in_a_cuda_graph(cuda):
     """Few rows on a long K: the heuristic splits K, and the op's workspace comes from torch's allocator."""
     counts, H, I = [128], 512, 6144
@@ -140,17 +151,30 @@ def test_split_k_in_a_cuda_graph(cuda):
     h = xstage.grouped_mm_swiglu(x, xstage.moe_interleave_w13(w13), offs)
     ws, y0 = ctypes.c_int64(0), torch.empty(128, H, dtype=BF16, device=cuda)
     _lib.call("xstage_torch_moe_workspace_bytes", 1, h.data_ptr(), w2.data_ptr(), y0.data_ptr(), offs.data_ptr(), 128, I, H,
-              1, ctypes.byref(ws))
+              1, ctypes.byref(ws), ctypes.byref(ctypes.c_int64(0)))
     assert ws.value > 0, "the heuristic did not split K: this test would not cover split-K"
     eager = xstage.grouped_mm(h, w2, offs)
     check(eager, ref_l2(h, w2, offs), torch._grouped_mm(h, w2.transpose(-2, -1), offs=offs), 128)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = xstage.grouped_mm(h, w2, offs)
-    for _ in range(3):
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(y, eager)
+    assert_graph_replays(lambda: xstage.grouped_mm(h, w2, offs), eager)
+
+
+def test_tail_split_in_a_cuda_graph(cuda):
+    """Just past whole waves of tiles on a long K: the last wave's tiles split over the idle SMs (the tail
+    split), its workspace from torch's allocator with only the counts zeroed; eager, then graph replays."""
+    sms = torch.cuda.get_device_properties(cuda).multi_processor_count
+    H, I = 2048, 2048  # L2: N = 2048, K = 2048 (32 k-blocks)
+    counts = [128 * (sms // 8 + 1) + 5, 128 * 2 - 3]  # about a wave of 128 x 256 tiles and a few more
+    x, w13, w2, offs, wt = problem(cuda, counts, H, I, True, seed=9)
+    w13i = xstage.moe_interleave_w13(w13)
+    h = xstage.grouped_mm_swiglu(x, w13i, offs, wt)
+    rows = sum(counts)
+    ws, zeroed, y0 = ctypes.c_int64(0), ctypes.c_int64(0), torch.empty(rows, H, dtype=BF16, device=cuda)
+    _lib.call("xstage_torch_moe_workspace_bytes", 1, h.data_ptr(), w2.data_ptr(), y0.data_ptr(), offs.data_ptr(), rows,
+              I, H, len(counts), ctypes.byref(ws), ctypes.byref(zeroed))
+    assert ws.value > zeroed.value > 0, "no tail split planned: this test would not cover it"
+    eager = xstage.grouped_mm(h, w2, offs)
+    check(eager, ref_l2(h, w2, offs), torch._grouped_mm(h, w2.transpose(-2, -1), offs=offs), rows)
+    assert_graph_replays(lambda: xstage.grouped_mm(h, w2, offs), eager)
 
 
 def test_torch_compile(cuda):

@@ -37,7 +37,8 @@ _SIGNATURES = {
                                                                           ctypes.c_int],
         ctypes.c_int),
     "xstage_torch_moe_workspace_bytes": (
-        [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [_c_i64p, ctypes.c_char_p, ctypes.c_int],
+        [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [_c_i64p, _c_i64p, ctypes.c_char_p,
+                                                                          ctypes.c_int],
         ctypes.c_int),
     "xstage_torch_moe_layer_sizes": ([_c_i64p, ctypes.c_int, _c_i64p, ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     "xstage_torch_moe_layer": (

@@ -22,7 +22,7 @@ from xstage._forward_only import detached
 L1, L2 = 0, 1
 _NAMES = {L1: "xstage.grouped_mm_swiglu", L2: "xstage.grouped_mm"}
 _EXPERTS = "xstage.moe_experts"
-_WORKSPACE_BYTES = {}  # (kind, rows, K, N, E, device) -> split-K workspace bytes: one library call an eager launch
+_WORKSPACE_BYTES = {}  # (kind, rows, K, N, E, device) -> split workspace (bytes, bytes zeroed): one library call a shape
 
 
 def moe_interleave_w13(w13):
@@ -103,19 +103,24 @@ def _prepare(kind, a, b, offs, row_weight, op=None):
         row_weight = _contiguous(row_weight)
     c = torch.empty((rows, N // 2 if kind == L1 else N), dtype=torch.bfloat16, device=a.device)
     key = (kind, rows, K, N, E, a.device)
-    ws_bytes = _WORKSPACE_BYTES.get(key)
-    if ws_bytes is None:  # the size depends on these alone (the heuristic's tile and splits)
-        n = ctypes.c_int64(0)
+    sizes = _WORKSPACE_BYTES.get(key)
+    if sizes is None:  # the size depends on these alone (the heuristic's tile and splits)
+        n, z = ctypes.c_int64(0), ctypes.c_int64(0)
         with torch.cuda.device(a.device):
             _lib.call("xstage_torch_moe_workspace_bytes", kind, a.data_ptr(), b.data_ptr(), c.data_ptr(), offs.data_ptr(),
-                      rows, K, N, E, ctypes.byref(n))
+                      rows, K, N, E, ctypes.byref(n), ctypes.byref(z))
         if len(_WORKSPACE_BYTES) >= 4096:  # a server's row counts vary without end: start over
             _WORKSPACE_BYTES.clear()
-        ws_bytes = _WORKSPACE_BYTES[key] = n.value
-    # Split-K's fp32 partials and tile counts (about 1 MiB for 128 rows on K = 6144; the library allows up to
-    # 1 GiB): a fresh zeroed tensor each call, from torch's caching allocator on the caller's stream, so that
-    # calls on other streams or in CUDA graphs never share one (the kernel needs it zeroed and to itself).
-    ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes > 0 else None
+        sizes = _WORKSPACE_BYTES[key] = (n.value, z.value)
+    ws_bytes, zeroed = sizes
+    # The split tiles' counts, then their fp32 partials (a grid of tiles for the tail split, 16.5 MiB at most on
+    # an H200; about 1 MiB for split-K at 128 rows on K = 6144): a fresh tensor each call, from torch's caching
+    # allocator on the caller's stream, so that calls on other streams or in CUDA graphs never share one (the
+    # kernel needs it to itself). Only the counts must start at zero.
+    ws = None
+    if ws_bytes > 0:
+        ws = torch.empty(ws_bytes, dtype=torch.uint8, device=a.device)
+        ws[:zeroed].zero_()
     return kind, a, b, c, offs, row_weight, (rows, K, N, E), ws, ws_bytes
 
 

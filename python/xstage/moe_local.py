@@ -42,7 +42,7 @@ MAX_EXPERTS = 1024  # src/device/moe/token_route_params.hpp
 MAX_TOPK = 32
 _IDS = (torch.int32, torch.int64)
 _WEIGHTS = (torch.float32, torch.bfloat16)
-_SIZES = {}          # (T, H, I, E, k, flags, device) -> (scratch bytes, workspace bytes): one library call a shape
+_SIZES = {}          # (T, H, I, E, k, flags, device) -> (scratch, workspace, workspace zeroed) bytes: one call a shape
 _GEMM_SHAPES = set()  # (rows, H, 2I, E) whose GEMM rules passed (moe._check on meta tensors)
 _RECORDS = {}        # device -> int32[8], the routing record the kernels write (made outside graph capture)
 
@@ -123,12 +123,12 @@ def _sizes(dims, flags, device):
     got = _SIZES.get(key)
     if got is None:
         dims_ptr, keep = _lib.i64_array(list(dims))
-        out_ptr, out = _lib.i64_array([0, 0, 0])
+        out_ptr, out = _lib.i64_array([0, 0, 0, 0])
         with torch.cuda.device(device):
             _lib.call("xstage_torch_moe_layer_sizes", dims_ptr, flags, out_ptr)
         if len(_SIZES) >= 4096:  # a server's token counts vary without end: start over
             _SIZES.clear()
-        got = _SIZES[key] = (out[0], out[1])
+        got = _SIZES[key] = (out[0], out[1], out[3])
     return got
 
 
@@ -150,12 +150,15 @@ def _launch(x, w13, w2, topk_ids, topk_weights):
         return out
     x, w13, w2, topk_ids, topk_weights = (_contiguous(t) for t in (x, w13, w2, topk_ids, topk_weights))
     flags = _flags(topk_ids, topk_weights)
-    scratch_bytes, ws_bytes = _sizes((T, H, I, E, k), flags, x.device)
+    scratch_bytes, ws_bytes, ws_zeroed = _sizes((T, H, I, E, k), flags, x.device)
     # From torch's caching allocator on the current stream, each call: CUDA
     # graphs capture them, and calls on other streams never share one. The
-    # split-K workspace must start zeroed (each GEMM leaves it zeroed).
+    # split workspace's counts must start zeroed (each GEMM leaves them so).
     scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=x.device)
-    ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=x.device) if ws_bytes > 0 else None
+    ws = None
+    if ws_bytes > 0:
+        ws = torch.empty(ws_bytes, dtype=torch.uint8, device=x.device)
+        ws[:ws_zeroed].zero_()
     rec = _record(x.device)
     dims_ptr, keep = _lib.i64_array([T, H, I, E, k])
     with torch.cuda.device(x.device):

@@ -213,9 +213,9 @@ int xstage_ulysses_fused(const int64_t* shape, const void* q, const void* k, con
 // and output store. kind: 0 L1 (SwiGLU, W13 interleaved; row_weight
 // optional), 1 L2 (row_weight null). a [rows_total, K], b [E, N, K], c
 // [rows_total, N / 2 (L1) or N], offs int32 [E], all contiguous device
-// memory. workspace: workspace_bytes (xstage_torch_moe_workspace_bytes) of zeroed
-// device memory when that is above 0, each launch leaving it zeroed for the
-// next; one launch at a time may use it. (Not libxstage_moe.so's
+// memory. workspace: workspace_bytes (xstage_torch_moe_workspace_bytes) of
+// device memory when that is above 0, its first `zeroed` bytes zero, each
+// launch leaving them so for the next; one launch at a time may use it. (Not libxstage_moe.so's
 // xstage_moe_gemm, the bench's entry point, which takes the tile and splits.)
 int xstage_torch_moe_gemm(int kind, const void* a, const void* b, void* c, const int32_t* offs, const float* row_weight,
                     int64_t rows_total, int64_t K, int64_t N, int64_t E, void* workspace, int64_t workspace_bytes,
@@ -229,25 +229,28 @@ int xstage_torch_moe_gemm(int kind, const void* a, const void* b, void* c, const
   });
 }
 
-// The split-K workspace xstage_torch_moe_gemm needs for these arguments (0: none);
-// they are validated as the launch will validate them.
+// The split workspace xstage_torch_moe_gemm needs for these arguments (0: none)
+// and how much of its start must be zero (the split counts); the arguments
+// are validated as the launch will validate them.
 int xstage_torch_moe_workspace_bytes(int kind, const void* a, const void* b, void* c, const int32_t* offs,
-                               int64_t rows_total, int64_t K, int64_t N, int64_t E, int64_t* bytes, char* err,
-                               int err_len) {
+                               int64_t rows_total, int64_t K, int64_t N, int64_t E, int64_t* bytes, int64_t* zeroed,
+                               char* err, int err_len) {
   return guarded(err, err_len, [&] {
     xstage::MoeGemmArgs args = moe_args(kind, rows_total, K, N, E);
     args.a = a, args.b = b, args.c = c, args.offs = offs;
     *bytes = int64_t(xstage::moe_workspace_bytes(args));
+    *zeroed = int64_t(xstage::moe_workspace_zeroed_bytes(args));
   });
 }
 
 // The one-GPU MoE layer (xstage/moe/moe_local_layer.hpp). dims, flags: as
-// local_layer_args above. sizes: int64[3] = scratch bytes, split-K workspace
-// bytes (zeroed memory; 0: none), routing CTAs.
+// local_layer_args above. sizes: int64[4] = scratch bytes, split workspace
+// bytes (0: none), routing CTAs, the workspace's bytes that must start zeroed.
 int xstage_torch_moe_layer_sizes(const int64_t* dims, int flags, int64_t* sizes, char* err, int err_len) {
   return guarded(err, err_len, [&] {
     const xstage::MoeLocalLayerSizes s = xstage::moe_local_layer_sizes(local_layer_args(dims, flags));
     sizes[0] = int64_t(s.scratch_bytes), sizes[1] = int64_t(s.workspace_bytes), sizes[2] = s.route_blocks;
+    sizes[3] = int64_t(s.workspace_zeroed_bytes);
   });
 }
 

@@ -41,6 +41,7 @@ struct MoeArgs {
   std::vector<int> counts;
   bool uneven = false, routing_weights = false;
   std::string tile_l1 = "auto", tile_l2 = "auto", out_store = "auto";
+  int tail_splits = 0;
   uint64_t seed = 1;
   bool check = false, bench = false;
   int warmup = 3, iters = 0, check_rows = 0;
@@ -116,6 +117,7 @@ void run_moe_gemm(MoeArgs& a) {
   o.routing_weights = a.routing_weights || !a.weights_path.empty();
   o.tile_l1 = parse_moe_tile(a.tile_l1), o.tile_l2 = parse_moe_tile(a.tile_l2);
   o.out_store = parse_moe_out_store(a.out_store);
+  o.tail_splits = a.tail_splits;
   o.seed = a.seed, o.check = a.check, o.check_rows = a.check_rows;
   o.bench = a.bench, o.warmup = a.warmup, o.iters = a.iters, o.out_path = a.out_path;
   validate_moe_bench_options(o);
@@ -224,6 +226,10 @@ void add_moe_gemm_command(CLI::App& app) {
                   "How the epilogue's output leaves shared memory: auto, staged (16-byte stores from warp "
                   "staging rows), bulk (the tile staged, one TMA bulk copy a row) or tma (each warp's 16 x 64 "
                   "boxes, double-buffered, one TMA tensor store a box)")
+      ->capture_default_str();
+  sub->add_option("--tail-splits", a->tail_splits,
+                  "The last wave's tiles split their K over the SMs that would idle: 0 automatic, 1 never, N at "
+                  "most N ways (both GEMMs)")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   sub->add_flag("--check", a->check, "Compare sampled rows with an fp64 CPU reference; scan for unwritten outputs");

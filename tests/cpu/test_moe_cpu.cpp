@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli_runner.hpp"
+#include "device/sched/tail_split.hpp"
 #include "harness/moe/moe_bench.hpp"
 #include "harness/moe/moe_check.hpp"
 #include "xstage/core/device.hpp"
@@ -268,17 +269,92 @@ TEST(MoeArgs, AcceptsTheShapesTorchGroupedMmTakes) {
   EXPECT_NE(validation_message(args_of(MoeGemmKind::l1_swiglu, 300, 64, 40, 3)).find("2I"), std::string::npos);
 }
 
-// Partial n-blocks count as tiles: split-K's workspace (partials and counts
-// of every tile there may be) is sized with N / BLOCK_N rounded up.
+// Partial n-blocks count as tiles: split-K's workspace (counts, then 256
+// bytes on the partials of every tile there may be) is sized with N / BLOCK_N
+// rounded up; only the counts need zeroes.
 TEST(MoeArgs, SplitWorkspaceCountsThePartialNBlock) {
   MoeGemmArgs a = args_of(MoeGemmKind::l2, 300, 1400, 2880, 3);
   a.tile = MoeTile::m128n256, a.splits = 2;
   const int64_t tiles = (300 / 128 + 3) * ((2880 + 255) / 256);  // 5 x 12
-  EXPECT_EQ(moe_workspace_bytes(a), size_t(tiles * 2 * 128 * 256 * 4 + tiles * 4));
+  EXPECT_EQ(moe_workspace_bytes(a), size_t(256 + tiles * 2 * 128 * 256 * 4));
+  EXPECT_EQ(moe_workspace_zeroed_bytes(a), size_t(tiles * 4));
   a.N = 16, a.tile = MoeTile::m128n128;
-  EXPECT_EQ(moe_workspace_bytes(a), size_t(5 * 2 * 128 * 128 * 4 + 5 * 4));
-  a.splits = 1;
+  EXPECT_EQ(moe_workspace_bytes(a), size_t(256 + 5 * 2 * 128 * 128 * 4));
+  EXPECT_EQ(moe_workspace_zeroed_bytes(a), size_t(5 * 4));
+  a.splits = 1;  // and no tail split: whole tiles only
   EXPECT_EQ(moe_workspace_bytes(a), 0u);
+  EXPECT_EQ(moe_workspace_zeroed_bytes(a), 0u);
+}
+
+TEST(MoeArgs, TailSplitsAreCheckedBeforeLaunch) {
+  MoeGemmArgs a = args_of(MoeGemmKind::l2, 300, 1400, 2880, 3);  // 22 k-blocks
+  a.tile = MoeTile::m128n256, a.tail_splits = 23;
+  EXPECT_NE(validation_message(a).find("tail_splits: expected 0 (automatic) to ceil(K / 64) = 22, got 23"),
+            std::string::npos);
+  a.tail_splits = -1;
+  EXPECT_NE(validation_message(a).find("tail_splits"), std::string::npos);
+  a.tail_splits = 4, a.splits = 2;
+  EXPECT_NE(validation_message(a).find("tail_splits 4 with splits 2"), std::string::npos);
+  a.splits = 1;
+  EXPECT_EQ(validation_message(a), "");
+  a.tile = MoeTile::m128n128pp;
+  EXPECT_NE(validation_message(a).find("m128n128pp with tail_splits 4"), std::string::npos);
+}
+
+// The tail split's layout: every item of the walk maps to a tile and a k
+// range such that each tile of the launch is covered exactly once by its
+// ranges, items of the first wave are whole tiles, split tiles have their
+// own slots below the grid, and only a tail of at most half the grid splits.
+TEST(MoeTailSplit, EveryTileIsCoveredOnceAndOnlyTheShortTailSplits) {
+  using namespace xstage::sched;
+  for (int grid : {1, 2, 7, 132})
+    for (int tiles = 0; tiles <= 5 * grid + 3; ++tiles)
+      for (int cap : {1, 2, 3, 8}) {
+        const TailSplitLayout l = tail_split_layout(tiles, grid, cap);
+        const int waves = tiles / std::max(grid, 1), r = tiles % std::max(grid, 1);
+        const bool split = waves >= 1 && r > 0 && 2 * r <= grid && cap >= 2;
+        ASSERT_EQ(l.splits > 1, split) << grid << " " << tiles << " " << cap;
+        if (split) {
+          EXPECT_EQ(l.whole, waves * grid);
+          EXPECT_EQ(l.splits, std::min(grid / r, cap));
+        }
+        std::vector<int> seen(size_t(tiles), 0), slot_seen(size_t(grid), 0);
+        for (int t = 0; t < (waves + 2) * grid; ++t) {  // past the end too
+          const TailSplitItem i = tail_split_item(t, l);
+          if (t < grid) EXPECT_EQ(i.splits, 1) << t;
+          if (i.tile >= tiles) continue;
+          ASSERT_GE(i.tile, 0);
+          ASSERT_LT(i.split, i.splits);
+          seen[size_t(i.tile)] |= 1 << i.split;
+          if (i.splits > 1) {
+            ASSERT_LT(i.slot * i.splits + i.split, grid);  // one grid of partials
+            slot_seen[size_t(i.slot * i.splits + i.split)]++;
+          }
+        }
+        for (int t = 0; t < tiles; ++t) {
+          const int ways = t >= l.whole ? l.splits : 1;
+          EXPECT_EQ(seen[size_t(t)], (1 << ways) - 1) << grid << " " << tiles << " " << cap << " tile " << t;
+        }
+        for (int c : slot_seen) EXPECT_LE(c, 1);
+      }
+}
+
+TEST(MoeTailSplit, TheCapGrowsWithKAndStaysOffWhereSplitKPlans) {
+  // Many tiles (Qwen3-30B-like L1 at 4096 rows an expert): the cap from K.
+  const int rows = 4096 * 8;
+  EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 256, MoeTile::m128n256, 132), 1);   // 4 k-blocks
+  EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 2048, MoeTile::m128n256, 132), 4);  // 32
+  EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 7168, MoeTile::m128n256, 132), 8);  // 112
+  int prev = 1;
+  for (int K = 64; K <= 16384; K += 64) {
+    const int cap = moe_pick_tail_splits(rows, 8, 1536, K, MoeTile::m128n256, 132);
+    EXPECT_GE(cap, prev) << K;
+    EXPECT_LE(cap, (K + 63) / 64) << K;
+    prev = cap;
+  }
+  // Few tiles: split-K's regime, no tail split; the ping-pong tile has none.
+  EXPECT_EQ(moe_pick_tail_splits(128, 2, 1536, 7168, MoeTile::m128n256, 132), 1);
+  EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 7168, MoeTile::m128n128pp, 132), 1);
 }
 
 TEST(MoeTiles, NoMultipleOfTheTileWidthCountsTheLastNBlockAsATile) {

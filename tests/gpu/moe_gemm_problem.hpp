@@ -33,11 +33,12 @@ struct MoeRunConfig {
   MoeTile tile = MoeTile::automatic;
   int splits = 0;  // 0: the heuristic's
   MoeOutStore store = MoeOutStore::automatic;
-  bool caller_workspace = false;  // split-K's workspace from the caller (zeroed once), else the library's
+  bool caller_workspace = false;  // the split workspace from the caller (counts zeroed once), else the library's
+  int tail_splits = 0;            // 0: the heuristic's
 
   std::string describe() const {
-    return "tile " + to_string(tile) + ", splits " + std::to_string(splits) + ", store " + to_string(store) +
-           (caller_workspace ? ", caller's workspace" : "");
+    return "tile " + to_string(tile) + ", splits " + std::to_string(splits) + ", tail splits " +
+           std::to_string(tail_splits) + ", store " + to_string(store) + (caller_workspace ? ", caller's workspace" : "");
   }
 };
 
@@ -76,12 +77,15 @@ class MoeGemmProblem {
     ASSERT_TRUE(ok_) << "allocating or filling the operands failed";
     MoeGemmArgs args{kind_, a_, b_, c_, offs_d_, nullptr, rows_total_, s_.K, s_.N, E_, cfg.tile, cfg.splits};
     args.out_store = cfg.store;
+    args.tail_splits = cfg.tail_splits;
     void* ws = nullptr;
     if (cfg.caller_workspace) {
       args.workspace_bytes = moe_workspace_bytes(args);
       if (args.workspace_bytes > 0) {
+        // Only the counts zeroed: the partials must not need it (NaN bytes there).
         ASSERT_EQ(cudaMalloc(&ws, args.workspace_bytes), cudaSuccess);
-        ASSERT_EQ(cudaMemset(ws, 0, args.workspace_bytes), cudaSuccess);
+        ASSERT_EQ(cudaMemset(ws, 0xff, args.workspace_bytes), cudaSuccess);
+        ASSERT_EQ(cudaMemset(ws, 0, moe_workspace_zeroed_bytes(args)), cudaSuccess);
         args.workspace = ws;
       }
     }

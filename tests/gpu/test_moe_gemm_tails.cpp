@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "device/sched/tail_split.hpp"
 #include "gpu/moe_gemm_problem.hpp"
 #include "gpu/need_gpus.hpp"
 #include "xstage/moe/moe.hpp"
@@ -97,6 +98,81 @@ TEST_P(MoeGemmTails, EveryTileStoreAndSplitMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeGemmTails, ::testing::ValuesIn(tail_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// The tail split: row counts that give a launch of the tile about `waves`
+// grids of tiles plus `tail` (sched/tail_split.hpp), ragged experts, one of
+// them empty, rows past the last; N = 272 (a partial n-block) and K = 712
+// (12 k-blocks, the last partial).
+MoeProblemShape tail_shape(MoeTile tile, int sms, int waves, int tail) {
+  const int bm = moe_tile_block_m(tile), bn = moe_tile_block_n(tile), N = 272, n_blocks = (N + bn - 1) / bn;
+  const int m_blocks = (waves * sms + tail + n_blocks - 1) / n_blocks;
+  std::vector<int> counts;
+  int left = m_blocks;
+  for (int e = 0; left > 0; ++e) {
+    const int m = e == 2 ? 0 : std::min(left, 1 + e * 3);
+    counts.push_back(m == 0 ? 0 : (m - 1) * bm + 1 + (e * 37) % bm);
+    left -= m;
+  }
+  return {counts, 3, 712, N};
+}
+
+int device_sms() {
+  int dev = 0, sms = 0;
+  EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  return sms;
+}
+
+// The layout the kernel will work out for this problem (the launch's grid: one CTA an SM here).
+sched::TailSplitLayout expected_layout(const MoeProblemShape& s, MoeTile tile, int sms, int cap) {
+  const int bm = moe_tile_block_m(tile), bn = moe_tile_block_n(tile);
+  int tiles = 0;
+  for (int c : s.counts) tiles += (c + bm - 1) / bm * ((s.N + bn - 1) / bn);
+  return sched::tail_split_layout(tiles, sms, std::min(cap, (s.K + 63) / 64));
+}
+
+// Every tile built with split-K, a short tail (r = grid / 8: each of its
+// tiles split 8 ways, capped at 2 or at the 12 k-blocks), both GEMMs, every
+// output store, the library's workspace and the caller's; and for the wide
+// tile, tails the kernel must leave whole: one tile past two grids (split as
+// far as the cap), three quarters of a grid (not split).
+TEST(MoeGemmTailSplit, TheLastWavesSplitTilesMatchTheReference) {
+  XSTAGE_NEED_GPUS(1);
+  const int sms = device_sms();
+  for (MoeGemmKind kind : {MoeGemmKind::l1_swiglu, MoeGemmKind::l2}) {
+    std::vector<MoeTile> tiles = {MoeTile::m128n256, MoeTile::m64n256, MoeTile::m128n128};
+    if (kind == MoeGemmKind::l2) tiles.push_back(MoeTile::m64n80);
+    for (MoeTile tile : tiles) {
+      const MoeProblemShape shape = tail_shape(tile, sms, 1, std::max(1, sms / 8));
+      SCOPED_TRACE(std::string(kind == MoeGemmKind::l2 ? "L2 " : "L1 ") + to_string(tile));
+      ASSERT_GT(expected_layout(shape, tile, sms, 12).splits, 1) << "the shape must give a tail to split";
+      MoeGemmProblem problem(kind, shape);
+      std::vector<MoeOutStore> stores = {MoeOutStore::warp_staged};
+      if (tile != MoeTile::m64n80) stores.insert(stores.end(), {MoeOutStore::tile_bulk, MoeOutStore::warp_tma});
+      for (MoeOutStore store : stores)
+        for (int cap : {2, 12}) {
+          MoeRunConfig cfg{tile, 0, store};
+          cfg.tail_splits = cap;
+          SCOPED_TRACE(cfg.describe());
+          problem.run_and_check(cfg);
+          if (HasFatalFailure()) return;
+        }
+      MoeRunConfig caller{tile, 1, MoeOutStore::warp_staged, true};
+      caller.tail_splits = 12;
+      problem.run_and_check(caller);
+      if (HasFatalFailure()) return;
+    }
+  }
+  for (auto [waves, tail] : {std::pair{2, 1}, std::pair{1, 3 * sms / 4}}) {
+    const MoeProblemShape shape = tail_shape(MoeTile::m128n256, sms, waves, tail);
+    const sched::TailSplitLayout l = expected_layout(shape, MoeTile::m128n256, sms, 12);
+    EXPECT_EQ(l.splits > 1, tail <= sms / 2) << waves << " waves and " << tail;
+    MoeGemmProblem problem(MoeGemmKind::l2, shape);
+    MoeRunConfig cfg{MoeTile::m128n256, 0, MoeOutStore::warp_tma};
+    cfg.tail_splits = 12;
+    problem.run_and_check(cfg);
+  }
+}
 
 // No rows at all (every expert empty, or no expert has a row and rows belong
 // to none): nothing is launched or stored.

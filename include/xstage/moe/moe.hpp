@@ -63,19 +63,37 @@ struct MoeGemmArgs {
   MoeTile tile = MoeTile::automatic;
   // Split-K: 0 = the heuristic's (moe_pick_splits), else 1 .. ceil(K / 64).
   // With more than 1 the launch needs a workspace of moe_workspace_bytes():
-  // the caller's (zeroed once before its first use; every launch leaves it
-  // ready for the next; one launch at a time may use it), or, when
+  // the caller's (its counts zeroed once before its first use; every launch
+  // leaves them ready for the next; one launch at a time may use it), or, when
   // `workspace` is null, one of this device shared by every such launch,
   // which the first launch of a size allocates (so not inside a CUDA graph
   // capture; launch them on one stream).
+  // 1: every tile sums its whole K in one CTA (no tail split either, unless
+  // tail_splits asks for one).
   int splits = 0;
+  // Tail split (src/device/sched/tail_split.hpp): the last wave of tiles, when
+  // it would leave at least half the SMs idle, splits its tiles' k-blocks over
+  // them. 0: the heuristic's (moe_pick_tail_splits) where `splits` is 0 and
+  // resolves to 1, else none; 1: none; 2 .. ceil(K / 64): at most this many
+  // ways (splits 0 or 1). Its workspace: one grid of partials.
+  int tail_splits = 0;
   MoeOutStore out_store = MoeOutStore::automatic;
-  void* workspace = nullptr;  // 16-byte aligned, workspace_bytes long, or null
+  // 16-byte aligned, workspace_bytes long, or null. Its first
+  // moe_workspace_zeroed_bytes() bytes (the split counts) must be zero before
+  // a launch; each launch leaves them so. The rest (fp32 partials) need not be.
+  void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Where in the workspace the partials start, at least: 0 = just past this
+  // launch's counts (256-byte aligned). GEMMs that share one workspace (one
+  // after the other) put them past the largest count area of any of them, so
+  // that one's partials never overwrite another's counts.
+  size_t workspace_partials_at = 0;
 };
 
-// The split-K workspace these arguments need (0 when they resolve to one split).
+// The split workspace these arguments need (0 when no tile splits), and how
+// much of its start must be zeroed before a launch (the counts).
 size_t moe_workspace_bytes(const MoeGemmArgs& a);
+size_t moe_workspace_zeroed_bytes(const MoeGemmArgs& a);
 
 // The tile and split heuristic (docs/design/moe.md), from the host's sizes
 // only (rows_total / E rows an expert; the offsets stay on the device).
@@ -102,6 +120,12 @@ inline bool moe_narrow_tile_built(MoeGemmKind kind, MoeOutStore store) {
 // factor for that tile by the same cost model.
 inline constexpr int kMoeMaxSplits = 4;
 int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count);
+// The tail split's cap for `tile` where split-K is not picked (more than few
+// tiles): 1 (none) for the ping-pong tile and where K is too short for a
+// split to repay its partials' round trip, else the ways a tail tile may
+// split at most, from the k-blocks (docs/design/moe.md). The kernel splits
+// only a tail of at most half the grid, by at most grid / tail tiles.
+int moe_pick_tail_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count);
 
 // Throws xstage::Error naming the first bad field.
 void validate_moe_gemm_args(const MoeGemmArgs& a);
@@ -110,6 +134,7 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream = nullptr);
 // The tile, splits and output store moe_gemm runs for these arguments on the current device.
 MoeTile moe_resolved_tile(const MoeGemmArgs& a);
 int moe_resolved_splits(const MoeGemmArgs& a);
+int moe_resolved_tail_splits(const MoeGemmArgs& a);
 MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a);
 
 // W13 from the usual [E, 2I, K] layout (gate rows 0 .. I-1, then up rows) to

@@ -36,14 +36,16 @@ struct MoeLocalLayerArgs {
   int T = 0, H = 0, I = 0, E = 0, k = 0;
   void* scratch = nullptr;             // scratch_bytes of device memory, any contents
   size_t scratch_bytes = 0;
-  void* workspace = nullptr;           // workspace_bytes of zeroed device memory (left zeroed), or null when 0
+  void* workspace = nullptr;           // workspace_bytes of device memory, its first workspace_zeroed_bytes zeroed
+                                       // (left zeroed), or null when 0
   size_t workspace_bytes = 0;
   int32_t* error = nullptr;            // optional: int32[6] zeroed once, {set, kind, token, slot, id, E}
 };
 
 struct MoeLocalLayerSizes {
   size_t scratch_bytes = 0;    // routing arrays, the permuted rows (also L2's output) and L1's output
-  size_t workspace_bytes = 0;  // the larger GEMM's split-K workspace (they run one after the other)
+  size_t workspace_bytes = 0;  // the larger GEMM's split workspace (they run one after the other)
+  size_t workspace_zeroed_bytes = 0;  // how much of its start must be zero (either GEMM's split counts)
   int route_blocks = 0;        // CTAs of the routing kernels
 };
 

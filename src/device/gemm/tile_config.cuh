@@ -86,8 +86,12 @@ struct TileConfig {
   static constexpr size_t OFF_BAR = OFF_STAGING + STAGING_BYTES;  // the stage ring's barriers
   // Split-K: the tile's arrival count as the consumers' thread 0 read it.
   static constexpr size_t OFF_SPLIT_FLAG = OFF_BAR + 2 * STAGES * 8;
+  // The tile scheduler's shared storage (the grouped GEMM's tail-split
+  // layout and its barrier: 16 bytes, 8-byte aligned).
+  static constexpr size_t OFF_SCHED = OFF_SPLIT_FLAG + 16;
+  static_assert(OFF_SCHED % 8 == 0, "the scheduler's barrier is 8-byte aligned");
   // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom in the kernel.
-  static constexpr size_t SMEM_BYTES = OFF_SPLIT_FLAG + 16 + 1024;
+  static constexpr size_t SMEM_BYTES = OFF_SCHED + 16 + 1024;
 };
 
 }  // namespace xstage::gemm

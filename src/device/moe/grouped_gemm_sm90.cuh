@@ -44,7 +44,9 @@
 //   - split-K (p.splits > 1, for few tiles on long K): a work item is one
 //     k range of a tile; its CTA writes the fp32 partial to the workspace and
 //     counts itself in; the tile's last CTA sums every partial in split order
-//     and runs the epilogue (split_reduce below).
+//     and runs the epilogue (split_reduce below). The tail split (p.tail_splits
+//     > 1) does the same for the last wave's tiles only (sched/tail_split.hpp):
+//     one producer warp counts the launch's tiles while the first ones run.
 #include <cstdint>
 
 #include <cuda.h>
@@ -57,18 +59,20 @@ namespace xstage::moe {
 
 // Split-K hand-over of one work item's accumulators. Every consumer thread
 // writes its fragment (float4 per n-block, thread-fastest: 16-byte coalesced
-// stores), then thread 0 of the consumers counts the item in. Returns true in
-// the tile's last item, with acc replaced by the sum of all partials read
-// back in split order (its own too), so that the result does not depend on
-// which CTA came last, and acc is dead between the stores and the sum (no
-// second accumulator set: the 128x256 tile has no registers for one).
+// stores) to the tile's slot of partials, then thread 0 of the consumers
+// counts the item in. Returns true in the tile's last item, with acc replaced
+// by the sum of all partials read back in split order (its own too), so that
+// the result does not depend on which CTA came last, and acc is dead between
+// the stores and the sum (no second accumulator set: the 128x256 tile has no
+// registers for one; keeping its own partial in registers through the count
+// spilled 15 KB a thread).
 // The release/acquire pair is the fence-barrier-atomic pattern: each thread's
 // fence orders its stores before the barrier, the atomic follows the barrier.
 template <int NB>
-__device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedGemmParams& p, int tile, int split,
-                                             int ct, volatile int* flag) {
+__device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedGemmParams& p, int slot, int split,
+                                             int splits, int ct, volatile int* flag) {
   constexpr int kTileFloats = NB * 4 * 256;  // 256 consumer threads
-  float4* all = reinterpret_cast<float4*>(p.split_ws + int64_t(tile) * p.splits * kTileFloats);
+  float4* all = reinterpret_cast<float4*>(p.split_ws + int64_t(slot) * splits * kTileFloats);
   float4* mine = all + int64_t(split) * NB * 256;
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
@@ -76,9 +80,9 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
   __threadfence();
   ptx::named_bar_sync(1, 256);
   if (ct == 0) {
-    const int arrived = atomicAdd(p.split_count + tile, 1);
-    const bool last = arrived == p.splits - 1;
-    if (last) p.split_count[tile] = 0;  // every other item of the tile has counted itself in
+    const int arrived = atomicAdd(p.split_count + slot, 1);
+    const bool last = arrived == splits - 1;
+    if (last) p.split_count[slot] = 0;  // every other item of the tile has counted itself in
     *flag = last;
   }
   ptx::named_bar_sync(1, 256);
@@ -87,7 +91,7 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
     float4 sum = __ldcg(all + nb * 256 + ct);
-    for (int s = 1; s < p.splits; ++s) {
+    for (int s = 1; s < splits; ++s) {
       const float4 v = __ldcg(all + (int64_t(s) * NB + nb) * 256 + ct);
       sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
     }
@@ -159,18 +163,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const gemm::Sm90Mainloop<Cfg> mainloop(smem, reinterpret_cast<uint64_t*>(smem + Cfg::OFF_BAR));
   volatile int* split_flag = reinterpret_cast<volatile int*>(smem + Cfg::OFF_SPLIT_FLAG);
+  static_assert(sizeof(typename Scheduler::SharedStorage) <= 16, "the scheduler's 16 bytes (tile_config.cuh)");
+  auto* tail = reinterpret_cast<typename Scheduler::SharedStorage*>(smem + Cfg::OFF_SCHED);
 
   const int tid = threadIdx.x;
+  // Without split-K the walk's split factors are the constant 1 (no division, no tail-split branch).
+  typename Scheduler::Params sq = sp;
+  if constexpr (!kSplitK) sq.splits = 1, sq.tail_splits = 1;
+  const Scheduler sched(sq, BM, tail);
   if (tid == 0) {
     mainloop.init();
+    if (kSplitK && sched.tail_split()) ptx::mbar_init(&tail->ready, 1);
     ptx::mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier: the roles split below
 
-  const Scheduler sched(sp, BM);
   const int k_blocks = (p.K + Cfg::BLOCK_K - 1) / Cfg::BLOCK_K;
-  // Split s covers k-blocks [s * k_blocks / splits, (s + 1) * k_blocks / splits): at least one, as splits <= k_blocks.
-  auto kb_begin = [&](int split) { return split * k_blocks / p.splits; };
+  // Split s of n covers k-blocks [s * k_blocks / n, (s + 1) * k_blocks / n): at least one, as n <= k_blocks.
+  auto kb_begin = [&](int split, int splits) { return split * k_blocks / splits; };
 
   if (tid < 128) {
     // ---------------- producer warpgroup
@@ -181,9 +191,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       uint32_t it = 0;
       for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
         const auto c = sched.coord(w);
-        const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
-        mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN, kb0, kb_end);
+        const int a_row = c.row_begin + c.m_block * BM, b_row = c.expert * p.N + c.n_block * BN;
+        if (!kSplitK || c.splits == 1)
+          mainloop.load(it, &tm.a, &tm.b, a_row, b_row, 0, k_blocks);
+        else
+          mainloop.load(it, &tm.a, &tm.b, a_row, b_row, kb_begin(c.split, c.splits), kb_begin(c.split + 1, c.splits));
       }
+    } else if (kSplitK && sched.tail_split() && tid / 32 == 1) {
+      sched.count_tiles(tid & 31);
     }
     return;
   }
@@ -208,10 +223,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       if (tid == 128) ptx::tma_prefetch_descriptor(&tm.c);
     for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
       const auto c = sched.coord(w);
-      const int kb0 = kSplitK ? kb_begin(c.split) : 0, kb_end = kSplitK ? kb_begin(c.split + 1) : k_blocks;
-      mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb0, kb_end, lane);
-      if constexpr (kSplitK)
-        if (!split_reduce<WN / 8>(acc, p, c.tile, c.split, tid - 128, split_flag)) continue;
+      // Whole tiles keep the plain kernel's k loop (0 .. k_blocks from the parameters: uniform registers).
+      if (!kSplitK || c.splits == 1) {
+        mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, 0, k_blocks, lane);
+      } else {
+        mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb_begin(c.split, c.splits),
+                                  kb_begin(c.split + 1, c.splits), lane);
+        if (!split_reduce<WN / 8>(acc, p, c.slot, c.split, c.splits, tid - 128, split_flag)) continue;
+      }
       const int tile_row = c.row_begin + c.m_block * BM;
       const int row = tile_row + wg_m * 64 + warp * 16;
       const auto out = Epilogue::template outputs<WN / 8>(p.row_weight, acc, row, c.row_end, lane);

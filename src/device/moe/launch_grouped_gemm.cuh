@@ -2,7 +2,8 @@
 // One launch of sm90_grouped_gemm<Cfg, Epilogue, GroupedTileScheduler>:
 // builds the TMA maps of A and B, sizes the persistent grid (one CTA per SM,
 // never more than the work items there can be: tiles times splits), sets the shared-memory limit and
-// launches on `stream`. Returns a cudaError_t as int (cudaErrorInvalidValue
+// launches on `stream` (the tail split's grid is the same: it splits the
+// last wave over the CTAs there are). Returns a cudaError_t as int (cudaErrorInvalidValue
 // also when the driver rejects a tensor map).
 #include <cuda_runtime.h>
 
@@ -30,13 +31,15 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   // The last n-block of an N that is no multiple of BLOCK_N is partial: its
   // columns past N are computed and not stored (grouped_gemm_sm90.cuh).
   const int n_blocks = (p.N + Cfg::BLOCK_N - 1) / Cfg::BLOCK_N;
-  Sched::Params sp{p.offs, p.E, p.rows_total, n_blocks, p.splits};
-  // Split-K and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh says why);
-  // ping-pong tiles have no split-K one.
+  Sched::Params sp{p.offs, p.E, p.rows_total, n_blocks, p.splits, p.tail_splits};
+  // Split-K (uniform or the tail's) and the plain kernel are separate instantiations (grouped_gemm_sm90.cuh
+  // says why); ping-pong tiles have no split-K one.
+  const bool split = p.splits > 1 || p.tail_splits > 1;
+  if (p.splits > 1 && p.tail_splits > 1) return int(cudaErrorInvalidValue);
   auto* fn = sm90_grouped_gemm<Cfg, Epilogue, Sched, false>;
   if constexpr (!Cfg::PINGPONG) {
-    if (p.splits > 1) fn = sm90_grouped_gemm<Cfg, Epilogue, Sched, true>;
-  } else if (p.splits > 1) {
+    if (split) fn = sm90_grouped_gemm<Cfg, Epilogue, Sched, true>;
+  } else if (split) {
     return int(cudaErrorInvalidValue);
   }
   int device = 0, sms = 0;
@@ -44,7 +47,7 @@ int launch_grouped_gemm(const GroupedGemmParams& p, cudaStream_t stream) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return int(e);
   static uint64_t opted_in[2] = {0, 0};  // per instantiation, a bit per device
-  rc = gemm::opt_in_shared_memory(fn, Cfg::SMEM_BYTES, device, opted_in[p.splits > 1]);
+  rc = gemm::opt_in_shared_memory(fn, Cfg::SMEM_BYTES, device, opted_in[split]);
   if (rc != 0) return rc;
   const int64_t grid =
       Sched::grid_size(Sched::max_tiles(p.rows_total, p.E, Cfg::BLOCK_M, sp.n_blocks) * p.splits, sms, 1);

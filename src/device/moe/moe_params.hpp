@@ -34,6 +34,12 @@ struct GroupedGemmParams {
   // launch. Both arrays hold max_tiles (sched/grouped.cuh, n-blocks rounded
   // up) tiles; the counts start at 0. One split-K launch at a time may use them.
   int splits = 1;                     // 1 .. k-blocks (ceil(K / 64))
+  // Tail split (tail_splits > 1, splits 1): only the last wave's tiles split,
+  // each at most tail_splits ways (sched/tail_split.hpp); the k-th split tile
+  // of the tail keeps its partials at split_ws[(k * its splits + split) *
+  // BLOCK_M * BLOCK_N] and its count at split_count[k]: one grid's partials
+  // (a slot a CTA) and counts at most, as the launch's grid is sized.
+  int tail_splits = 1;                // 1 .. k-blocks
   float* split_ws = nullptr;
   int32_t* split_count = nullptr;
 };

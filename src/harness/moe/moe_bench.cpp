@@ -173,6 +173,7 @@ MoeBenchReport run_moe_bench(MoeBenchOptions o) {
                  o.routing_weights ? d_w.ptr : nullptr, rows, Hd, 2 * I, E, o.tile_l1};
   MoeGemmArgs l2{MoeGemmKind::l2, l2_a, w2.dev.ptr, d_y.ptr, d_offs.ptr, nullptr, rows, I, Hd, E, o.tile_l2};
   l1.out_store = l2.out_store = o.out_store;
+  l1.tail_splits = l2.tail_splits = o.tail_splits;
   if (r.has_l1) validate_moe_gemm_args(l1), r.l1.tile = moe_resolved_tile(l1), r.l1.out_store = moe_resolved_out_store(l1);
   if (r.has_l2) validate_moe_gemm_args(l2), r.l2.tile = moe_resolved_tile(l2), r.l2.out_store = moe_resolved_out_store(l2);
   r.l1.flop = 2.0 * rows * Hd * 2.0 * I;

@@ -25,6 +25,7 @@ struct MoeBenchOptions {
   bool routing_weights = false;   // scale L1's output by each row's weight
   MoeTile tile_l1 = MoeTile::automatic, tile_l2 = MoeTile::automatic;
   MoeOutStore out_store = MoeOutStore::automatic;  // both GEMMs
+  int tail_splits = 0;  // both GEMMs: 0 the heuristic's, 1 none, else the cap (MoeGemmArgs::tail_splits)
   // Host inputs as float (rounded to bf16 here); all empty: random from `seed`.
   // x [rows, hidden] (l1, layer) or h [rows, inter] (l2 alone), w13 [E, 2 inter,
   // hidden] in the usual layout (gate rows, then up rows), w2 [E, hidden, inter],

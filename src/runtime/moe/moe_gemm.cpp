@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -36,6 +37,7 @@ struct SplitWorkspace {
 };
 
 void reserve_split_workspace(SplitWorkspace& w, int64_t ws_bytes, int64_t tiles) {
+  ws_bytes = std::max<int64_t>(ws_bytes, 16), tiles = std::max<int64_t>(tiles, 1);
   if (ws_bytes > w.ws_bytes) {
     if (w.ws != nullptr) XSTAGE_CUDA(cudaFree(w.ws));  // synchronises: no launch still reads it
     w.ws = nullptr, w.ws_bytes = 0;
@@ -51,16 +53,26 @@ void reserve_split_workspace(SplitWorkspace& w, int64_t ws_bytes, int64_t tiles)
   }
 }
 
-// Partials of every tile that may exist (fp32, BLOCK_M x BLOCK_N a split),
-// then one arrival count a tile: one block, the partials first (16-byte aligned).
+// The split workspace: one arrival count a tile that may split, then the
+// partials (fp32, BLOCK_M x BLOCK_N a split) 256 bytes on. Uniform split-K:
+// every tile that may exist, `splits` partials each. Tail split: one grid's
+// partials and counts (moe_params.hpp), the grid as the launch sizes it.
 struct SplitSizes {
-  int64_t ws_bytes = 0, tiles = 0;
-  int64_t total() const { return ws_bytes + tiles * int64_t(sizeof(int32_t)); }
+  int64_t counts = 0, partial_bytes = 0;
+  int64_t count_bytes() const { return counts * int64_t(sizeof(int32_t)); }
+  int64_t partials_offset() const { return (count_bytes() + 255) / 256 * 256; }
+  int64_t total() const { return partials_offset() + partial_bytes; }
 };
-SplitSizes split_sizes(const MoeGemmArgs& a, MoeTile t, int splits) {
+SplitSizes split_sizes(const MoeGemmArgs& a, MoeTile t, int splits, int tail_splits, int sms) {
   const int bm = moe_tile_block_m(t), bn = moe_tile_block_n(t);
   const int64_t tiles = max_tiles(a, bm, bn);
-  return {tiles * splits * bm * bn * int64_t(sizeof(float)), tiles};
+  const int64_t tile_bytes = int64_t(bm) * bn * int64_t(sizeof(float));
+  if (splits > 1) return {tiles, tiles * splits * tile_bytes};
+  if (tail_splits > 1) {
+    const int64_t grid = std::min<int64_t>(tiles, sms);
+    return {grid, grid * tile_bytes};
+  }
+  return {};
 }
 
 // The current device's SM count, read once a device: the heuristic's input
@@ -155,6 +167,13 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
   if (a.splits < 0 || a.splits > (a.K + 63) / 64)
     throw Error(fmt::format("moe gemm {}: splits: expected 0 (automatic) to ceil(K / 64) = {}, got {}", k,
                             (a.K + 63) / 64, a.splits));
+  if (a.tail_splits < 0 || a.tail_splits > (a.K + 63) / 64)
+    throw Error(fmt::format("moe gemm {}: tail_splits: expected 0 (automatic) to ceil(K / 64) = {}, got {}", k,
+                            (a.K + 63) / 64, a.tail_splits));
+  if (a.tail_splits > 1 && a.splits > 1)
+    throw Error(fmt::format("moe gemm {}: tail_splits {} with splits {}: every tile already splits; expected "
+                            "tail_splits 0 or 1, or splits 0 or 1",
+                            k, a.tail_splits, a.splits));
   if (a.out_store != MoeOutStore::automatic && a.out_store != MoeOutStore::warp_staged &&
       a.out_store != MoeOutStore::tile_bulk && a.out_store != MoeOutStore::warp_tma)
     throw Error(fmt::format("moe gemm {}: out_store {}: expected -1 (auto), 0 (staged), 1 (bulk) or 2 (tma)", k,
@@ -182,6 +201,10 @@ void validate_moe_gemm_args(const MoeGemmArgs& a) {
       throw Error(fmt::format("moe gemm {}: tile m128n128pp with {} splits: built without split-K; expected splits "
                               "0 (automatic) or 1",
                               k, a.splits));
+    if (a.tile == MoeTile::m128n128pp && a.tail_splits > 1)
+      throw Error(fmt::format("moe gemm {}: tile m128n128pp with tail_splits {}: built without split-K; expected "
+                              "tail_splits 0 (automatic) or 1",
+                              k, a.tail_splits));
   }
 }
 
@@ -194,11 +217,31 @@ namespace {
 // The splits for the arguments' resolved tile t (resolved once by the caller).
 int splits_for(const MoeGemmArgs& a, MoeTile t) {
   if (a.splits > 0) return a.splits;
+  if (a.tail_splits > 1) return 1;  // a tail split asked for: whole tiles before the tail
   return moe_pick_splits(a.rows_total, a.E, a.N, a.K, t, device_sms());
+}
+// The tail split's cap for tile t and its resolved splits.
+int tail_splits_for(const MoeGemmArgs& a, MoeTile t, int splits) {
+  if (splits > 1) return 1;
+  if (a.tail_splits > 0) return a.tail_splits;
+  if (a.splits > 0) return 1;  // splits 1 asked for: whole tiles only
+  return moe_pick_tail_splits(a.rows_total, a.E, a.N, a.K, t, device_sms());
+}
+SplitSizes split_sizes_for(const MoeGemmArgs& a) {
+  const MoeTile t = moe_resolved_tile(a);
+  const int splits = splits_for(a, t);
+  if (a.rows_total == 0) return {};
+  const int tail = tail_splits_for(a, t, splits);
+  return split_sizes(a, t, splits, tail, tail > 1 ? device_sms() : 0);  // the SMs size the tail's grid only
 }
 }  // namespace
 
 int moe_resolved_splits(const MoeGemmArgs& a) { return splits_for(a, moe_resolved_tile(a)); }
+
+int moe_resolved_tail_splits(const MoeGemmArgs& a) {
+  const MoeTile t = moe_resolved_tile(a);
+  return tail_splits_for(a, t, splits_for(a, t));
+}
 
 MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a) {
   return a.out_store != MoeOutStore::automatic ? a.out_store : moe_pick_out_store(a.kind, moe_resolved_tile(a));
@@ -206,10 +249,12 @@ MoeOutStore moe_resolved_out_store(const MoeGemmArgs& a) {
 
 size_t moe_workspace_bytes(const MoeGemmArgs& a) {
   validate_moe_gemm_args(a);
-  const MoeTile t = moe_resolved_tile(a);
-  const int splits = splits_for(a, t);
-  if (splits <= 1 || a.rows_total == 0) return 0;
-  return size_t(split_sizes(a, t, splits).total());
+  return size_t(split_sizes_for(a).total());
+}
+
+size_t moe_workspace_zeroed_bytes(const MoeGemmArgs& a) {
+  validate_moe_gemm_args(a);
+  return size_t(split_sizes_for(a).count_bytes());
 }
 
 void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
@@ -220,18 +265,25 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
   const MoeTile t = moe_resolved_tile(a);
   const moe::TileId tile = tile_id(t);
   p.splits = splits_for(a, t);
-  if (p.splits > 1 && a.rows_total > 0) {
-    const SplitSizes z = split_sizes(a, t, p.splits);
-    if (z.ws_bytes > kMaxSplitWorkspaceBytes)
+  p.tail_splits = tail_splits_for(a, t, p.splits);
+  if ((p.splits > 1 || p.tail_splits > 1) && a.rows_total > 0) {
+    const SplitSizes z = split_sizes(a, t, p.splits, p.tail_splits, device_sms());
+    if (z.partial_bytes > kMaxSplitWorkspaceBytes)
       throw Error(fmt::format("moe gemm {}: splits {}: the partials of up to {} tiles take {} MiB; expected at most {} MiB "
                               "(split-K is for few tiles)",
-                              kind_name(a.kind), p.splits, z.tiles, z.ws_bytes >> 20, kMaxSplitWorkspaceBytes >> 20));
+                              kind_name(a.kind), p.splits, z.counts, z.partial_bytes >> 20,
+                              kMaxSplitWorkspaceBytes >> 20));
     if (a.workspace != nullptr) {
-      if (a.workspace_bytes < size_t(z.total()))
-        throw Error(fmt::format("moe gemm {}: workspace: {} bytes given, expected at least {} (moe_workspace_bytes)",
-                                kind_name(a.kind), a.workspace_bytes, z.total()));
-      p.split_ws = static_cast<float*>(a.workspace);
-      p.split_count = reinterpret_cast<int32_t*>(static_cast<char*>(a.workspace) + z.ws_bytes);
+      const int64_t at = std::max<int64_t>(z.partials_offset(), int64_t(a.workspace_partials_at));
+      if (at % 16 != 0)
+        throw Error(fmt::format("moe gemm {}: workspace_partials_at {}: expected a multiple of 16", kind_name(a.kind),
+                                a.workspace_partials_at));
+      if (a.workspace_bytes < size_t(at + z.partial_bytes))
+        throw Error(fmt::format("moe gemm {}: workspace: {} bytes given, expected at least {} (moe_workspace_bytes{})",
+                                kind_name(a.kind), a.workspace_bytes, at + z.partial_bytes,
+                                a.workspace_partials_at > 0 ? ", with the partials at workspace_partials_at" : ""));
+      p.split_count = static_cast<int32_t*>(a.workspace);
+      p.split_ws = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + at);
     } else {
       static std::mutex mu;
       static SplitWorkspace per_device[64];
@@ -239,7 +291,7 @@ void moe_gemm(const MoeGemmArgs& a, cudaStream_t stream) {
       XSTAGE_CUDA(cudaGetDevice(&dev));
       if (dev < 0 || dev >= 64) throw Error(fmt::format("moe gemm: device {}; expected one of the first 64, those with a workspace", dev));
       std::lock_guard<std::mutex> lock(mu);
-      reserve_split_workspace(per_device[dev], z.ws_bytes, z.tiles);
+      reserve_split_workspace(per_device[dev], z.partial_bytes, z.counts);
       p.split_ws = per_device[dev].ws, p.split_count = per_device[dev].count;
     }
   }

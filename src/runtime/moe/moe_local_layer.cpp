@@ -73,6 +73,10 @@ void check_pointer(const void* p, const char* name) {
     throw Error(fmt::format("moe local layer: {}: expected a 16-byte aligned pointer, got {}", name, p));
 }
 
+
+// Where the split partials start in a workspace whose first `zeroed` bytes
+// are the counts (moe_gemm's layout: 256-byte aligned past them).
+size_t partials_at(size_t zeroed) { return (zeroed + 255) / 256 * 256; }
 }  // namespace
 
 void validate_moe_local_layer(const MoeLocalLayerArgs& a) {
@@ -97,9 +101,17 @@ MoeLocalLayerSizes moe_local_layer_sizes(const MoeLocalLayerArgs& a) {
   MoeLocalLayerSizes s;
   s.route_blocks = moe::token_route_blocks(a.T);
   s.scratch_bytes = scratch_layout(a, s.route_blocks).total;
-  if (a.T > 0)
-    s.workspace_bytes = std::max(moe_workspace_bytes(gemm_shape_args(a, MoeGemmKind::l1_swiglu)),
-                                 moe_workspace_bytes(gemm_shape_args(a, MoeGemmKind::l2)));
+  if (a.T > 0) {
+    const MoeGemmArgs l1 = gemm_shape_args(a, MoeGemmKind::l1_swiglu), l2 = gemm_shape_args(a, MoeGemmKind::l2);
+    // One workspace for both (they run one after the other): both GEMMs' counts
+    // at its start, zeroed, and either's partials past the larger count area.
+    s.workspace_zeroed_bytes = std::max(moe_workspace_zeroed_bytes(l1), moe_workspace_zeroed_bytes(l2));
+    const size_t at = partials_at(s.workspace_zeroed_bytes);
+    const size_t p1 = moe_workspace_bytes(l1), p2 = moe_workspace_bytes(l2);
+    const size_t partials = std::max(p1 > 0 ? p1 - partials_at(moe_workspace_zeroed_bytes(l1)) : 0,
+                                     p2 > 0 ? p2 - partials_at(moe_workspace_zeroed_bytes(l2)) : 0);
+    s.workspace_bytes = p1 > 0 || p2 > 0 ? at + partials : 0;
+  }
   return s;
 }
 
@@ -145,10 +157,12 @@ void moe_local_layer(const MoeLocalLayerArgs& a, cudaStream_t stream) {
   MoeGemmArgs l1 = gemm_args(a, MoeGemmKind::l1_swiglu);
   l1.a = r.x_perm, l1.b = a.w13, l1.c = base + s.h, l1.offs = r.offs, l1.row_weight = r.row_weight;
   l1.workspace = a.workspace, l1.workspace_bytes = a.workspace_bytes;
+  l1.workspace_partials_at = partials_at(sizes.workspace_zeroed_bytes);
   moe_gemm(l1, stream);
   MoeGemmArgs l2 = gemm_args(a, MoeGemmKind::l2);
   l2.a = base + s.h, l2.b = a.w2, l2.c = base + s.x_perm, l2.offs = r.offs;  // L2's output over L1's input (see above)
   l2.workspace = a.workspace, l2.workspace_bytes = a.workspace_bytes;
+  l2.workspace_partials_at = l1.workspace_partials_at;
   moe_gemm(l2, stream);
 
   moe::TokenCombineParams c;

@@ -145,6 +145,29 @@ int moe_pick_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_co
   return few_tile_plan(rows_per_expert, E, N, K, sm_count, true, tile).splits;
 }
 
+namespace {
+// The tail split's cap. A split tile of s ways costs about kb / s k-blocks
+// of compute, plus its partial's write and, in the tile's last CTA, the s
+// partials' reads: each partial is the tile in fp32, whose round trip
+// through L2 takes about as long as kTailRoundTrip k-blocks on the same tile
+// (both scale with the tile's area). kb / s + kTailRoundTrip (1 + s) is
+// least at s = sqrt(kb / kTailRoundTrip), and beats kb (no split) from about
+// kTailMinKBlocks. Constants: docs/design/moe.md.
+constexpr double kTailRoundTrip = 1.5;
+constexpr int kTailMinKBlocks = 8, kTailMaxSplits = 8;
+int tail_cap(int k_blocks) {
+  if (k_blocks < kTailMinKBlocks) return 1;
+  const int s = int(std::sqrt(k_blocks / kTailRoundTrip));
+  return std::clamp(s, 1, std::min(kTailMaxSplits, k_blocks));
+}
+}  // namespace
+
+int moe_pick_tail_splits(int rows_total, int E, int N, int K, MoeTile tile, int sm_count) {
+  if (E < 1 || N < 1 || K < 1 || sm_count < 1 || shape_of(tile).bn == 0 || tile == MoeTile::m128n128pp) return 1;
+  if (few_tiles(double(rows_total) / E, E, N, sm_count)) return 1;  // split-K's regime (moe_pick_splits)
+  return tail_cap((K + 63) / 64);
+}
+
 MoeOutStore moe_pick_out_store(MoeGemmKind kind, MoeTile tile) {
   // L2 on 128 x 256 tiles: the TMA tensor store returns each warp to the
   // mainloop before its 32 KiB of output reach memory, which a tile of the
