@@ -88,14 +88,24 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
   ptx::named_bar_sync(1, 256);
   if (*flag == 0) return false;
   __threadfence();
+  // One partial at a time, all its n-blocks' loads in flight together (the
+  // first straight into acc): a loop over the splits inside each n-block
+  // waited out one load latency a partial an n-block (~25 us for 2 splits
+  // of a 128 x 256 tile; docs/perf-log.md, M4). The sum's order per element
+  // is split order either way.
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
-    float4 sum = __ldcg(all + nb * 256 + ct);
-    for (int s = 1; s < splits; ++s) {
-      const float4 v = __ldcg(all + (int64_t(s) * NB + nb) * 256 + ct);
-      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    const float4 v = __ldcg(all + nb * 256 + ct);
+    acc[nb][0] = v.x, acc[nb][1] = v.y, acc[nb][2] = v.z, acc[nb][3] = v.w;
+  }
+  const float4* part = all + ct;
+  for (int s = 1; s < splits; ++s) {
+    part += NB * 256;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const float4 v = __ldcg(part + nb * 256);
+      acc[nb][0] += v.x, acc[nb][1] += v.y, acc[nb][2] += v.z, acc[nb][3] += v.w;
     }
-    acc[nb][0] = sum.x, acc[nb][1] = sum.y, acc[nb][2] = sum.z, acc[nb][3] = sum.w;
   }
   return true;
 }
