@@ -199,14 +199,18 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       ptx::tma_prefetch_descriptor(&tm.a);
       ptx::tma_prefetch_descriptor(&tm.b);
       uint32_t it = 0;
-      for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
+      auto w = sched.first();
+      for (; sched.valid(w); w = sched.next(w)) {  // whole tiles (the consumers' loops below say why two)
         const auto c = sched.coord(w);
-        const int a_row = c.row_begin + c.m_block * BM, b_row = c.expert * p.N + c.n_block * BN;
-        if (!kSplitK || c.splits == 1)
-          mainloop.load(it, &tm.a, &tm.b, a_row, b_row, 0, k_blocks);
-        else
-          mainloop.load(it, &tm.a, &tm.b, a_row, b_row, kb_begin(c.split, c.splits), kb_begin(c.split + 1, c.splits));
+        if (kSplitK && c.splits > 1) break;
+        mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN, 0, k_blocks);
       }
+      if constexpr (kSplitK)
+        for (; sched.valid(w); w = sched.next(w)) {
+          const auto c = sched.coord(w);
+          mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN,
+                        kb_begin(c.split, c.splits), kb_begin(c.split + 1, c.splits));
+        }
     } else if (kSplitK && sched.tail_split() && tid / 32 == 1) {
       sched.count_tiles(tid & 31);
     }
@@ -231,16 +235,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     uint32_t tma_groups = 0;  // WARP_TMA: the warp's box stores so far (store_warp_tma)
     if constexpr (Cfg::WARP_TMA)
       if (tid == 128) ptx::tma_prefetch_descriptor(&tm.c);
-    for (auto w = sched.first(); sched.valid(w); w = sched.next(w)) {
-      const auto c = sched.coord(w);
-      // Whole tiles keep the plain kernel's k loop (0 .. k_blocks from the parameters: uniform registers).
-      if (!kSplitK || c.splits == 1) {
-        mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, 0, k_blocks, lane);
-      } else {
-        mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb_begin(c.split, c.splits),
-                                  kb_begin(c.split + 1, c.splits), lane);
-        if (!split_reduce<WN / 8>(acc, p, c.slot, c.split, c.splits, tid - 128, split_flag)) continue;
-      }
+    // The epilogue of one tile, its accumulators in acc.
+    auto store_tile = [&](const typename Scheduler::Coord& c) {
       const int tile_row = c.row_begin + c.m_block * BM;
       const int row = tile_row + wg_m * 64 + warp * 16;
       const auto out = Epilogue::template outputs<WN / 8>(p.row_weight, acc, row, c.row_end, lane);
@@ -270,7 +266,27 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         gemm::store_staged_clipped<OB>(stage, gemm::LocalRows{c_out, n_out}, row, c.row_end,
                                        (c.n_block * BN + wg_n * WN) / Epilogue::kOutDiv, n_out, lane, out);
       }
+    };
+    // Whole tiles first, with the plain kernel's k loop (0 .. k_blocks from the
+    // parameters: uniform registers); then the split items (all of uniform
+    // split-K's, at most one a CTA of the tail split's) in a loop of their own.
+    // One loop calling the mainloop with either range let the compiler merge
+    // the two calls' bounds: whole tiles ran up to 15% slower than in the plain
+    // kernel (docs/perf-log.md, M4).
+    auto w = sched.first();
+    for (; sched.valid(w); w = sched.next(w)) {
+      const auto c = sched.coord(w);
+      if (kSplitK && c.splits > 1) break;
+      mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, 0, k_blocks, lane);
+      store_tile(c);
     }
+    if constexpr (kSplitK)
+      for (; sched.valid(w); w = sched.next(w)) {
+        const auto c = sched.coord(w);
+        mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb_begin(c.split, c.splits),
+                                  kb_begin(c.split + 1, c.splits), lane);
+        if (split_reduce<WN / 8>(acc, p, c.slot, c.split, c.splits, tid - 128, split_flag)) store_tile(c);
+      }
     // Shared memory must outlive the copies that read it; the writes are then
     // complete before the kernel's end makes them visible to the next launch.
     if constexpr (Cfg::BULK_OUT)
