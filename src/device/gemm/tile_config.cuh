@@ -90,8 +90,11 @@ struct TileConfig {
   // layout and its barrier: 16 bytes, 8-byte aligned).
   static constexpr size_t OFF_SCHED = OFF_SPLIT_FLAG + 16;
   static_assert(OFF_SCHED % 8 == 0, "the scheduler's barrier is 8-byte aligned");
+  // Split-K's last CTA of a tile reads the partials through the idle stage
+  // ring: up to 4 barriers of those copies.
+  static constexpr size_t OFF_REDUCE_BARS = OFF_SCHED + 16;
   // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom in the kernel.
-  static constexpr size_t SMEM_BYTES = OFF_SCHED + 16 + 1024;
+  static constexpr size_t SMEM_BYTES = OFF_REDUCE_BARS + 32 + 1024;
 };
 
 }  // namespace xstage::gemm

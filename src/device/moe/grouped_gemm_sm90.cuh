@@ -48,6 +48,7 @@
 //     > 1) does the same for the last wave's tiles only (sched/tail_split.hpp):
 //     one producer warp counts the launch's tiles while the first ones run.
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 
@@ -57,6 +58,70 @@
 
 namespace xstage::moe {
 
+// The partials' sum in the tile's last CTA when the stage ring is idle (the
+// CTA's last item: nothing more to load or compute): each partial (or half
+// of one, where two do not fit the ring) comes into a ring buffer by one TMA
+// bulk copy, up to kBufs in flight, and every thread adds its fragment from
+// shared memory. Loads into registers leave ~10 in flight a thread (the
+// accumulators hold most registers): ~2.5 us a 128 x 256 partial, against
+// ~1 us this way (docs/perf-log.md, M4). The sum per element is in split
+// order, as the register path's: the same bits.
+template <class Cfg, int NB>
+struct StagedSum {
+  static constexpr uint32_t kPartialBytes = NB * 256 * 16;
+  static constexpr uint32_t kRingBytes = Cfg::STAGES * Cfg::STAGE_BYTES;
+  static constexpr int kHalves = 2 * kPartialBytes <= kRingBytes ? 1 : 2;
+  static constexpr int kChunkNb = NB / kHalves;
+  static constexpr uint32_t kChunkBytes = kChunkNb * 256 * 16;
+  static constexpr int kBufs = kRingBytes / kChunkBytes < 4 ? int(kRingBytes / kChunkBytes) : 4;
+  static_assert(NB % kHalves == 0 && kBufs >= 2, "two chunks of a partial in flight at least");
+};
+
+template <class Cfg, int NB>
+__device__ __forceinline__ void sum_partials_staged(float (&acc)[NB][4], const float4* all, int splits, int ct,
+                                                    uint8_t* ring, uint64_t* bars) {
+  using S = StagedSum<Cfg, NB>;
+  const int chunks = splits * S::kHalves;
+  auto issue = [&](int i) {  // chunk i: partial i / halves, n-blocks from (i % halves) * chunk_nb
+    uint64_t* bar = bars + i % S::kBufs;
+    ptx::mbar_arrive_expect_tx(bar, S::kChunkBytes);
+    ptx::bulk_load_g2s(ring + (i % S::kBufs) * S::kChunkBytes,
+                       all + (int64_t(i / S::kHalves) * NB + (i % S::kHalves) * S::kChunkNb) * 256, S::kChunkBytes,
+                       bar);
+  };
+  if (ct == 0) {
+    ptx::fence_proxy_async_global();  // the other CTAs' partials, acquired above, to the TMA unit's reads
+    for (int i = 0; i < S::kBufs && i < chunks; ++i) issue(i);
+  }
+  // Chunk i into acc's n-blocks [h * chunk_nb, (h + 1) * chunk_nb) (h compile-time: acc stays in registers),
+  // assigned for the first partial, added for the others.
+  auto take = [&](int i, auto h_const, auto first) {
+    constexpr int h = decltype(h_const)::value;
+    ptx::mbar_wait(bars + i % S::kBufs, (i / S::kBufs) & 1);
+    const float4* buf = reinterpret_cast<const float4*>(ring + (i % S::kBufs) * S::kChunkBytes) + ct;
+#pragma unroll
+    for (int j = 0; j < S::kChunkNb; ++j) {
+      const float4 v = buf[j * 256];
+      float* a = acc[h * S::kChunkNb + j];
+      if constexpr (decltype(first)::value) {
+        a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+      } else {
+        a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
+      }
+    }
+    ptx::named_bar_sync(1, 256);  // every thread has read the buffer before the next copy refills it
+    if (ct == 0 && i + S::kBufs < chunks) issue(i + S::kBufs);
+  };
+  using First = std::true_type;
+  using Then = std::false_type;
+  take(0, std::integral_constant<int, 0>{}, First{});
+  if constexpr (S::kHalves == 2) take(1, std::integral_constant<int, 1>{}, First{});
+  for (int part = 1; part < splits; ++part) {
+    take(part * S::kHalves, std::integral_constant<int, 0>{}, Then{});
+    if constexpr (S::kHalves == 2) take(part * 2 + 1, std::integral_constant<int, 1>{}, Then{});
+  }
+}
+
 // Split-K hand-over of one work item's accumulators. Every consumer thread
 // writes its fragment (float4 per n-block, thread-fastest: 16-byte coalesced
 // stores) to the tile's slot of partials, then thread 0 of the consumers
@@ -65,12 +130,14 @@ namespace xstage::moe {
 // the result does not depend on which CTA came last, and acc is dead between
 // the stores and the sum (no second accumulator set: the 128x256 tile has no
 // registers for one; keeping its own partial in registers through the count
-// spilled 15 KB a thread).
+// spilled 15 KB a thread). ring: the stage ring when it is idle (the CTA's
+// last item), for sum_partials_staged; else null.
 // The release/acquire pair is the fence-barrier-atomic pattern: each thread's
 // fence orders its stores before the barrier, the atomic follows the barrier.
-template <int NB>
+template <class Cfg, int NB>
 __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedGemmParams& p, int slot, int split,
-                                             int splits, int ct, volatile int* flag) {
+                                             int splits, int ct, volatile int* flag, uint8_t* ring,
+                                             uint64_t* bars) {
   constexpr int kTileFloats = NB * 4 * 256;  // 256 consumer threads
   float4* all = reinterpret_cast<float4*>(p.split_ws + int64_t(slot) * splits * kTileFloats);
   float4* mine = all + int64_t(split) * NB * 256;
@@ -88,11 +155,14 @@ __device__ __forceinline__ bool split_reduce(float (&acc)[NB][4], const GroupedG
   ptx::named_bar_sync(1, 256);
   if (*flag == 0) return false;
   __threadfence();
+  if (ring != nullptr) {
+    sum_partials_staged<Cfg, NB>(acc, all, splits, ct, ring, bars);
+    return true;
+  }
   // One partial at a time, all its n-blocks' loads in flight together (the
   // first straight into acc): a loop over the splits inside each n-block
   // waited out one load latency a partial an n-block (~25 us for 2 splits
-  // of a 128 x 256 tile; docs/perf-log.md, M4). The sum's order per element
-  // is split order either way.
+  // of a 128 x 256 tile; docs/perf-log.md, M4).
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
     const float4 v = __ldcg(all + nb * 256 + ct);
@@ -181,9 +251,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   typename Scheduler::Params sq = sp;
   if constexpr (!kSplitK) sq.splits = 1, sq.tail_splits = 1;
   const Scheduler sched(sq, BM, tail);
+  uint64_t* reduce_bars = reinterpret_cast<uint64_t*>(smem + Cfg::OFF_REDUCE_BARS);
   if (tid == 0) {
     mainloop.init();
-    if (kSplitK && sched.tail_split()) ptx::mbar_init(&tail->ready, 1);
+    if constexpr (kSplitK) {
+      if (sched.tail_split()) ptx::mbar_init(&tail->ready, 1);
+      for (int b = 0; b < StagedSum<Cfg, WN / 8>::kBufs; ++b) ptx::mbar_init(reduce_bars + b, 1);
+    }
     ptx::mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier: the roles split below
@@ -285,7 +359,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         const auto c = sched.coord(w);
         mainloop.template mma<WN>(it, acc, a_desc0, b_desc0, kb_begin(c.split, c.splits),
                                   kb_begin(c.split + 1, c.splits), lane);
-        if (split_reduce<WN / 8>(acc, p, c.slot, c.split, c.splits, tid - 128, split_flag)) store_tile(c);
+        // The CTA's last item: the ring is idle, and the partials come through it.
+        uint8_t* ring = sched.valid(sched.next(w)) ? nullptr : smem;
+        if (split_reduce<Cfg, WN / 8>(acc, p, c.slot, c.split, c.splits, tid - 128, split_flag, ring, reduce_bars))
+          store_tile(c);
       }
     // Shared memory must outlive the copies that read it; the writes are then
     // complete before the kernel's end makes them visible to the next launch.

@@ -43,6 +43,18 @@ __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
+// A bulk copy from global to shared memory, completing `bytes` transaction
+// bytes on the shared barrier `bar` (announce them first: mbar_arrive_expect_tx).
+// bytes: a multiple of 16; both addresses 16-byte aligned. Global data other
+// threads wrote with ordinary stores needs fence_proxy_async_global by the
+// issuer after it acquired them.
+__device__ __forceinline__ void bulk_load_g2s(void* sdst, const void* gsrc, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(sdst)),
+               "l"(gsrc), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
 // Waits until the committed bulk groups are complete (writes performed).
 __device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
