@@ -162,7 +162,7 @@ def test_tail_split_in_a_cuda_graph(cuda):
     """Just past whole waves of tiles on a long K: the last wave's tiles split over the idle SMs (the tail
     split), its workspace from torch's allocator with only the counts zeroed; eager, then graph replays."""
     sms = torch.cuda.get_device_properties(cuda).multi_processor_count
-    H, I = 2048, 2048  # L2: N = 2048, K = 2048 (32 k-blocks)
+    H, I = 2048, 4096  # L2: N = 2048, K = 4096 (64 k-blocks: the shortest K the rule splits)
     counts = [128 * (sms // 8 + 1) + 5, 128 * 2 - 3]  # about a wave of 128 x 256 tiles and a few more
     x, w13, w2, offs, wt = problem(cuda, counts, H, I, True, seed=9)
     w13i = xstage.moe_interleave_w13(w13)

@@ -343,7 +343,8 @@ TEST(MoeTailSplit, TheCapGrowsWithKAndStaysOffWhereSplitKPlans) {
   // Many tiles (Qwen3-30B-like L1 at 4096 rows an expert): the cap from K.
   const int rows = 4096 * 8;
   EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 256, MoeTile::m128n256, 132), 1);   // 4 k-blocks
-  EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 2048, MoeTile::m128n256, 132), 4);  // 32
+  EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 4032, MoeTile::m128n256, 132), 1);  // 63: below the threshold
+  EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 4096, MoeTile::m128n256, 132), 6);  // 64: sqrt(64 / 1.5)
   EXPECT_EQ(moe_pick_tail_splits(rows, 8, 1536, 7168, MoeTile::m128n256, 132), 8);  // 112
   int prev = 1;
   for (int K = 64; K <= 16384; K += 64) {
