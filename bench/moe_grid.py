@@ -93,11 +93,13 @@ def timed_sides(fns, window_ms, rounds):
                     sm_clock_mhz=clk[k]) for k, v in t.items()}
 
 
-def study_problems(cells, seed, budget_s):
+def study_problems(cells, seed, budget_s, rec, out):
     """The studies' cell loop (bench/moe_*_study.py): for each (cell, gemms) in order until budget_s has passed,
     the cell's problem on the GPU as a dict (counts, x, w13, w13i, w2, offs, h = torch's L1 output, rows,
-    offs_list, experts = the largest and up to three seeded others, the ones checked), emptied before the next
-    one is made: the caller drops its own references to the tensors by then (a cell may fill most of the GPU)."""
+    offs_list, experts = the largest and up to three seeded others, the ones checked) and the cell's record
+    (the caller adds its GEMMs), which goes into rec["cells"] and rec to `out` once the caller is done; the
+    problem is emptied before the next one is made: the caller drops its own references to the tensors by
+    then (a cell may fill most of the GPU)."""
     t_end = time.time() + budget_s
     for c, gemms in cells:
         if time.time() > t_end:
@@ -111,7 +113,10 @@ def study_problems(cells, seed, budget_s):
         p = dict(counts=counts, x=x, w13=w13, w13i=w13i, w2=w2, offs=offs, h=mt.torch_l1(x, w13, offs, None),
                  rows=x.shape[0], offs_list=offs.tolist(),
                  experts=sorted(set(by_size[:1] + rng.sample(range(E), min(3, E)))))
-        yield c, gemms, p
+        cell = dict(c, counts_total=p["rows"])
+        yield c, gemms, p, cell
+        rec["cells"].append(cell)
+        json.dump(rec, open(out, "w"), indent=1)
         p.clear()
         del x, w13, w13i, w2, offs
         torch.cuda.empty_cache()

@@ -73,9 +73,8 @@ def main():
                sms=ours.sms, protocol=dict(window_ms=a.window_ms, rounds=a.rounds, max_k=a.max_k,
                                            min_rows=a.min_rows, cells_eligible=len(cells)), cells=[])
     print(f"{len(cells)} cells with a GEMM of K <= {a.max_k} on more than one wave of 128 x 256 tiles", flush=True)
-    for c, gemms, pr in study_problems(cells, a.seed, a.budget_s):
+    for c, gemms, pr, cell in study_problems(cells, a.seed, a.budget_s, rec, a.out):
         E, rows = c["experts"], pr["rows"]
-        cell = dict(c, counts_total=rows)
         for kind, n, K in gemms:
             gemm, inp, w, w_ref, t_fn, out_cols = study_gemm(kind, n, pr)
             rule_tile, rule_splits = ours.plan(kind, rows, E, n, K)
@@ -94,8 +93,6 @@ def main():
             print(f"{cell_label(c, gemm, K)} rule {cell[gemm]['rule']:12s} x{times['torch'] / times['rule']:.3f}  pp x{times['torch'] / times['pp']:.3f}"
                   f"  coop x{times['torch'] / times['coop']:.3f}  pp/rule {times['rule'] / times['pp']:.3f}  "
                   f"A/A {times['torch'] / times['torch2']:.3f}  err pp {errs['pp']:.1e}", flush=True)
-        rec["cells"].append(cell)
-        json.dump(rec, open(a.out, "w"), indent=1)
         del inp, w, w_ref, fns, t_fn  # study_problems frees the tensors
     json.dump(rec, open(a.out, "w"), indent=1)
 

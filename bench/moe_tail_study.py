@@ -99,9 +99,8 @@ def main():
                                            max_waves=a.max_waves, cells_eligible=len(cells) + a.skip, skip=a.skip),
                cells=[])
     print(f"{len(cells)} cells with a GEMM past one wave (skipped {a.skip})", flush=True)
-    for c, gemms, pr in study_problems(cells, a.seed, a.budget_s):
+    for c, gemms, pr, cell in study_problems(cells, a.seed, a.budget_s, rec, a.out):
         E, rows = c["experts"], pr["rows"]
-        cell = dict(c, counts_total=rows)
         for kind, n, K, tile, tiles, grid in gemms:
             gemm, inp, w, w_ref, t_fn, out_cols = study_gemm(kind, n, pr)
             kb = (K + 63) // 64
@@ -128,8 +127,6 @@ def main():
                   f"s={lay['auto'][1]}  whole/auto {times['whole'] / times['auto']:.3f}  "
                   f"best {best} {times['whole'] / times[best]:.3f}  x{times['torch'] / times['auto']:.3f}  "
                   f"A/A {times['torch'] / times['torch2']:.3f}  err {max(errs.values()):.1e}", flush=True)
-        rec["cells"].append(cell)
-        json.dump(rec, open(a.out, "w"), indent=1)
         del inp, w, w_ref, fns, t_fn  # study_problems frees the tensors
     json.dump(rec, open(a.out, "w"), indent=1)
 
