@@ -63,9 +63,10 @@ namespace xstage::moe {
 // of one, where two do not fit the ring) comes into a ring buffer by one TMA
 // bulk copy, up to kBufs in flight, and every thread adds its fragment from
 // shared memory. Loads into registers leave ~10 in flight a thread (the
-// accumulators hold most registers): ~2.5 us a 128 x 256 partial, against
-// ~1 us this way (docs/perf-log.md, M4). The sum per element is in split
-// order, as the register path's: the same bits.
+// accumulators hold most registers); the copies are not bound by them.
+// Estimated ~2.5 us against ~1 us a 128 x 256 partial; the tail-split study
+// measured no difference in whole GEMMs (docs/perf-log.md, M4). The sum per
+// element is in split order, as the register path's: the same bits.
 template <class Cfg, int NB>
 struct StagedSum {
   static constexpr uint32_t kPartialBytes = NB * 256 * 16;
