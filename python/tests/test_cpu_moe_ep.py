@@ -88,8 +88,8 @@ def test_construction_errors(two_ranks, kw, exc, words):
 def test_experts_must_split_over_the_ranks(two_ranks):
     with pytest.raises(ValueError, match=r"w13: E = 7 experts do not split over P = 2 ranks"):
         xstage.MoE(meta(7, 2 * I, H), meta(7, H, I), group=two_ranks, tokens_max=T_MAX, topk=K)
-    with pytest.raises(ValueError, match=r"hidden = 128: expected a positive multiple of 256"):
-        xstage.MoE(meta(E, 2 * I, 128), meta(E, 128, I), group=two_ranks, tokens_max=T_MAX, topk=K)
+    with pytest.raises(ValueError, match=r"hidden = 120: expected a positive multiple of 16"):
+        xstage.MoE(meta(E, 2 * I, 120), meta(E, 120, I), group=two_ranks, tokens_max=T_MAX, topk=K)
 
 
 def _with(i, value):

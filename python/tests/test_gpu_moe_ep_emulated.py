@@ -38,7 +38,8 @@ from test_gpu_moe_layer import check_layer_output as check, routing, tokens, wei
 EAGER = os.environ.get("CUDA_MODULE_LOADING") == "EAGER" and not torch.cuda.is_initialized()
 
 P = 2
-SHAPES = [(1024, 512, 16, 4), (2048, 768, 8, 2), (512, 256, 64, 8)]  # H, I, E, k
+# H, I, E, k; the last two no multiple of any tile (gpt-oss's 2880, and 16 / 8 columns past the last n-block)
+SHAPES = [(1024, 512, 16, 4), (2048, 768, 8, 2), (512, 256, 64, 8), (2880, 2880, 8, 4), (272, 136, 8, 2)]
 
 
 class EmulatedGroup:

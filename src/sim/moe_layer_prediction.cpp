@@ -61,9 +61,10 @@ double moe_tiles_bound(const MoeConfig& c, int block_m, int block_n) {
 }
 
 void check_shape(const MoeShape& s, int tokens, int P, const char* who) {
-  if (s.hidden < 256 || s.inter < 128 || s.hidden > kMaxMoeWidth || s.inter > kMaxMoeWidth || s.experts < 1 ||
+  // The lower bounds are the layer's own (validate_moe_layer_shape): a tile's last n-block may be partial.
+  if (s.hidden < 16 || s.inter < 8 || s.hidden > kMaxMoeWidth || s.inter > kMaxMoeWidth || s.experts < 1 ||
       s.experts > kMaxMoeExperts || s.topk < 1 || s.topk > s.experts)
-    throw Error(fmt::format("{}: shape {}/{}/{}/{} (hidden/inter/experts/topk): expected 256 <= hidden <= {}, 128 <= "
+    throw Error(fmt::format("{}: shape {}/{}/{}/{} (hidden/inter/experts/topk): expected 16 <= hidden <= {}, 8 <= "
                             "inter <= {}, 1 <= experts <= {}, 1 <= topk <= experts",
                             who, s.hidden, s.inter, s.experts, s.topk, kMaxMoeWidth, kMaxMoeWidth, kMaxMoeExperts));
   if (tokens < 1 || tokens > (1 << 24)) throw Error(fmt::format("{}: tokens {}; expected 1 .. 2^24", who, tokens));

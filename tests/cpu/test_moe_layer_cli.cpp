@@ -160,10 +160,10 @@ TEST(MoeCheckTokens, LastFirstAndOneRankTokenAmongThem) {
 TEST(MoeCommand, BadShapesAndRanks) {
   expect_clear_error("moe --tokens 8", "--shape");
   expect_clear_error("moe --shape no-such-model --tokens 8", "no-such-model");
-  expect_clear_error("moe --shape 500/256/8/2 --tokens 8", "multiple of 256");
-  expect_clear_error("moe --shape 512/200/8/2 --tokens 8", "multiple of 128");
-  expect_clear_error("moe --shape 512/256/8/9 --tokens 8", "top-k <= experts");
-  expect_clear_error("moe --shape 512/256/8/2 --ranks 3 --tokens 8", "do not split over 3 ranks");
+  expect_clear_error("moe --shape 500/256/8/2 --tokens 8", "hidden = 500: expected a positive multiple of 16");
+  expect_clear_error("moe --shape 512/204/8/2 --tokens 8", "inter = 204: expected a positive multiple of 8");
+  expect_clear_error("moe --shape 512/256/8/9 --tokens 8", "topk = 9: expected 1 .. experts = 8");
+  expect_clear_error("moe --shape 512/256/8/2 --ranks 3 --tokens 8", "experts = 8: expected a positive multiple of P = 3");
   expect_clear_error("moe --shape 512/256/8/2 --ranks 0", "--ranks");
   expect_clear_error("moe --shape 512/256/8/2 --backend nccl --placement host --ranks 2", "host");
 }

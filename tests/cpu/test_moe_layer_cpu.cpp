@@ -98,9 +98,9 @@ TEST(MoeLayerOptions, EachBadOptionIsNamed) {
   };
   const Bad cases[] = {
       {"ranks P", [](MoeLayerOptions&, int& P) { P = 0; }},
-      {"hidden = 384", [](MoeLayerOptions& o, int&) { o.shape.hidden = 384; }},
+      {"hidden = 392: expected a positive multiple of 16", [](MoeLayerOptions& o, int&) { o.shape.hidden = 392; }},
       {"hidden = 0", [](MoeLayerOptions& o, int&) { o.shape.hidden = 0; }},
-      {"inter = 200", [](MoeLayerOptions& o, int&) { o.shape.inter = 200; }},
+      {"inter = 204: expected a positive multiple of 8", [](MoeLayerOptions& o, int&) { o.shape.inter = 204; }},
       {"experts = 8: expected a positive multiple of P = 3", [](MoeLayerOptions&, int& P) { P = 3; }},
       {"experts = 0", [](MoeLayerOptions& o, int&) { o.shape.experts = 0; }},
       {"topk = 0", [](MoeLayerOptions& o, int&) { o.shape.topk = 0; }},
@@ -165,6 +165,25 @@ TEST(MoeLayerSizes, LayoutsWrittenOut) {
   EXPECT_LT(z.workspace, 2 * tiles * 4 * 8 + 512);
   EXPECT_EQ(z.symmetric_total(), z.x_send + z.routes + z.counts + z.combine + z.flags);
   EXPECT_EQ(z.local_total(), z.pool_x + z.pool_h + z.pool_out + z.row_meta + z.weights + z.workspace + z.output);
+}
+
+TEST(MoeLayerSizes, ShapesNoMultipleOfAnyTileAreSizedByWholeBlocks) {
+  // gpt-oss's 2880 / 2880 (no multiple of 256 or 128), E 32, k 4, P 2, T_max 64:
+  // rows_cap 2 x 64 x 4 = 512, 64 x 4 x 2 / 32 = 16 rows an expert (the 64-row tile).
+  MoeLayerOptions o = small_options();
+  o.shape = MoeShape{"", 2880, 2880, 32, 4};
+  o.tokens_max = 64;
+  EXPECT_NO_THROW(validate_moe_layer_options(o, 2));
+  const MoeLayerSizes z = moe_layer_sizes(o, 2);
+  EXPECT_EQ(z.rows_cap, 512);
+  EXPECT_EQ(z.pool_h, 512u * 2880 * 2);
+  // L1's N = 5760: 23 n-blocks (22.5); L2's 2880: 12 (11.25); the trace is
+  // sized for the larger, [2][tiles][4] uint64.
+  const size_t tiles = (512 / 64 + 16) * 23;
+  EXPECT_GE(z.workspace, 2 * tiles * 4 * 8);
+  EXPECT_LT(z.workspace, 2 * tiles * 4 * 8 + 1024);
+  o.shape = MoeShape{"", 272, 136, 8, 2};  // the smallest steps: hidden 16 + 256, inter 8 + 128
+  EXPECT_NO_THROW(moe_layer_sizes(o, 2));
 }
 
 TEST(MoeLayerSizes, PoolCapacityCountsATokenOncePerExpert) {

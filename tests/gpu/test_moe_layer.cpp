@@ -156,6 +156,23 @@ TEST(MoeLayerEmulated, BothTilesForced) {
   }
 }
 
+// Hidden and inter no multiple of any tile: the last n-block of L1 (2 inter
+// columns) and of L2 (hidden) reaches past N and its stores stop there. 272 /
+// 136: 16 columns in L2's last 256-column block and in L1's; 2880 (gpt-oss):
+// 64 in each; 720 / 360 with both tiles forced.
+TEST(MoeLayerEmulated, ShapesNoMultipleOfAnyTile) {
+  XSTAGE_NEED_GPUS(1);
+  expect_checked(layer_case("272/136/8/2", 2, Placement::host, {1, 77, 300}));
+  MoeLayerBenchOptions g = layer_case("2880/2880/32/4", 2, Placement::device, {33, 200}, MoeRouting::zipf);
+  g.check_tokens = 3;
+  expect_checked(g);
+  for (MoeTile t : {MoeTile::m64n256, MoeTile::m128n256}) {
+    MoeLayerBenchOptions o = layer_case("720/360/16/4", 4, Placement::device, {77, 257}, MoeRouting::zipf);
+    o.tile = t;
+    expect_checked(o);
+  }
+}
+
 // A routing given as arrays: expert 5 gets no token; tokens whose two experts
 // both sit on rank 0 (0, 1) or rank 1 (6, 7); every other pair crosses ranks.
 TEST(MoeLayerEmulated, GivenRoutingWithAnEmptyExpertAndOneRankTokens) {

@@ -72,10 +72,13 @@ struct MoeLayerOptions {
 };
 
 // Throws xstage::Error naming the first option that the layer cannot run
-// with P ranks (E divisible by P, hidden a multiple of 256, inter of 128,
+// with P ranks (E divisible by P, hidden a multiple of 16, inter of 8,
 // 1 <= topk <= E, tokens_max >= 1, tile m128n256 / m64n256 / automatic,
 // timeout, 32-bit row and slot indices).
 void validate_moe_layer_options(const MoeLayerOptions& o, int P);
+// The shape's part of those checks (hidden, inter, experts over P ranks,
+// top-k), for callers that have no options yet; `what` opens each message.
+void validate_moe_layer_shape(const MoeShape& s, int P, const std::string& what);
 // The tile the layer runs (MoeLayer::tile()): o.tile, or automatic: m64n256
 // when the expected rows per expert (T_max * k * P / E) are at most 64, else m128n256.
 MoeTile moe_layer_tile(const MoeLayerOptions& o, int P);

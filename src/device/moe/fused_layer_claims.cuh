@@ -17,7 +17,8 @@ __device__ inline sched::LayerClaimsParams fused_claims_params(const FusedLayerP
   c.offs = p.offs;
   c.counters = p.counters;
   c.E = p.E_run, c.rows_cap = p.rows_cap;
-  c.n1 = 2 * p.inter / bn, c.n2 = p.hidden / bn;
+  // The last n-block of either GEMM may reach past N (its stores stop at N).
+  c.n1 = (2 * p.inter + bn - 1) / bn, c.n2 = (p.hidden + bn - 1) / bn;
   c.k1 = p.hidden, c.k2 = p.inter;
   // Every schedule but expert-wave claims by share (the share rule); expert-wave claims by waves.
   c.policy.order = p.schedule == kScheduleExpertWave ? sched::ClaimOrder::expert_wave : sched::ClaimOrder::share;

@@ -2,8 +2,9 @@
 // Launch of the fused MoE expert layer kernel (fused_layer_sm90.cuh), callable
 // from host C++. Returns a cudaError_t as an int (cudaErrorInvalidValue for an
 // unknown tile or a tensor map the driver rejects). Arguments are validated
-// by the caller (src/runtime/moe/): hidden and 2 inter multiples of 256,
-// rows_cap >= 1, E_run >= 1, pointers 16-byte aligned.
+// by the caller (src/runtime/moe/): hidden a multiple of 16 and inter of 8
+// (what the grouped GEMMs take; no tile width need divide either), rows_cap
+// >= 1, E_run >= 1, pointers 16-byte aligned.
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -26,7 +27,7 @@ inline int64_t fused_layer_counter_ints(int E_run, int64_t rows_cap) {
 }
 // Tiles of one GEMM at most (every expert's last m-block partial): the trace's capacity per GEMM.
 inline int64_t fused_layer_max_tiles(int64_t rows_cap, int E_run, int block_m, int n) {
-  return (rows_cap / block_m + E_run) * int64_t(n / kFusedBlockN);
+  return (rows_cap / block_m + E_run) * ((int64_t(n) + kFusedBlockN - 1) / kFusedBlockN);
 }
 
 }  // namespace xstage::moe

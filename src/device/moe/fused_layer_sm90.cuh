@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   __syncthreads();
 
   const int kb1 = (p.hidden + Cfg::BLOCK_K - 1) / Cfg::BLOCK_K, kb2 = (p.inter + Cfg::BLOCK_K - 1) / Cfg::BLOCK_K;
-  const int n1 = 2 * p.inter / BN;
+  const int n1 = (2 * p.inter + BN - 1) / BN;  // L1's n-blocks (the last may reach past 2 inter)
 
   if (tid < 128) {
     // ---------------- producer: claims, hands over, loads
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if (!l2) {
       constexpr int OB = WN / 8 / gemm::SwigluEpilogue::kOutDiv;
       const auto out = gemm::SwigluEpilogue::template outputs<WN / 8>(p.row_weight, acc, row, task.row_end, lane);
-      gemm::store_staged<OB>(stage, h_rows, row, task.row_end, col / 2, lane, out);
+      gemm::store_staged_clipped<OB>(stage, h_rows, row, task.row_end, col / 2, p.inter, lane, out);
       // Counted done once every consumer thread's h stores are visible at GPU
       // scope (fence, barrier, release add); the L2 producer acquires.
       __threadfence();
@@ -265,9 +265,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // L2's rows go to their tokens' owners (remote::RowTable), or to the
       // local pool (the compute-only floor, the unfused baseline's L2).
       if (p.combine != nullptr)
-        gemm::store_staged<OB>(stage, combine, row, task.row_end, col, lane, out);
+        gemm::store_staged_clipped<OB>(stage, combine, row, task.row_end, col, p.hidden, lane, out);
       else
-        gemm::store_staged<OB>(stage, out_rows, row, task.row_end, col, lane, out);
+        gemm::store_staged_clipped<OB>(stage, out_rows, row, task.row_end, col, p.hidden, lane, out);
     }
     if constexpr (kTrace)
       if (ct == 0) trace_tile(trace, task, t_start, t_epi, ptx::globaltimer_ns());

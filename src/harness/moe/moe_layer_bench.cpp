@@ -280,21 +280,9 @@ std::string default_moe_profile(Backend b, Placement p) { return default_ulysses
 void validate_moe_layer_bench_options(MoeLayerBenchOptions& o) {
   resolve_world_ranks(o.world, 2);
   const MoeShape& s = o.shape;
-  if (s.hidden < 256 || s.hidden % 256 != 0)
-    throw Error(fmt::format("shape {}: hidden {}: expected a positive multiple of 256 for the layer (L2's "
-                            "256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples of 16)",
-                            s.name, s.hidden));
-  if (s.inter < 128 || s.inter % 128 != 0)
-    throw Error(fmt::format("shape {}: inter {}: expected a positive multiple of 128 for the layer (2 inter: L1's "
-                            "256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples of 8)",
-                            s.name, s.inter));
-  if (s.experts < 1 || s.topk < 1 || s.topk > s.experts)
-    throw Error(fmt::format("shape {}: experts {}, top-k {}: expected 1 <= top-k <= experts", s.name, s.experts,
-                            s.topk));
   const int P = o.world.ranks;
-  if (P >= 1 && s.experts % P != 0)
-    throw Error(fmt::format("shape {}: {} experts do not split over {} ranks; expected a rank count that divides the experts (experts % P = 0)", s.name,
-                            s.experts, P));
+  // P < 1: not known yet (peer: the GPUs found when the world opens); the layer checks E over P again then.
+  validate_moe_layer_shape(s, P >= 1 ? P : 1, fmt::format("shape {}", s.name.empty() ? "custom" : s.name));
   if (o.tokens.empty()) throw Error("--tokens: expected at least one token count");
   for (int T : o.tokens)
     if (T < 1 || T > (1 << 20)) throw Error(fmt::format("--tokens: expected 1 .. 2^20 tokens a rank, got {}", T));

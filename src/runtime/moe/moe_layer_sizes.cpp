@@ -17,9 +17,6 @@ namespace xstage {
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-// The fused kernel and the unfused baseline's GEMMs both take 256 columns a
-// tile: L2's N is hidden, L1's is 2 inter (gate and up interleaved).
-constexpr int kTileN = moe::kFusedBlockN;
 // Longest wait the kernels' nanosecond clocks are asked to count.
 constexpr double kMaxTimeoutS = 86400;
 
@@ -30,21 +27,18 @@ int64_t rows_cap_of(const MoeLayerOptions& o, int P) {
 
 }  // namespace
 
-void validate_moe_layer_options(const MoeLayerOptions& o, int P) {
-  const MoeShape& s = o.shape;
-  const std::string what = fmt::format("MoE layer ({} {}/{}/{}/{}, P = {})", s.name.empty() ? "custom" : s.name,
-                                       s.hidden, s.inter, s.experts, s.topk, P);
+void validate_moe_layer_shape(const MoeShape& s, int P, const std::string& what) {
   if (P < 1) throw Error(fmt::format("{}: ranks P: expected >= 1, got {}", what, P));
-  // The layer's kernels take whole 256-column tiles; the grouped GEMMs alone
-  // (moe_gemm, xstage moe-gemm) take any multiple of 16.
-  if (s.hidden < kTileN || s.hidden % kTileN != 0)
-    throw Error(fmt::format("{}: hidden = {}: expected a positive multiple of 256 for the layer (L2's output columns "
-                            "in whole 256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples of 16)",
+  // What the grouped GEMMs take (moe_gemm.hpp): K a multiple of 8 and N of
+  // 16, so L1 (K = hidden, N = 2 inter) and L2 (K = inter, N = hidden) need
+  // hidden a multiple of 16 and inter of 8; no tile width need divide them.
+  if (s.hidden < 16 || s.hidden % 16 != 0)
+    throw Error(fmt::format("{}: hidden = {}: expected a positive multiple of 16 (L2's N, as the grouped "
+                            "GEMMs and torch._grouped_mm take it)",
                             what, s.hidden));
-  if (s.inter < kTileN / 2 || s.inter % (kTileN / 2) != 0)
-    throw Error(fmt::format("{}: inter = {}: expected a positive multiple of 128 for the layer (L1's 2 x inter "
-                            "columns in whole 256-column tiles; the grouped GEMMs alone, moe-gemm, take multiples "
-                            "of 8)",
+  if (s.inter < 8 || s.inter % 8 != 0)
+    throw Error(fmt::format("{}: inter = {}: expected a positive multiple of 8 (L2's K, 16-byte rows of h; "
+                            "L1's N = 2 inter in whole 16-column gate/up groups)",
                             what, s.inter));
   if (s.experts < 1 || s.experts % P != 0)
     throw Error(fmt::format("{}: experts = {}: expected a positive multiple of P = {} (each rank owns E / P experts)",
@@ -52,6 +46,13 @@ void validate_moe_layer_options(const MoeLayerOptions& o, int P) {
   if (s.topk < 1 || s.topk > s.experts)
     throw Error(fmt::format("{}: topk = {}: expected 1 .. experts = {} (a token's experts are distinct)", what, s.topk,
                             s.experts));
+}
+
+void validate_moe_layer_options(const MoeLayerOptions& o, int P) {
+  const MoeShape& s = o.shape;
+  const std::string what = fmt::format("MoE layer ({} {}/{}/{}/{}, P = {})", s.name.empty() ? "custom" : s.name,
+                                       s.hidden, s.inter, s.experts, s.topk, P);
+  validate_moe_layer_shape(s, P, what);
   if (o.tokens_max < 1) throw Error(fmt::format("{}: tokens_max = {}: expected >= 1", what, o.tokens_max));
   if (o.tile != MoeTile::automatic && o.tile != MoeTile::m128n256 && o.tile != MoeTile::m64n256)
     throw Error(fmt::format("{}: tile {}: expected auto, m128n256 or m64n256 (the tiles the fused kernel is built for)",
