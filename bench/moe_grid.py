@@ -207,6 +207,12 @@ def measure_cell(ours, cell, a):
     return out
 
 
+def uses_split_kernel(ours, c, seed):
+    """Whether the rule runs L1 or L2 of cell c with the split kernel (its labels' /k or /t)."""
+    rows, E, H, I = sum(grid_cells.counts_of(c, seed)), c["experts"], c["hidden"], c["inter"]
+    return any("/" in ours.tile_name(kind, rows, E, N, K) for kind, N, K in ((0, 2 * I, H), (1, H, I)))
+
+
 def summary(cells):
     s = {}
     for gemm in ("L1+SwiGLU", "L2"):
@@ -234,6 +240,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--check-experts", type=int, default=4)
     ap.add_argument("--no-cublas", action="store_true")
+    ap.add_argument("--split-kernel-only", action="store_true",
+                    help="only cells where the rule runs a GEMM with the split kernel (split-K or the tail split): "
+                         "a re-run after a change to that kernel alone")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this long")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
@@ -242,6 +251,9 @@ def main():
     cells = [c for c in g["cells"] if not a.only or c["source"].startswith(a.only)]
     cells = cells[a.first:a.first + a.count] if a.count else cells[a.first:]
     ours = mt.Ours(a.lib)
+    if a.split_kernel_only:
+        cells = [c for c in cells if uses_split_kernel(ours, c, a.seed)]
+        print(f"{len(cells)} cells run a GEMM with the split kernel", flush=True)
     rec = dict(tool="bench/moe_grid.py", commit=a.commit, command=" ".join(sys.argv),
                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), device=torch.cuda.get_device_name(0),
                torch=torch.__version__, grid={k: v for k, v in g.items() if k != "cells"},

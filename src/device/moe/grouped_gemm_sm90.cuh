@@ -270,23 +270,34 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   if (tid < 128) {
     // ---------------- producer warpgroup
     ptx::setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-    if (tid == 0) {
-      ptx::tma_prefetch_descriptor(&tm.a);
-      ptx::tma_prefetch_descriptor(&tm.b);
-      uint32_t it = 0;
-      auto w = sched.first();
-      for (; sched.valid(w); w = sched.next(w)) {  // whole tiles (the consumers' loops below say why two)
-        const auto c = sched.coord(w);
-        if (kSplitK && c.splits > 1) break;
-        mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN, 0, k_blocks);
-      }
-      if constexpr (kSplitK)
-        for (; sched.valid(w); w = sched.next(w)) {
+    // The warp as a warp-uniform value (lane 0's): ptxas then knows that the
+    // producer thread and the count warp never share a warp, so the
+    // producer's loop state stays in uniform registers. With `tid == 0` /
+    // `tid / 32 == 1` a warp could hold both paths as far as it can tell, and
+    // the split kernel's loads ran per-thread (4 R2UR a TMA load, a
+    // convergence barrier a stage wait; grouped.cuh's layout() is the other
+    // half).
+    const int warp_u = __shfl_sync(0xffffffffu, tid / 32, 0);
+    if (warp_u == 0) {
+      if (tid == 0) {
+        ptx::tma_prefetch_descriptor(&tm.a);
+        ptx::tma_prefetch_descriptor(&tm.b);
+        uint32_t it = 0;
+        auto w = sched.first();
+        for (; sched.valid(w); w = sched.next(w)) {  // whole tiles (the consumers' loops below say why two)
           const auto c = sched.coord(w);
-          mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN,
-                        kb_begin(c.split, c.splits), kb_begin(c.split + 1, c.splits));
+          if (kSplitK && c.splits > 1) break;
+          mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN, 0,
+                        k_blocks);
         }
-    } else if (kSplitK && sched.tail_split() && tid / 32 == 1) {
+        if constexpr (kSplitK)
+          for (; sched.valid(w); w = sched.next(w)) {
+            const auto c = sched.coord(w);
+            mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN,
+                          kb_begin(c.split, c.splits), kb_begin(c.split + 1, c.splits));
+          }
+      }
+    } else if (kSplitK && sched.tail_split() && warp_u == 1) {
       sched.count_tiles(tid & 31);
     }
     return;

@@ -134,7 +134,7 @@ struct GroupedTileScheduler {
     w.t += int(gridDim.x);
     if (tail_split()) {
       ptx::mbar_wait(&tail->ready, 0);  // at once after the first time
-      w.tile = tail_split_item(w.t, tail->layout).tile;
+      w.tile = tail_split_item(w.t, layout()).tile;
     } else {
       w.tile = w.t / p.splits;
     }
@@ -149,13 +149,23 @@ struct GroupedTileScheduler {
     GroupedTile c{w.expert, local % w.m_blocks, local / w.m_blocks, w.row_begin, w.row_end, w.t % p.splits,
                   p.splits, w.tile};
     if (tail_split() && w.t >= int(gridDim.x)) {  // next() has waited for the layout
-      const TailSplitItem i = tail_split_item(w.t, tail->layout);
+      const TailSplitItem i = tail_split_item(w.t, layout());
       c.split = i.split, c.splits = i.splits, c.slot = i.slot;
     }
     return c;
   }
 
  private:
+  // The published layout (next() has waited for it), read as warp-uniform
+  // values: every thread reads the same words, and redux.sync says so to
+  // ptxas. A plain shared-memory load is per-thread to it, and a walk that
+  // depends on one (the tile, the whole-tile loop's exit) moves the
+  // producer's whole k loop into per-thread registers (4 R2UR a TMA load,
+  // a convergence barrier a stage wait).
+  __device__ __forceinline__ TailSplitLayout layout() const {
+    const unsigned lanes = __activemask();
+    return {__reduce_min_sync(lanes, tail->layout.whole), __reduce_min_sync(lanes, tail->layout.splits)};
+  }
   // Offsets clamped into [previous end, rows_total]: bad offsets on the
   // device make empty experts, never rows outside the tensors.
   __device__ __forceinline__ void enter_expert(GroupedWork& w, int e, int base) const {
