@@ -169,6 +169,10 @@ san_moe_layer() {  # host and device placement, every variant and schedule
   local small="moe --shape 512/256/8/2 --tokens 77 --routing zipf --check --check-tokens 2 --timeout 100"
   for tool in memcheck racecheck synccheck; do san "san-$tool-moel" $tool $X $small --ranks 2 --placement host; done
   san san-memcheck-moel-device memcheck $X $small --ranks 4 --placement device --tile m64n256
+  # hidden and inter no multiple of any tile: 16 columns past the last 256-column n-block of L1 and of L2
+  local odd="moe --shape 272/136/8/2 --tokens 77 --routing zipf --check --check-tokens 2 --timeout 100"
+  for tool in memcheck racecheck synccheck; do san "san-$tool-moel-odd" $tool $X $odd --ranks 2 --placement host; done
+  san san-memcheck-moel-odd-device memcheck $X $odd --ranks 2 --placement device --tile m128n256
 }
 san_duplex() {
   for tool in memcheck racecheck synccheck; do san "san-$tool-duplex" $tool $X duplex --path host --bytes 4MiB --reps 1; done
