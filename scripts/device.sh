@@ -267,12 +267,14 @@ bench_moe() {  # the grouped GEMMs beside torch._grouped_mm and cuBLAS (one expe
   digest moe tail -12 "$R/moe-bench.log"
 }
 # Issue 39's development grid (bench/moe_grid.py: the seeded sample and the section-7 cells, one protocol),
-# split over calls: MOE_GRID_FIRST / MOE_GRID_COUNT pick the cells, MOE_GRID_S the time it may start new ones.
+# split over calls: MOE_GRID_FIRST / MOE_GRID_COUNT pick the cells, MOE_GRID_S the time it may start new ones;
+# MOE_GRID_ARGS: more options (--split-kernel-only).
 bench_moe_grid() {
   mkdir -p "$R/moe-grid"
   clocks_start "$R/moe-grid/clocks-moe-grid.csv"
   timed moe-grid "$(( ${MOE_GRID_S:-480} + 100 ))" python3 bench/moe_grid.py --lib "$B/libxstage_moe.so" \
     --commit "$commit" --first "${MOE_GRID_FIRST:-0}" --count "${MOE_GRID_COUNT:-0}" --budget-s "${MOE_GRID_S:-480}" \
+    ${MOE_GRID_ARGS:-} \
     --out "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.json"
   clocks_stop
   timed moe-grid-plot 60 python3 bench/plot_moe_grid.py --out "$R/moe-grid/moe-grid-${MOE_GRID_FIRST:-0}.png" \
