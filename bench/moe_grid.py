@@ -243,6 +243,7 @@ def main():
     ap.add_argument("--split-kernel-only", action="store_true",
                     help="only cells where the rule runs a GEMM with the split kernel (split-K or the tail split): "
                          "a re-run after a change to that kernel alone")
+    ap.add_argument("--plain-kernel-only", action="store_true", help="only the other cells (neither GEMM split)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this long")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)
@@ -254,6 +255,9 @@ def main():
     if a.split_kernel_only:
         cells = [c for c in cells if uses_split_kernel(ours, c, a.seed)]
         print(f"{len(cells)} cells run a GEMM with the split kernel", flush=True)
+    elif a.plain_kernel_only:
+        cells = [c for c in cells if not uses_split_kernel(ours, c, a.seed)]
+        print(f"{len(cells)} cells run both GEMMs with the plain kernel", flush=True)
     rec = dict(tool="bench/moe_grid.py", commit=a.commit, command=" ".join(sys.argv),
                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), device=torch.cuda.get_device_name(0),
                torch=torch.__version__, grid={k: v for k, v in g.items() if k != "cells"},
