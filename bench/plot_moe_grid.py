@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Issue 39's grid as pictures and a table: our MoE GEMMs over torch._grouped_mm per cell (bench/moe_grid.py's JSON,
-one or several parts of one run).
+one or several parts of one run; or a whole run followed by a later run's re-measured cells: a cell in a later file
+replaces the same cell of an earlier one, and the commits of every file are named).
 
 One panel per GEMM (L1 + SwiGLU, L2): torch / ours against mean rows per expert (log), coloured by K (hidden for
 L1, intermediate for L2), circles for uniform counts and triangles for Zipf(1); grey crosses: cuBLAS batched over
@@ -17,13 +18,21 @@ import math
 GEMMS = ("L1+SwiGLU", "L2")
 
 
+def cell_key(c):
+    return (c["source"], c["hidden"], c["inter"], c["experts"], c["rows_per_expert"], c["routing"])
+
+
 def load(paths):
-    cells, meta = [], None
+    by_key, meta, commits = {}, None, []
     for p in paths:
         rec = json.load(open(p))
         meta = meta or {k: rec.get(k) for k in ("commit", "device", "date", "command", "protocol")}
-        cells += rec["cells"]
-    return with_ratios(cells), meta
+        if rec.get("commit") not in commits:
+            commits.append(rec.get("commit"))
+        for c in rec["cells"]:
+            by_key[cell_key(c)] = c  # a later file's measurement of the cell replaces an earlier one
+    meta["commit"] = " + ".join(str(c) for c in commits)
+    return with_ratios(list(by_key.values())), meta
 
 
 def k_of(cell, gemm):

@@ -354,11 +354,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     };
     // Whole tiles first, with the plain kernel's k loop (0 .. k_blocks from the
-    // parameters: uniform registers); then the split items (all of uniform
-    // split-K's, at most one a CTA of the tail split's) in a loop of their own.
-    // One loop calling the mainloop with either range let the compiler merge
-    // the two calls' bounds: whole tiles ran up to 15% slower than in the plain
-    // kernel (docs/perf-log.md, M4).
+    // parameters); then the split items (all of uniform split-K's, at most one
+    // a CTA of the tail split's) in a loop of their own, as the producer walks
+    // them.
     auto w = sched.first();
     for (; sched.valid(w); w = sched.next(w)) {
       const auto c = sched.coord(w);
