@@ -6,7 +6,6 @@
 // files' shapes, and the printing.
 #include <cmath>
 #include <iostream>
-#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,22 +17,11 @@
 #include "util/output_file.hpp"
 #include "xstage/core/build_info.hpp"
 #include "xstage/core/error.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 namespace xstage::cli {
 
 namespace {
-
-struct ModelShape {
-  int hidden, inter, experts, top_k;
-};
-// hidden / MoE intermediate / routed experts / top-k, from the models' configs.
-const std::map<std::string, ModelShape>& model_shapes() {
-  static const std::map<std::string, ModelShape> m{
-      {"deepseek-v3", {7168, 2048, 256, 8}}, {"qwen3-235b-a22b", {4096, 1536, 128, 8}},
-      {"qwen3-30b-a3b", {2048, 768, 128, 8}}, {"mixtral-8x7b", {4096, 14336, 8, 2}},
-      {"hidream-i1", {2560, 6912, 4, 2}}};
-  return m;
-}
 
 struct MoeArgs {
   std::string gemm = "layer", model;
@@ -90,15 +78,16 @@ void run_moe_gemm(MoeArgs& a) {
   MoeBenchOptions o;
   o.mode = parse_moe_bench_mode(a.gemm);
   if (!a.model.empty()) {
-    const auto it = model_shapes().find(a.model);
-    if (it == model_shapes().end()) {
+    // The layer's table of model shapes (moe_layer.hpp), one for every command.
+    const auto known = find_known_moe_shape(a.model);
+    if (!known) {
       std::vector<std::string> names;
-      for (const auto& [k, v] : model_shapes()) names.push_back(k);
-      throw Error(fmt::format("--model {}: expected one of {}", a.model, fmt::join(names, ", ")));
+      for (const MoeShape& k : moe_known_shapes()) names.push_back(k.name);
+      throw Error(fmt::format("--model {}: expected one of {} (or qwen3-235b-a22b)", a.model, fmt::join(names, ", ")));
     }
-    if (a.hidden == 0) a.hidden = it->second.hidden;
-    if (a.inter == 0) a.inter = it->second.inter;
-    if (a.experts == 0) a.experts = it->second.experts;
+    if (a.hidden == 0) a.hidden = known->hidden;
+    if (a.inter == 0) a.inter = known->inter;
+    if (a.experts == 0) a.experts = known->experts;
   }
   if (a.hidden == 0 || a.inter == 0) throw Error("--hidden and --inter (or --model): expected the layer's sizes");
   if (a.ep < 1) throw Error(fmt::format("--ep: expected >= 1, got {}", a.ep));
@@ -205,7 +194,8 @@ void add_moe_gemm_command(CLI::App& app) {
   a->sub = sub;
   sub->add_option("--gemm", a->gemm, "l1 (with SwiGLU), l2, or layer (L1 then L2)")->capture_default_str();
   sub->add_option("--model", a->model,
-                  "Shapes of a model: deepseek-v3, qwen3-235b-a22b, qwen3-30b-a3b, mixtral-8x7b, hidream-i1");
+                  "Shapes of a model: deepseek-v3, deepseek-v4-flash, qwen3-235b (or qwen3-235b-a22b), "
+                  "qwen3-30b-a3b, mixtral-8x7b, hidream-i1 (xstage moe's --shape names)");
   sub->add_option("--hidden", a->hidden, "Hidden size (L1's K, L2's N)");
   sub->add_option("--inter", a->inter, "Expert intermediate size (L1's N is twice it, L2's K)");
   sub->add_option("--experts", a->experts, "Routed experts of the model");

@@ -13,6 +13,7 @@
 #include "xstage/core/device.hpp"
 #include "xstage/core/error.hpp"
 #include "xstage/moe/moe.hpp"
+#include "xstage/moe/moe_layer.hpp"
 
 using namespace xstage;
 
@@ -402,6 +403,19 @@ TEST(MoeCli, BadArgumentsFailBeforeTheGpu) {
     const CliRun r = run_cli(args);
     EXPECT_EQ(r.rc, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("expected"), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
+// --model takes the layer's table (xstage moe's --shape names): one list for
+// both commands, which the error names.
+TEST(MoeCli, ModelNamesAreTheLayersShapes) {
+  const CliRun bad = run_cli("moe-gemm --model nope");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  for (const MoeShape& k : moe_known_shapes()) EXPECT_NE(bad.out.find(k.name), std::string::npos) << bad.out;
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU would run the model shapes";
+  for (const char* args : {"moe-gemm --model deepseek-v4-flash", "moe-gemm --model qwen3-235b-a22b"}) {
+    const CliRun r = run_cli(args);
+    EXPECT_NE(r.out.find("no CUDA device"), std::string::npos) << args << "\n" << r.out;
   }
 }
 

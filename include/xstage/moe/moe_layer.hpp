@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,9 @@ struct MoeShape {
 // 4096/1536/128/8, Qwen3-30B-A3B 2048/768/128/8, Mixtral-8x7B 4096/14336/8/2,
 // HiDream-I1 2560/6912/4/2.
 const std::vector<MoeShape>& moe_known_shapes();
+// The known shape of that name (moe-gemm's full name of Qwen3-235B,
+// qwen3-235b-a22b, too), or nullopt.
+std::optional<MoeShape> find_known_moe_shape(std::string_view name);
 // A known name or "hidden/inter/experts/topk"; throws xstage::Error listing the names.
 MoeShape parse_moe_shape(std::string_view text);
 

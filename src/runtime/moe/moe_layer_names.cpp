@@ -34,11 +34,16 @@ bool parse_positive(std::string_view t, int& out) {
 
 }  // namespace
 
-MoeShape parse_moe_shape(std::string_view text) {
+std::optional<MoeShape> find_known_moe_shape(std::string_view name) {
   // moe-gemm's full name of Qwen3-235B is the same layer.
-  if (text == "qwen3-235b-a22b") text = "qwen3-235b";
+  if (name == "qwen3-235b-a22b") name = "qwen3-235b";
   for (const MoeShape& s : moe_known_shapes())
-    if (text == s.name) return s;
+    if (name == s.name) return s;
+  return std::nullopt;
+}
+
+MoeShape parse_moe_shape(std::string_view text) {
+  if (const auto known = find_known_moe_shape(text)) return *known;
   MoeShape s;
   s.name = "custom";
   int* fields[4] = {&s.hidden, &s.inter, &s.experts, &s.topk};
