@@ -97,6 +97,20 @@ if ((python_tests)); then
     ((python_tests)) && py=$py_env/bin/python
   fi
 fi
+# cuobjdump, for the test that reads the GEMM kernels' SASS (scripts/check_sass_loops.py): the CUDA toolkit's
+# where it has one (the GPU machine), else NVIDIA's wheels (with nvdisasm, which it runs) in the tests' Python
+# (CI: required there).
+if [ -n "$py" ] && ! command -v cuobjdump >/dev/null &&
+  ! "$py" -c 'import glob, sysconfig, sys; sys.exit(not glob.glob(sysconfig.get_paths()["purelib"] + "/nvidia/*/bin/cuobjdump"))'; then
+  if ! "$py" -m pip install -q --disable-pip-version-check "nvidia-cuda-cuobjdump>=13,<14" \
+    "nvidia-cuda-nvdisasm>=13,<14"; then
+    if [ "${CI:-}" = true ]; then
+      echo "build.sh: could not install nvidia-cuda-cuobjdump and -nvdisasm for the SASS test" >&2
+      exit 1
+    fi
+    echo "build.sh: no cuobjdump (nor its wheel): the SASS test will be skipped"
+  fi
+fi
 
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXSTAGE_FUZZ_SMOKE=$((fuzz)) -DXSTAGE_PYTHON="$py" \
   ${XSTAGE_CMAKE_ARGS:-} >/dev/null
