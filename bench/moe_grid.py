@@ -240,10 +240,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--check-experts", type=int, default=4)
     ap.add_argument("--no-cublas", action="store_true")
-    ap.add_argument("--split-kernel-only", action="store_true",
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--split-kernel-only", action="store_true",
                     help="only cells where the rule runs a GEMM with the split kernel (split-K or the tail split): "
                          "a re-run after a change to that kernel alone")
-    ap.add_argument("--plain-kernel-only", action="store_true", help="only the other cells (neither GEMM split)")
+    only.add_argument("--plain-kernel-only", action="store_true", help="only the other cells (neither GEMM split)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this long")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", required=True)

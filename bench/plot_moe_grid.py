@@ -23,15 +23,20 @@ def cell_key(c):
 
 
 def load(paths):
-    by_key, meta, commits = {}, None, []
+    by_key, meta, commits, dates, seed = {}, None, [], [], None
     for p in paths:
         rec = json.load(open(p))
         meta = meta or {k: rec.get(k) for k in ("commit", "device", "date", "command", "protocol")}
-        if rec.get("commit") not in commits:
-            commits.append(rec.get("commit"))
+        s = (rec.get("grid") or {}).get("seed")
+        if seed is not None and s is not None and s != seed:
+            raise SystemExit(f"{p}: grid seed {s}, not {seed}: its cells are other draws, not the same cells")
+        seed = s if s is not None else seed
+        for v, seen in ((rec.get("commit"), commits), (str(rec.get("date", ""))[:10], dates)):
+            if v not in seen:
+                seen.append(v)
         for c in rec["cells"]:
             by_key[cell_key(c)] = c  # a later file's measurement of the cell replaces an earlier one
-    meta["commit"] = " + ".join(str(c) for c in commits)
+    meta["commit"], meta["date"] = " + ".join(str(c) for c in commits), " + ".join(dates)
     return with_ratios(list(by_key.values())), meta
 
 

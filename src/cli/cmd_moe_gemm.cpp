@@ -83,7 +83,7 @@ void run_moe_gemm(MoeArgs& a) {
     if (!known) {
       std::vector<std::string> names;
       for (const MoeShape& k : moe_known_shapes()) names.push_back(k.name);
-      throw Error(fmt::format("--model {}: expected one of {} (or qwen3-235b-a22b)", a.model, fmt::join(names, ", ")));
+      throw Error(fmt::format("--model {}: expected one of {}", a.model, fmt::join(names, ", ")));
     }
     if (a.hidden == 0) a.hidden = known->hidden;
     if (a.inter == 0) a.inter = known->inter;
@@ -193,9 +193,10 @@ void add_moe_gemm_command(CLI::App& app) {
   auto* sub = app.add_subcommand("moe-gemm", "MoE expert GEMMs on the GPU (bf16 grouped GEMMs, SwiGLU): check and benchmark");
   a->sub = sub;
   sub->add_option("--gemm", a->gemm, "l1 (with SwiGLU), l2, or layer (L1 then L2)")->capture_default_str();
-  sub->add_option("--model", a->model,
-                  "Shapes of a model: deepseek-v3, deepseek-v4-flash, qwen3-235b (or qwen3-235b-a22b), "
-                  "qwen3-30b-a3b, mixtral-8x7b, hidream-i1 (xstage moe's --shape names)");
+  std::vector<std::string> names;
+  for (const MoeShape& k : moe_known_shapes()) names.push_back(k.name);
+  sub->add_option("--model", a->model, fmt::format("Shapes of a model: {} (xstage moe's --shape names)",
+                                                   fmt::join(names, ", ")));
   sub->add_option("--hidden", a->hidden, "Hidden size (L1's K, L2's N)");
   sub->add_option("--inter", a->inter, "Expert intermediate size (L1's N is twice it, L2's K)");
   sub->add_option("--experts", a->experts, "Routed experts of the model");

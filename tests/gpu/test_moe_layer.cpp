@@ -158,8 +158,8 @@ TEST(MoeLayerEmulated, BothTilesForced) {
 
 // Hidden and inter no multiple of any tile: the last n-block of L1 (2 inter
 // columns) and of L2 (hidden) reaches past N and its stores stop there. 272 /
-// 136: 16 columns in L2's last 256-column block and in L1's; 2880 (gpt-oss):
-// 64 in each; 720 / 360 with both tiles forced.
+// 136: 16 columns in L2's last 256-column block and in L1's (8 of h); 2880
+// (gpt-oss): 64 in L2's, 128 in L1's; 720 / 360 with both tiles forced.
 TEST(MoeLayerEmulated, ShapesNoMultipleOfAnyTile) {
   XSTAGE_NEED_GPUS(1);
   expect_checked(layer_case("272/136/8/2", 2, Placement::host, {1, 77, 300}));

@@ -126,7 +126,7 @@ struct MoePhaseMs {
 
 class MoeLayer {
  public:
-  // Validates (E divisible by P, hidden / 2 inter multiples of 256, ...) and
+  // Validates (E divisible by P, hidden a multiple of 16, inter of 8, ...) and
   // checks that the sizes fit the GPU's free memory (and pinned host memory
   // for host placement) before allocating; throws xstage::Error with the
   // sizes and what is free. Collective (every rank constructs it; the

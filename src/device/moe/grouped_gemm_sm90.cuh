@@ -272,11 +272,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     ptx::setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     // The warp as a warp-uniform value (lane 0's): ptxas then knows that the
     // producer thread and the count warp never share a warp, so the
-    // producer's loop state stays in uniform registers. With `tid == 0` /
-    // `tid / 32 == 1` a warp could hold both paths as far as it can tell, and
-    // the split kernel's loads ran per-thread (4 R2UR a TMA load, a
-    // convergence barrier a stage wait; grouped.cuh's layout() is the other
-    // half).
+    // producer's loop state stays in uniform registers. A role split on `tid`
+    // alone lets a warp hold both paths as far as ptxas can tell, and it keeps
+    // the loop state per-thread (4 R2UR a TMA load, a convergence barrier a
+    // stage wait; grouped.cuh's layout() is the other half;
+    // scripts/check_sass_loops.py checks the result).
     const int warp_u = __shfl_sync(0xffffffffu, tid / 32, 0);
     if (warp_u == 0) {
       if (tid == 0) {
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         ptx::tma_prefetch_descriptor(&tm.b);
         uint32_t it = 0;
         auto w = sched.first();
-        for (; sched.valid(w); w = sched.next(w)) {  // whole tiles (the consumers' loops below say why two)
+        for (; sched.valid(w); w = sched.next(w)) {  // whole tiles: the k range 0 .. k_blocks, fixed
           const auto c = sched.coord(w);
           if (kSplitK && c.splits > 1) break;
           mainloop.load(it, &tm.a, &tm.b, c.row_begin + c.m_block * BM, c.expert * p.N + c.n_block * BN, 0,
@@ -354,9 +354,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     };
     // Whole tiles first, with the plain kernel's k loop (0 .. k_blocks from the
-    // parameters); then the split items (all of uniform split-K's, at most one
-    // a CTA of the tail split's) in a loop of their own, as the producer walks
-    // them.
+    // parameters, so no per-item bounds in the common case); then the split
+    // items (all of uniform split-K's, at most one a CTA of the tail split's)
+    // in a loop of their own, as the producer walks them.
     auto w = sched.first();
     for (; sched.valid(w); w = sched.next(w)) {
       const auto c = sched.coord(w);

@@ -155,9 +155,10 @@ namespace {
 // 8 k-blocks; measured (bench/moe_tail_study.py, two runs over the grid's
 // 1-16-wave GEMMs, docs/perf-log.md M4) a split pays only from 64 k-blocks
 // (K >= 4096: whole / split 1.04x geomean over 35 GEMMs), is level at 48-63
-// and loses below (0.87-0.96x): the split kernel's whole tiles ran ~3%
-// slower than the plain kernel's (since fixed, M5; the study not re-run
-// after it), and a split costs ~5-10 us more than the model says. So
+// and loses below (0.87-0.96x): in that study the split kernel's whole tiles
+// ran ~3% slower than the plain kernel's (a cost M5 removed, so the
+// threshold may be too high now), and a split costs ~5-10 us more than the
+// model says. So
 // kTailMinKBlocks = 64; the caps forced at 2, 4 and 8 there were within the
 // protocol's noise of the sqrt rule's.
 constexpr double kTailRoundTrip = 1.5;
